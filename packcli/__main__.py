@@ -1,0 +1,3 @@
+from packcli.cli import main
+
+main()

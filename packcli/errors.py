@@ -1,0 +1,16 @@
+"""The one exception type core code raises; the CLI turns it into one line and exit 1."""
+
+
+class PackcliError(Exception):
+    """A problem with the user's data, settings or environment, stated in one line.
+
+    `usage=True` marks a bad command line (exit code 2 rather than 1).
+    """
+
+    def __init__(self, message: str, *, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.usage else 1

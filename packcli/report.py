@@ -1,0 +1,170 @@
+"""The efficiency report (SPEC section 5): measured from rows, shown as a table or JSON.
+
+Row metrics are kept as histograms over 0..seq_len, so min, median and mean are exact
+while memory stays bounded whatever the number of rows. `pack` feeds the rows it
+writes; `stats` feeds the rows it reads back from the shards: one code path for both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from packcli.rows import IGNORE_INDEX, Rows
+
+
+class RowStats:
+    def __init__(self, seq_len: int):
+        self.seq_len = seq_len
+        self.fill = np.zeros(seq_len + 1, dtype=np.int64)
+        self.segments_per_row = np.zeros(seq_len + 1, dtype=np.int64)
+        self.segment_lengths = np.zeros(seq_len + 1, dtype=np.int64)
+        self.label_tokens = 0
+
+    def add(self, rows: Rows) -> None:
+        real = rows.real_lengths()
+        self.fill += np.bincount(real, minlength=self.seq_len + 1)
+        self.segments_per_row += np.bincount(rows.num_segments, minlength=self.seq_len + 1)
+        self.segment_lengths += np.bincount(_real_segment_lengths(rows), minlength=self.seq_len + 1)
+        self.label_tokens += int((rows.labels != IGNORE_INDEX).sum())
+
+    @property
+    def rows(self) -> int:
+        return int(self.fill.sum())
+
+    @property
+    def real_tokens(self) -> int:
+        return int((self.fill * np.arange(self.seq_len + 1)).sum())
+
+    @property
+    def sequences(self) -> int:
+        return int(self.segment_lengths.sum())
+
+    def summary(self) -> dict:
+        rows, real, seq_len = self.rows, self.real_tokens, self.seq_len
+        capacity = rows * seq_len
+        return {
+            "seq_len": seq_len,
+            "rows": rows,
+            "sequences_packed": self.sequences,
+            "real_tokens": real,
+            "padding_tokens": capacity - real,
+            "label_tokens": self.label_tokens,
+            "efficiency": real / capacity if capacity else 0.0,
+            "lower_bound_rows": math.ceil(real / seq_len),
+            "sequences_per_row": {
+                "mean": self.sequences / rows if rows else 0.0,
+                "max": _max(self.segments_per_row),
+            },
+            "fill_per_row": {
+                "min": _min(self.fill),
+                "median": _median(self.fill),
+                "mean": real / rows if rows else 0.0,
+            },
+            "sequence_length": {
+                "min": _min(self.segment_lengths),
+                "median": _median(self.segment_lengths),
+                "max": _max(self.segment_lengths),
+            },
+        }
+
+    def histograms(self) -> dict:
+        return {
+            "fill_per_row": self.fill,
+            "sequences_per_row": self.segments_per_row,
+            "sequence_length": self.segment_lengths,
+        }
+
+
+def _real_segment_lengths(rows: Rows) -> np.ndarray:
+    """Lengths of the real segments of every row (the padding segment left out)."""
+    offsets = rows.cu_offsets
+    within_row = np.ones(max(len(rows.cu_seqlens) - 1, 0), dtype=bool)
+    within_row[offsets[1:-1] - 1] = False  # a diff across two rows is no segment
+    lengths = np.diff(rows.cu_seqlens.astype(np.int64))[within_row]
+    segments = np.diff(offsets) - 1
+    first = np.cumsum(segments) - segments
+    row = np.repeat(np.arange(len(rows)), segments)
+    index_in_row = np.arange(len(lengths)) - first[row]
+    return lengths[index_in_row < rows.num_segments[row]]
+
+
+def _min(hist: np.ndarray) -> int:
+    nonzero = np.flatnonzero(hist)
+    return int(nonzero[0]) if len(nonzero) else 0
+
+
+def _max(hist: np.ndarray) -> int:
+    nonzero = np.flatnonzero(hist)
+    return int(nonzero[-1]) if len(nonzero) else 0
+
+
+def _median(hist: np.ndarray) -> float:
+    total = int(hist.sum())
+    if total == 0:
+        return 0.0
+    cumulative = np.cumsum(hist)
+    lower = int(np.searchsorted(cumulative, (total + 1) // 2))
+    upper = int(np.searchsorted(cumulative, total // 2 + 1))
+    return (lower + upper) / 2
+
+
+def no_packing_baseline(sequence_rows: int, real_tokens: int, seq_len: int) -> dict:
+    """Every sequence padded to seq_len in rows of its own."""
+    capacity = sequence_rows * seq_len
+    return {"rows": sequence_rows, "efficiency": real_tokens / capacity if capacity else 0.0}
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+
+
+def render_table(report: dict, title: str):
+    """A Rich table of the figures a user looks at first."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    seq_len = report["seq_len"]
+    lines = []
+    if "documents" in report:
+        docs = report["documents"]
+        lines.append(("documents read", f"{docs['read']:,}"))
+        if docs["skipped"]:
+            lines.append(("documents skipped", f"{docs['skipped']:,}"))
+    if "overlong" in report and report["overlong"]["count"]:
+        over = report["overlong"]
+        lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
+    lines += [
+        ("sequences packed", f"{report['sequences_packed']:,}"),
+        ("rows", f"{report['rows']:,} x {seq_len:,} tokens"),
+        ("lower bound", f"{report['lower_bound_rows']:,} rows"),
+        ("real tokens", f"{report['real_tokens']:,}"),
+        ("padding tokens", f"{report['padding_tokens']:,}"),
+        ("label tokens", f"{report['label_tokens']:,}"),
+        ("efficiency", f"{report['efficiency']:.2%}"),
+    ]
+    if "no_packing" in report:
+        base = report["no_packing"]
+        lines.append(("no packing", f"{base['efficiency']:.2%} ({base['rows']:,} rows)"))
+    per_row = report["sequences_per_row"]
+    fill = report["fill_per_row"]
+    lines += [
+        ("sequences per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"),
+        ("fill per row", f"min {fill['min']:,}, median {fill['median']:,.0f}"),
+    ]
+    if "remainder" in report and report["remainder"]["tokens"]:
+        rem = report["remainder"]
+        lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))
+    if "timings" in report:
+        t = report["timings"]
+        lines.append(
+            ("time", f"{t['total']:.2f}s (read {t['read']:.2f}, tokenize {t['tokenize']:.2f}, pack {t['pack']:.2f}, write {t['write']:.2f})")
+        )
+        lines.append(("tokens per second", f"{report['tokens_per_second']:,.0f}"))
+    for name, value in lines:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,187 @@
+"""Lay placed sequences out as rows: input_ids, labels, position_ids and cu_seqlens.
+
+Both modes meet here: `bin` places whole sequences (or pieces of split ones) with a
+packing kernel, `concat` cuts one token stream at row boundaries; either way each row is
+a list of (start in the flat token array, length, row, offset) pieces, and one kernel
+writes the columns so the conventions of a row live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Rows:
+    """A block of packed rows; cu_seqlens is CSR (values + row offsets) as on disk."""
+
+    input_ids: np.ndarray  # int32 [rows, seq_len]
+    labels: np.ndarray  # int32 [rows, seq_len]
+    position_ids: np.ndarray  # int32 [rows, seq_len]
+    cu_seqlens: np.ndarray  # int32, flat
+    cu_offsets: np.ndarray  # int64 [rows + 1]
+    num_segments: np.ndarray  # int32 [rows]: real segments, padding excluded
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def seq_len(self) -> int:
+        return self.input_ids.shape[1]
+
+    def slice(self, start: int, stop: int) -> Rows:
+        lo, hi = self.cu_offsets[start], self.cu_offsets[stop]
+        return Rows(
+            self.input_ids[start:stop],
+            self.labels[start:stop],
+            self.position_ids[start:stop],
+            self.cu_seqlens[lo:hi],
+            self.cu_offsets[start : stop + 1] - lo,
+            self.num_segments[start:stop],
+        )
+
+    def take(self, order: np.ndarray) -> Rows:
+        """The rows in the given order (a permutation or any selection)."""
+        counts = np.diff(self.cu_offsets)[order]
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        gather = np.repeat(self.cu_offsets[:-1][order] - offsets[:-1], counts) + np.arange(offsets[-1])
+        return Rows(
+            self.input_ids[order],
+            self.labels[order],
+            self.position_ids[order],
+            self.cu_seqlens[gather],
+            offsets,
+            self.num_segments[order],
+        )
+
+    @staticmethod
+    def concat(blocks: list[Rows]) -> Rows:
+        if len(blocks) == 1:
+            return blocks[0]
+        offsets = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for block in blocks:
+            offsets.append(block.cu_offsets[1:] + base)
+            base += int(block.cu_offsets[-1])
+        return Rows(
+            np.concatenate([b.input_ids for b in blocks]),
+            np.concatenate([b.labels for b in blocks]),
+            np.concatenate([b.position_ids for b in blocks]),
+            np.concatenate([b.cu_seqlens for b in blocks]),
+            np.concatenate(offsets),
+            np.concatenate([b.num_segments for b in blocks]),
+        )
+
+    def real_lengths(self) -> np.ndarray:
+        """Real tokens per row (padding excluded)."""
+        ends = self.cu_offsets[1:] - 1
+        has_pad = (ends - self.cu_offsets[:-1]) > self.num_segments
+        last_real_end = np.where(has_pad, self.cu_seqlens[ends - 1], self.cu_seqlens[ends])
+        return last_real_end.astype(np.int64)
+
+
+@njit(cache=True)
+def _fill_rows(tokens, labels, has_labels, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
+    input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
+    out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
+    positions = np.zeros((n_rows, seq_len), dtype=np.int32)
+    fill = np.zeros(n_rows, dtype=np.int64)
+    num_segments = np.zeros(n_rows, dtype=np.int32)
+    for i in range(len(starts)):
+        r = row_of[i]
+        o = offset_of[i]
+        s = starts[i]
+        n = lengths[i]
+        for j in range(n):
+            input_ids[r, o + j] = tokens[s + j]
+            positions[r, o + j] = j
+            if j > 0:
+                out_labels[r, o + j] = labels[s + j] if has_labels else tokens[s + j]
+        num_segments[r] += 1
+        if o + n > fill[r]:
+            fill[r] = o + n
+    # Padding is one last segment; its positions restart like any other.
+    total = 0
+    for r in range(n_rows):
+        for j in range(fill[r], seq_len):
+            positions[r, j] = j - fill[r]
+        for j in range(seq_len):
+            if positions[r, j] == 0:
+                total += 1
+        total += 1
+    cu_offsets = np.zeros(n_rows + 1, dtype=np.int64)
+    cu_seqlens = np.empty(total, dtype=np.int32)
+    k = 0
+    for r in range(n_rows):
+        for j in range(seq_len):
+            if positions[r, j] == 0:
+                cu_seqlens[k] = j
+                k += 1
+        cu_seqlens[k] = seq_len
+        k += 1
+        cu_offsets[r + 1] = k
+    return input_ids, out_labels, positions, cu_seqlens, cu_offsets, num_segments
+
+
+def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
+    """Rows from placed pieces of `tokens` (flat int32); `labels` is None for plain text,
+    else a flat int32 array aligned with `tokens` (-100 where nothing is learned)."""
+    has_labels = labels is not None
+    label_array = labels if has_labels else np.empty(0, dtype=np.int32)
+    return Rows(
+        *_fill_rows(
+            tokens,
+            label_array,
+            has_labels,
+            np.asarray(starts, dtype=np.int64),
+            np.asarray(lengths, dtype=np.int64),
+            np.asarray(row_of, dtype=np.int64),
+            np.asarray(offset_of, dtype=np.int64),
+            n_rows,
+            seq_len,
+            pad_id,
+        )
+    )
+
+
+@njit(cache=True)
+def _cut_pieces(starts, lengths, width, aligned):
+    count = 0
+    for i in range(len(starts)):
+        first = starts[i] // width if aligned else 0
+        last = (starts[i] + lengths[i] - 1) // width if aligned else (lengths[i] - 1) // width
+        count += last - first + 1
+    piece_start = np.empty(count, dtype=np.int64)
+    piece_len = np.empty(count, dtype=np.int64)
+    piece_owner = np.empty(count, dtype=np.int64)
+    k = 0
+    for i in range(len(starts)):
+        s = starts[i]
+        end = s + lengths[i]
+        while s < end:
+            boundary = (s // width + 1) * width if aligned else s + width
+            e = min(end, boundary)
+            piece_start[k] = s
+            piece_len[k] = e - s
+            piece_owner[k] = i
+            k += 1
+            s = e
+    return piece_start, piece_len, piece_owner
+
+
+def cut_pieces(starts, lengths, width: int, aligned: bool):
+    """Split spans [start, start+length) into pieces of at most `width` tokens.
+
+    aligned=False cuts each span every `width` tokens from its own start (an overlong
+    sequence split into rows); aligned=True cuts at multiples of `width` in the shared
+    coordinate (a token stream cut into rows). Returns (start, length, owner span index).
+    """
+    return _cut_pieces(
+        np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), width, aligned
+    )

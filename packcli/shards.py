@@ -1,0 +1,348 @@
+"""Shard files on disk (SPEC section 3): streaming writers and block readers.
+
+Each shard is written under a temporary name and renamed when complete, so a name
+`shard-NNNNN.*` always means a finished file; `manifest.json` is written last by the
+pipeline. Row groups (Parquet) and bytes (npy) do not depend on how rows arrive, so the
+same rows always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from packcli.errors import PackcliError
+from packcli.rows import Rows
+
+FORMATS = ("parquet", "npy")
+ROW_COLUMNS = ("input_ids", "labels", "position_ids")
+NPY_FILES = (
+    "input_ids.npy",
+    "labels.npy",
+    "position_ids.npy",
+    "cu_seqlens.npy",
+    "cu_seqlens_offsets.npy",
+    "num_segments.npy",
+)
+ROW_GROUP_TOKENS = 1 << 20
+NPY_HEADER_BYTES = 128
+READ_BLOCK_ROWS = 4096
+
+
+def shard_name(index: int, fmt: str) -> str:
+    return f"shard-{index:05d}.parquet" if fmt == "parquet" else f"shard-{index:05d}"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
+
+
+@dataclass
+class ShardInfo:
+    path: str
+    rows: int
+    sequences: int
+    real_tokens: int
+    checksum: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def checksum(path: Path) -> str:
+    """sha256 of a shard file, or of a shard directory's files in name order."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    for file in files:
+        if path.is_dir():
+            digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+class _ParquetShard:
+    def __init__(self, tmp_path: Path, seq_len: int):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._pa = pa
+        self.seq_len = seq_len
+        self.group_rows = max(1, ROW_GROUP_TOKENS // seq_len)
+        self.pending: list[Rows] = []
+        self.pending_rows = 0
+        ints = pa.list_(pa.int32())
+        self.schema = pa.schema(
+            [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")] + [("num_segments", pa.int32())]
+        )
+        self.writer = pq.ParquetWriter(str(tmp_path), self.schema)
+
+    def write(self, rows: Rows) -> None:
+        self.pending.append(rows)
+        self.pending_rows += len(rows)
+        if self.pending_rows >= self.group_rows:
+            block = Rows.concat(self.pending)
+            full = len(block) - len(block) % self.group_rows
+            for start in range(0, full, self.group_rows):
+                self._write_group(block.slice(start, start + self.group_rows))
+            rest = block.slice(full, len(block))
+            self.pending, self.pending_rows = ([rest] if len(rest) else []), len(rest)
+
+    def _write_group(self, rows: Rows) -> None:
+        pa = self._pa
+        n, width = len(rows), self.seq_len
+        fixed_offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+
+        def fixed(column: np.ndarray):
+            return pa.ListArray.from_arrays(fixed_offsets, pa.array(column.reshape(-1)))
+
+        cu = pa.ListArray.from_arrays(
+            pa.array(rows.cu_offsets.astype(np.int32)), pa.array(rows.cu_seqlens)
+        )
+        arrays = [fixed(rows.input_ids), fixed(rows.labels), fixed(rows.position_ids), cu]
+        arrays.append(pa.array(rows.num_segments))
+        self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+
+    def finish(self) -> None:
+        if self.pending:
+            self._write_group(Rows.concat(self.pending))
+        self.writer.close()
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+
+
+class _NpyFile:
+    """An .npy file written row block by row block; the shape goes in the header at close."""
+
+    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]):
+        self.dtype, self.row_shape, self.rows = dtype, row_shape, 0
+        self.file = open(path, "wb")
+        self.file.write(b"\0" * NPY_HEADER_BYTES)
+
+    def write(self, block: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).tobytes())
+        self.rows += len(block)
+
+    def close(self) -> None:
+        header = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
+            self.dtype.str,
+            (self.rows, *self.row_shape),
+        )
+        prefix = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
+        self.file.seek(0)
+        self.file.write(prefix + header.ljust(NPY_HEADER_BYTES - 11).encode("latin1") + b"\n")
+        self.file.close()
+
+
+class _NpyShard:
+    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype):
+        tmp_dir.mkdir()
+        self.files = {
+            "input_ids": _NpyFile(tmp_dir / "input_ids.npy", id_dtype, (seq_len,)),
+            "labels": _NpyFile(tmp_dir / "labels.npy", np.dtype(np.int32), (seq_len,)),
+            "position_ids": _NpyFile(tmp_dir / "position_ids.npy", np.dtype(np.int32), (seq_len,)),
+            "cu_seqlens": _NpyFile(tmp_dir / "cu_seqlens.npy", np.dtype(np.int32), ()),
+            "cu_seqlens_offsets": _NpyFile(tmp_dir / "cu_seqlens_offsets.npy", np.dtype(np.int64), ()),
+            "num_segments": _NpyFile(tmp_dir / "num_segments.npy", np.dtype(np.int32), ()),
+        }
+        self.files["cu_seqlens_offsets"].write(np.zeros(1, dtype=np.int64))
+        self.cu_written = 0
+
+    def write(self, rows: Rows) -> None:
+        for name in ROW_COLUMNS:
+            self.files[name].write(getattr(rows, name))
+        self.files["cu_seqlens"].write(rows.cu_seqlens)
+        self.files["cu_seqlens_offsets"].write(rows.cu_offsets[1:] + self.cu_written)
+        self.files["num_segments"].write(rows.num_segments)
+        self.cu_written += int(rows.cu_offsets[-1])
+
+    def finish(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            f.file.close()
+
+
+class ShardWriter:
+    """Cuts a stream of row blocks into shards of `rows_per_shard` rows."""
+
+    def __init__(self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int):
+        self.out_dir, self.fmt, self.seq_len = Path(out_dir), fmt, seq_len
+        self.rows_per_shard = rows_per_shard
+        self.id_dtype = ids_dtype(vocab_size)
+        self.shards: list[ShardInfo] = []
+        self._current = None
+        self._rows = self._sequences = self._tokens = 0
+
+    def _tmp_path(self, index: int) -> Path:
+        return self.out_dir / f".{shard_name(index, self.fmt)}.tmp"
+
+    def add(self, rows: Rows) -> None:
+        start = 0
+        while start < len(rows):
+            if self._current is None:
+                self._open()
+            take = min(len(rows) - start, self.rows_per_shard - self._rows)
+            block = rows.slice(start, start + take)
+            self._current.write(block)
+            self._rows += take
+            self._sequences += int(block.num_segments.sum())
+            self._tokens += int(block.real_lengths().sum())
+            start += take
+            if self._rows == self.rows_per_shard:
+                self._close_shard()
+
+    def _open(self) -> None:
+        tmp = self._tmp_path(len(self.shards))
+        if self.fmt == "parquet":
+            self._current = _ParquetShard(tmp, self.seq_len)
+        else:
+            self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+
+    def _close_shard(self) -> None:
+        index = len(self.shards)
+        self._current.finish()
+        final = self.out_dir / shard_name(index, self.fmt)
+        os.replace(self._tmp_path(index), final)
+        self.shards.append(
+            ShardInfo(final.name, self._rows, self._sequences, self._tokens, checksum(final))
+        )
+        self._current = None
+        self._rows = self._sequences = self._tokens = 0
+
+    def close(self) -> list[ShardInfo]:
+        if self._current is not None and self._rows:
+            self._close_shard()
+        return self.shards
+
+    def abort(self) -> None:
+        """Leave no temporary shard behind; finished shards stay (they are complete)."""
+        if self._current is not None:
+            self._current.abort()
+            remove_path(self._tmp_path(len(self.shards)))
+            self._current = None
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists():
+        path.unlink()
+
+
+def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
+    """Blocks of rows from one shard, memory bounded; damage is a PackcliError naming the shard."""
+    try:
+        if fmt == "parquet":
+            yield from _read_parquet(path, seq_len, block_rows)
+        else:
+            yield from _read_npy(path, seq_len, block_rows)
+    except PackcliError:
+        raise
+    except Exception as exc:
+        raise PackcliError(f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+
+
+def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
+    import pyarrow.parquet as pq
+
+    columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
+    parquet = pq.ParquetFile(str(path))
+    missing = [c for c in columns if c not in parquet.schema_arrow.names]
+    if missing:
+        raise PackcliError(f"{path.name}: missing column(s) {', '.join(missing)}")
+    first_row = 0
+    for batch in parquet.iter_batches(batch_size=block_rows, columns=columns):
+        n = batch.num_rows
+        fixed = {}
+        for name in ROW_COLUMNS:
+            column = batch.column(name)
+            offsets = column.offsets.to_numpy()
+            widths = np.diff(offsets)
+            if (widths != seq_len).any():
+                bad = int(np.argmax(widths != seq_len))
+                raise PackcliError(f"{path.name} row {first_row + bad}: {name} has {widths[bad]} tokens, not seq_len {seq_len}")
+            values = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+            fixed[name] = values.astype(np.int32, copy=False).reshape(n, seq_len)
+        cu = batch.column("cu_seqlens")
+        cu_offsets = cu.offsets.to_numpy().astype(np.int64)
+        cu_values = cu.values.to_numpy(zero_copy_only=False)[cu_offsets[0] : cu_offsets[-1]]
+        yield Rows(
+            fixed["input_ids"],
+            fixed["labels"],
+            fixed["position_ids"],
+            cu_values.astype(np.int32, copy=False),
+            cu_offsets - cu_offsets[0],
+            batch.column("num_segments").to_numpy(zero_copy_only=False).astype(np.int32),
+        )
+        first_row += n
+
+
+def _read_npy(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
+    missing = [name for name in NPY_FILES if not (path / name).is_file()]
+    if missing:
+        raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
+    arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in NPY_FILES}
+    n = len(arrays["input_ids"])
+    for name in ROW_COLUMNS:
+        if arrays[name].shape != (n, seq_len):
+            raise PackcliError(f"{path.name}: {name}.npy has shape {arrays[name].shape}, expected ({n}, {seq_len})")
+    offsets = arrays["cu_seqlens_offsets"]
+    if len(offsets) != n + 1 or len(arrays["num_segments"]) != n or offsets[-1] != len(arrays["cu_seqlens"]):
+        raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
+    for start in range(0, n, block_rows):
+        stop = min(start + block_rows, n)
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        yield Rows(
+            np.asarray(arrays["input_ids"][start:stop], dtype=np.int32),
+            np.asarray(arrays["labels"][start:stop]),
+            np.asarray(arrays["position_ids"][start:stop]),
+            np.asarray(arrays["cu_seqlens"][lo:hi]),
+            np.asarray(offsets[start : stop + 1], dtype=np.int64) - lo,
+            np.asarray(arrays["num_segments"][start:stop]),
+        )
+
+
+def load_manifest(out_dir: Path) -> dict:
+    """The manifest of a finished output; its absence means the run did not finish."""
+    import json
+
+    path = Path(out_dir) / "manifest.json"
+    if not Path(out_dir).is_dir():
+        raise PackcliError(f"{out_dir}: no such directory")
+    if not path.is_file():
+        raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
+    required = ("format_version", "seq_len", "format", "shards", "tokenizer")
+    missing = [key for key in required if key not in manifest]
+    if missing:
+        raise PackcliError(f"{path}: missing {', '.join(missing)}")
+    if manifest["format"] not in FORMATS:
+        raise PackcliError(f"{path}: unknown format {manifest['format']!r}")
+    return manifest
+
+
+def iter_output_rows(out_dir: Path, manifest: dict) -> Iterator[tuple[dict, Rows]]:
+    """(shard entry, block of rows) over every shard the manifest lists, in order."""
+    for shard in manifest["shards"]:
+        path = Path(out_dir) / shard["path"]
+        if not path.exists():
+            raise PackcliError(f"{shard['path']}: listed in the manifest but missing")
+        for rows in read_shard(path, manifest["format"], manifest["seq_len"]):
+            yield shard, rows

@@ -1,0 +1,157 @@
+"""Load a Hugging Face tokenizer, resolve its special ids, and encode batches to flat arrays.
+
+Token ids leave this module as one flat int32 array plus per-sequence lengths, so that
+nothing downstream handles Python lists of ints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from packcli.errors import PackcliError
+
+BUNDLED_NAME = "packcli:demo"
+BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int
+
+
+def resolve_tokenizer_path(spec: str) -> str:
+    """Map the bundled name to its directory; refuse local-looking paths that do not exist
+    (so a typo fails at once instead of being tried on the Hub)."""
+    if spec == BUNDLED_NAME:
+        return str(BUNDLED_DIR)
+    path = Path(spec).expanduser()
+    if path.exists():
+        return str(path)
+    if spec.startswith((".", "/", "~")) or spec.endswith(".json") or os.sep + os.sep in spec:
+        raise PackcliError(f"tokenizer not found: {spec!r} is not an existing directory or file")
+    return spec
+
+
+def load_tokenizer(spec: str):
+    """A fast (Rust-backed) tokenizer: a local directory, a tokenizer.json file or a Hub name."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    location = resolve_tokenizer_path(spec)
+    try:
+        if location.endswith(".json") and Path(location).is_file():
+            tokenizer = _load_tokenizer_file(Path(location), PreTrainedTokenizerFast)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(location)
+    except PackcliError:
+        raise
+    except Exception as exc:  # transformers raises many types for a bad directory or name
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PackcliError(f"cannot load tokenizer {spec!r}: {first_line}") from exc
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise PackcliError(f"tokenizer {spec!r} has no fast (Rust) version; packcli needs one")
+    return tokenizer
+
+
+def _load_tokenizer_file(path: Path, fast_class):
+    """A bare tokenizer.json: special tokens come from a tokenizer_config.json beside it, if any."""
+    import json
+
+    kwargs = {}
+    config = path.with_name("tokenizer_config.json")
+    if config.is_file():
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        for key in ("eos_token", "bos_token", "pad_token", "unk_token", "chat_template"):
+            value = settings.get(key)
+            if isinstance(value, dict):  # AddedToken serialised as a dict
+                value = value.get("content")
+            if value is not None:
+                kwargs[key] = value
+    return fast_class(tokenizer_file=str(path), **kwargs)
+
+
+def token_id(tokenizer, token: str, what: str) -> int:
+    """The id of a token string that must be in the vocabulary as a whole token."""
+    ids = tokenizer.convert_tokens_to_ids([token])
+    unk = tokenizer.unk_token_id
+    if not ids or ids[0] is None or (unk is not None and ids[0] == unk and token != tokenizer.unk_token):
+        raise PackcliError(f"{what} {token!r} is not a token of the tokenizer's vocabulary")
+    return int(ids[0])
+
+
+def resolve_special_ids(
+    tokenizer, *, eos_token: str | None, pad_id: int | None, need_eos: bool, need_bos: bool
+) -> SpecialIds:
+    vocab_size = len(tokenizer)
+    eos_id = token_id(tokenizer, eos_token, "--eos-token") if eos_token else tokenizer.eos_token_id
+    if eos_id is None and need_eos:
+        raise PackcliError(
+            "the tokenizer has no EOS token; name one with --eos-token TOKEN (or pass --no-eos)"
+        )
+    bos_id = tokenizer.bos_token_id
+    if bos_id is None and need_bos:
+        raise PackcliError("--bos was asked for but the tokenizer has no BOS token")
+    if pad_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    if pad_id is None:
+        raise PackcliError("no pad id: the tokenizer has neither a pad nor an EOS token; pass --pad-id N")
+    for name, value in (("EOS id", eos_id), ("BOS id", bos_id), ("pad id", pad_id)):
+        if value is not None and not 0 <= value < vocab_size:
+            raise PackcliError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+    return SpecialIds(eos_id=eos_id, bos_id=bos_id, pad_id=int(pad_id))
+
+
+def adds_bos_by_default(tokenizer) -> bool:
+    """Whether the tokenizer itself puts BOS first (Llama does, GPT-2 and Qwen do not)."""
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    with_special = tokenizer.encode("a", add_special_tokens=True)
+    return bool(with_special) and with_special[0] == bos
+
+
+def fingerprint(tokenizer) -> str:
+    """Identifies the exact vocabulary, merges, normalisation and added tokens."""
+    digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8"))
+    return "sha256:" + digest.hexdigest()
+
+
+def encode_texts(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Encode a batch on all of the tokenizer's threads, without special tokens."""
+    encodings = tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter(
+        (i for e in encodings for i in e.ids), dtype=np.int32, count=int(lengths.sum())
+    )
+    return flat, lengths
+
+
+def add_boundary_tokens(
+    flat: np.ndarray, lengths: np.ndarray, bos_id: int | None, eos_id: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Put BOS before and EOS after every sequence (either may be None)."""
+    extra = (bos_id is not None) + (eos_id is not None)
+    if extra == 0:
+        return flat, lengths
+    n = len(lengths)
+    new_lengths = lengths + extra
+    new_ends = np.cumsum(new_lengths)
+    new_starts = new_ends - new_lengths
+    out = np.empty(int(new_ends[-1]) if n else 0, dtype=np.int32)
+    keep = np.ones(len(out), dtype=bool)
+    if bos_id is not None:
+        out[new_starts] = bos_id
+        keep[new_starts] = False
+    if eos_id is not None:
+        out[new_ends - 1] = eos_id
+        keep[new_ends - 1] = False
+    out[keep] = flat
+    return out, new_lengths
