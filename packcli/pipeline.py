@@ -488,6 +488,6 @@ def _resolved_options(opts: PackOptions, add_bos: bool, specials, rows_per_shard
         pad_id=specials.pad_id,
         rows_per_shard=rows_per_shard,
     )
-    resolved.pop("workers")  # never changes the output
-    resolved.pop("overwrite")
+    for name in ("workers", "overwrite", "output"):  # none of them changes the shards
+        resolved.pop(name)
     return resolved

@@ -1,0 +1,190 @@
+"""The command line: help, exit codes, and one clear line for every error path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import write_jsonl
+
+
+@pytest.fixture
+def doc(tmp_path):
+    return write_jsonl(tmp_path / "docs.jsonl", [{"text": "w1 w2"}, {"question": "q", "answer": "a"}])
+
+
+def one_error_line(result, code=1) -> str:
+    assert result.exit_code == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_help_lists_commands_and_every_algorithm(cli):
+    from packcli.kernels import ALGORITHMS
+
+    result = cli("--help")
+    assert result.exit_code == 0
+    for command in ("pack", "stats", "verify"):
+        assert command in result.stdout
+    pack_help = cli("pack", "--help").stdout
+    for algorithm in ALGORITHMS:
+        assert algorithm in pack_help
+
+
+def test_help_is_light():
+    """`packcli --help` must not import the heavy libraries."""
+    code = "import sys; from packcli.cli import app; print(sorted(m for m in ('numpy','numba','transformers','pyarrow') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_version_and_module_entry_point():
+    result = subprocess.run([sys.executable, "-m", "packcli", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("packcli ")
+
+
+def test_missing_text_field_names_field_and_keys(cli, doc, tmp_path, word_tokenizer):
+    result = cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8)
+    line = one_error_line(result)
+    assert "docs.jsonl:2" in line and "'text'" in line and "'question'" in line and "'answer'" in line
+    assert not (tmp_path / "o" / "manifest.json").exists()
+    assert not list((tmp_path / "o").glob("*shard*"))
+
+
+def test_skip_bad_records_counts_them(cli, doc, tmp_path, word_tokenizer):
+    result = cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
+                 "--on-bad-record", "skip", "--json")
+    assert result.exit_code == 0, result.stderr
+    documents = json.loads(result.stdout)["documents"]
+    assert documents["read"] == 2 and documents["skipped"] == 1
+    assert "docs.jsonl:2" in documents["skipped_examples"][0]
+
+
+def test_malformed_json_names_file_and_line(cli, tmp_path, word_tokenizer):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "w1"}\n{"text": "w2"\n')
+    line = one_error_line(cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "bad.jsonl:2" in line
+
+
+def test_tokenizer_without_eos(cli, doc, tmp_path, no_eos_tokenizer):
+    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", no_eos_tokenizer, "--seq-len", 8))
+    assert "no EOS token" in line and "--eos-token" in line
+    # ...and it works once an EOS is named
+    ok = cli("pack", doc, "-o", tmp_path / "o2", "--tokenizer", no_eos_tokenizer, "--seq-len", 8,
+             "--eos-token", "<s>", "--on-bad-record", "skip")
+    assert ok.exit_code == 0, ok.stderr
+
+
+def test_eos_token_not_in_vocabulary(cli, doc, tmp_path, word_tokenizer):
+    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
+                              "--eos-token", "<nope>"))
+    assert "'<nope>' is not a token" in line
+
+
+def test_pad_id_outside_vocabulary(cli, doc, tmp_path, word_tokenizer):
+    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
+                              "--pad-id", 5000))
+    assert "pad id 5000 is outside the vocabulary" in line
+
+
+def test_unknown_tokenizer_path(cli, doc, tmp_path):
+    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", tmp_path / "nope", "--seq-len", 8))
+    assert "tokenizer not found" in line and "nope" in line
+
+
+def test_a_directory_that_is_no_tokenizer(cli, doc, tmp_path):
+    (tmp_path / "empty").mkdir()
+    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", tmp_path / "empty", "--seq-len", 8))
+    assert "cannot load tokenizer" in line
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (("--seq-len", "0"), "--seq-len must be between 1"),
+        (("--seq-len", "99999999"), "--seq-len must be between 1"),
+        (("--algorithm", "magic"), "--algorithm must be one of"),
+        (("--mode", "zip"), "--mode must be one of"),
+        (("--overlong", "fold"), "--overlong must be one of"),
+        (("--remainder", "keep"), "--remainder must be one of"),
+        (("--format", "csv"), "--format must be one of"),
+        (("--buffer-size", "0"), "--buffer-size must be at least 1"),
+        (("--rows-per-shard", "0"), "--rows-per-shard must be at least 1"),
+        (("--on-bad-record", "ignore"), "--on-bad-record must be one of"),
+    ],
+)
+def test_bad_usage_exits_2(cli, doc, tmp_path, word_tokenizer, option, message):
+    args = ["pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", "8"]
+    if option[0] == "--seq-len":
+        args = args[:-2]
+    line = one_error_line(cli(*args, *option), code=2)
+    assert message in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_required_option_exits_2(cli, doc):
+    assert cli("pack", doc, "--seq-len", 8).exit_code == 2
+
+
+def test_non_empty_output_needs_overwrite(cli, tmp_path, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
+    args = ("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8)
+    assert cli(*args).exit_code == 0
+    line = one_error_line(cli(*args))
+    assert "not empty" in line and "--overwrite" in line
+    assert cli(*args, "--overwrite").exit_code == 0
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    line = one_error_line(cli(*args, "--overwrite"))
+    assert "notes.txt" in line and (tmp_path / "o" / "notes.txt").exists()
+
+
+def test_output_that_is_a_file(cli, tmp_path, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
+    line = one_error_line(cli("pack", path, "-o", path, "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "not a directory" in line
+
+
+def test_missing_input_and_no_documents(cli, tmp_path, word_tokenizer):
+    line = one_error_line(cli("pack", tmp_path / "none.jsonl", "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "none.jsonl" in line
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    line = one_error_line(cli("pack", empty, "-o", tmp_path / "o2", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "no documents" in line
+    assert not (tmp_path / "o2" / "manifest.json").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, word_tokenizer):
+    args = [sys.executable, "-m", "packcli", "pack", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o"),
+            "--tokenizer", str(word_tokenizer), "--seq-len", "8"]
+    plain = subprocess.run(args, capture_output=True, text=True)
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    debug = subprocess.run(args + ["--debug"], capture_output=True, text=True)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "PackcliError" in debug.stderr
+
+
+def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_tokenizer):
+    from conftest import random_texts
+
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(50)])
+    result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 64)
+    assert "efficiency" in result.stdout and result.stderr == ""
+    verified = cli("verify", tmp_path / "o")
+    assert verified.exit_code == 0 and verified.stdout.startswith("ok: ")
+    stats = json.loads(cli("stats", tmp_path / "o", "--json").stdout)
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    for key in ("rows", "real_tokens", "padding_tokens", "efficiency", "label_tokens", "sequences_per_row", "fill_per_row"):
+        assert stats[key] == report[key], key
+
+
+def test_stats_and_verify_on_something_that_is_no_output(cli, tmp_path):
+    line = one_error_line(cli("verify", tmp_path))
+    assert "no manifest.json" in line
+    line = one_error_line(cli("stats", tmp_path / "missing"))
+    assert "no such directory" in line

@@ -1,0 +1,64 @@
+"""Tokenizer loading, special ids, and the boundary-token helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from packcli.errors import PackcliError
+from packcli.tokenizing import (
+    BUNDLED_NAME,
+    add_boundary_tokens,
+    encode_texts,
+    fingerprint,
+    load_tokenizer,
+    resolve_special_ids,
+)
+
+
+@given(
+    st.lists(st.lists(st.integers(5, 99), max_size=6), max_size=8),
+    st.sampled_from([None, 1]),
+    st.sampled_from([None, 2]),
+)
+def test_add_boundary_tokens_matches_list_version(sequences, bos, eos):
+    flat = np.array([t for s in sequences for t in s], dtype=np.int32)
+    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+    out, new_lengths = add_boundary_tokens(flat, lengths, bos, eos)
+    want = [([bos] if bos is not None else []) + s + ([eos] if eos is not None else []) for s in sequences]
+    assert out.tolist() == [t for s in want for t in s]
+    assert new_lengths.tolist() == [len(s) for s in want]
+
+
+def test_encode_texts_equals_the_tokenizer(word_tokenizer):
+    tokenizer = load_tokenizer(str(word_tokenizer))
+    texts = ["w1 w2 w3", "w7", "w199 w0"]
+    flat, lengths = encode_texts(tokenizer, texts)
+    assert flat.dtype == np.int32 and lengths.tolist() == [3, 1, 2]
+    assert flat.tolist() == [t for text in texts for t in tokenizer.encode(text, add_special_tokens=False)]
+
+
+def test_bundled_tokenizer_loads_offline():
+    tokenizer = load_tokenizer(BUNDLED_NAME)
+    assert tokenizer.eos_token == "<|endoftext|>" and tokenizer.chat_template
+    ids = resolve_special_ids(tokenizer, eos_token=None, pad_id=None, need_eos=True, need_bos=False)
+    assert ids.pad_id == ids.eos_id == tokenizer.eos_token_id
+
+
+def test_tokenizer_json_file_directly(word_tokenizer):
+    from_file = load_tokenizer(str(word_tokenizer / "tokenizer.json"))
+    from_dir = load_tokenizer(str(word_tokenizer))
+    assert from_file.eos_token_id == from_dir.eos_token_id == 1
+    assert fingerprint(from_file) == fingerprint(from_dir)
+
+
+def test_fingerprint_tells_tokenizers_apart(word_tokenizer, big_tokenizer):
+    assert fingerprint(load_tokenizer(str(word_tokenizer))) != fingerprint(load_tokenizer(str(big_tokenizer)))
+
+
+def test_missing_bos_when_asked_for(word_tokenizer):
+    tokenizer = load_tokenizer(str(word_tokenizer))
+    with pytest.raises(PackcliError, match="no BOS token"):
+        resolve_special_ids(tokenizer, eos_token=None, pad_id=None, need_eos=True, need_bos=True)
