@@ -161,10 +161,9 @@ def render_table(report: dict, title: str):
         lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))
     if "timings" in report:
         t = report["timings"]
-        lines.append(
-            ("time", f"{t['total']:.2f}s (read {t['read']:.2f}, tokenize {t['tokenize']:.2f}, pack {t['pack']:.2f}, write {t['write']:.2f})")
-        )
-        lines.append(("tokens per second", f"{report['tokens_per_second']:,.0f}"))
+        lines.append(("time", f"{t['total']:.2f} s, {report['tokens_per_second']:,.0f} tokens/s"))
+        stages = ("read", "tokenize", "pack", "write")
+        lines.append(("  by stage", ", ".join(f"{name} {t[name]:.2f}" for name in stages)))
     for name, value in lines:
         table.add_row(name, value)
     return table

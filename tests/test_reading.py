@@ -1,0 +1,728 @@
+"""Tests for packcli.reading: every format round-trips, every bad record is named precisely."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packcli import reading
+from packcli.errors import PackcliError
+from packcli.reading import (
+    SUPPORTED_SUFFIXES,
+    BadRecords,
+    RecordBatch,
+    expand_inputs,
+    read_batches,
+)
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+TEXT = {"text": "text"}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _to_line(record) -> bytes:
+    if isinstance(record, bytes):
+        return record
+    if isinstance(record, str):
+        return record.encode("utf-8")
+    return json.dumps(record).encode("utf-8")
+
+
+def _zstd_multi_frame(data: bytes) -> bytes:
+    """Two frames, both written by a streaming writer so the content size is unknown."""
+    out = io.BytesIO()
+    half = len(data) // 2
+    for part in (data[:half], data[half:]):
+        frame = io.BytesIO()
+        with zstandard.ZstdCompressor().stream_writer(frame, closefd=False) as writer:
+            writer.write(part)
+        out.write(frame.getvalue())
+    return out.getvalue()
+
+
+def compress(data: bytes, suffix: str) -> bytes:
+    if suffix.endswith(".gz"):
+        return gzip.compress(data)
+    if suffix.endswith(".zst"):
+        return _zstd_multi_frame(data)
+    return data
+
+
+def write_jsonl(path: Path, records) -> Path:
+    """Records are dicts (dumped), str or bytes (written as the line itself)."""
+    data = b"".join(_to_line(r) + b"\n" for r in records)
+    path.write_bytes(compress(data, path.name))
+    return path
+
+
+def write_parquet(path: Path, columns: dict, schema: pa.Schema | None = None, **kwargs) -> Path:
+    pq.write_table(pa.table(columns, schema=schema), path, **kwargs)
+    return path
+
+
+def read_all(paths, fields=TEXT, **kwargs) -> list[tuple[str, dict]]:
+    """(location, record) for every good record, in order."""
+    out = []
+    for batch in read_batches([str(p) for p in paths], fields, **kwargs):
+        for i in range(len(batch)):
+            out.append((batch.location(i), {name: values[i] for name, values in batch.columns.items()}))
+    return out
+
+
+def read_skipping(paths, fields=TEXT, **kwargs) -> tuple[list[tuple[str, dict]], BadRecords]:
+    bad = BadRecords()
+    return read_all(paths, fields, on_bad_record="skip", bad=bad, **kwargs), bad
+
+
+def fail_message(paths, fields=TEXT, **kwargs) -> str:
+    with pytest.raises(PackcliError) as caught:
+        read_all(paths, fields, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+class FakeStdin:
+    def __init__(self, data: bytes):
+        self.buffer = io.BytesIO(data)
+
+
+@pytest.fixture(params=["json"] + (["orjson"] if importlib.util.find_spec("orjson") else []))
+def parser(request, monkeypatch):
+    """Runs a test with each JSON parser the reader may use: json always, orjson when installed."""
+    if request.param == "orjson":
+        import orjson
+
+        monkeypatch.setattr(reading, "_loads", orjson.loads)
+        monkeypatch.setattr(reading, "_LOADS_REJECTS_SURROGATES", True)
+    else:
+        monkeypatch.setattr(reading, "_loads", json.loads)
+        monkeypatch.setattr(reading, "_LOADS_REJECTS_SURROGATES", False)
+    return request.param
+
+
+@pytest.fixture
+def stdlib_json(monkeypatch):
+    """Exact malformed-JSON messages come from the parser; pin the one that is always there."""
+    monkeypatch.setattr(reading, "_loads", json.loads)
+    monkeypatch.setattr(reading, "_LOADS_REJECTS_SURROGATES", False)
+
+
+@pytest.fixture
+def stdin(monkeypatch):
+    def feed(data: bytes) -> FakeStdin:
+        fake = FakeStdin(data)
+        monkeypatch.setattr(sys, "stdin", fake)
+        return fake
+
+    return feed
+
+
+# ----------------------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("suffix", JSONL_SUFFIXES)
+def test_jsonl_round_trip(tmp_path, parser, suffix):
+    texts = [f"document {i} — ünïcode ✓" for i in range(50)]
+    path = write_jsonl(tmp_path / f"data{suffix}", [{"text": t, "id": i} for i, t in enumerate(texts)])
+    got = read_all([path])
+    assert [r["text"] for _, r in got] == texts
+    assert got[0][0] == f"{path}:1" and got[-1][0] == f"{path}:50"
+
+
+def test_parquet_round_trip(tmp_path):
+    texts = [f"row {i}" for i in range(30)]
+    path = write_parquet(tmp_path / "data.parquet", {"text": texts, "other": list(range(30))}, row_group_size=7)
+    got = read_all([path])
+    assert [r["text"] for _, r in got] == texts
+    assert got[0][0] == f"{path} row 0" and got[-1][0] == f"{path} row 29"
+
+
+def test_parquet_large_string_and_dictionary_columns(tmp_path):
+    large = write_parquet(tmp_path / "large.parquet", {"text": pa.array(["a", "b"], pa.large_string())})
+    dictionary = write_parquet(tmp_path / "dict.parquet", {"text": pa.array(["x", "y", "x"]).dictionary_encode()})
+    assert [r["text"] for _, r in read_all([large, dictionary])] == ["a", "b", "x", "y", "x"]
+
+
+def test_stdin_round_trip(stdin):
+    stdin(b'{"text": "one"}\n{"text": "two"}')  # no final newline
+    got = read_all(["-"])
+    assert got == [("<stdin>:1", {"text": "one"}), ("<stdin>:2", {"text": "two"})]
+
+
+def test_stdin_is_streamed_not_slurped(stdin):
+    fake = stdin(b"".join(b'{"text": "x%d"}\n' % i for i in range(10_000)))
+    batches = read_batches(["-"], TEXT, batch_size=10)
+    first = next(batches)
+    assert len(first) == 10
+    assert fake.buffer.tell() < len(fake.buffer.getvalue()) // 10
+
+
+@pytest.mark.parametrize("suffix", JSONL_SUFFIXES)
+def test_jsonl_ids_messages_any(tmp_path, parser, suffix):
+    record = {
+        "ids": [1, 2, 2**40],
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "name": "bot"}],
+        "meta": {"a": [1, 2]},
+    }
+    path = write_jsonl(tmp_path / f"chat{suffix}", [record])
+    fields = {"ids": "ids", "messages": "messages", "meta": "any"}
+    [(_, got)] = read_all([path], fields)
+    assert isinstance(got["ids"], np.ndarray) and got["ids"].dtype == np.int64
+    assert got["ids"].tolist() == [1, 2, 2**40]
+    assert got["messages"] == record["messages"]
+    assert got["meta"] == {"a": [1, 2]}
+
+
+def test_parquet_ids_messages_any(tmp_path):
+    ids = [[1, 2, 3], [4], [5, 6]]
+    messages = [[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}] for i in range(3)]
+    path = write_parquet(tmp_path / "chat.parquet", {"ids": ids, "messages": messages, "score": [0.5, 1.0, 2.0]})
+    got = read_all([path], {"ids": "ids", "messages": "messages", "score": "any"})
+    assert [r["ids"].tolist() for _, r in got] == ids
+    assert all(r["ids"].dtype == np.int64 for _, r in got)
+    assert [r["messages"] for _, r in got] == messages
+    assert [r["score"] for _, r in got] == [0.5, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "arrow_type", [pa.list_(pa.int32()), pa.large_list(pa.uint16()), pa.list_(pa.int64(), 2)], ids=str
+)
+def test_parquet_ids_list_types(tmp_path, arrow_type):
+    path = write_parquet(tmp_path / "ids.parquet", {"ids": pa.array([[1, 2], [3, 4], [5, 6]], arrow_type)})
+    got = read_all([path], {"ids": "ids"}, batch_size=2)
+    assert [r["ids"].tolist() for _, r in got] == [[1, 2], [3, 4], [5, 6]]
+    assert all(r["ids"].dtype == np.int64 for _, r in got)
+
+
+def test_blank_lines_are_skipped_silently_and_lines_keep_their_numbers(tmp_path):
+    path = write_jsonl(tmp_path / "gaps.jsonl", ["", {"text": "a"}, "   \t", "\r", {"text": "b"}])
+    got, bad = read_skipping([path])
+    assert got == [(f"{path}:2", {"text": "a"}), (f"{path}:5", {"text": "b"})]
+    assert bad.total == 0 and bad.records_seen == 2
+
+
+def test_windows_line_endings_and_bom(tmp_path, parser):
+    path = tmp_path / "win.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"text": "a"}\r\n{"text": "b"}\r\n')
+    assert [r["text"] for _, r in read_all([path])] == ["a", "b"]
+
+
+def test_several_inputs_are_read_in_order_given(tmp_path, stdin):
+    stdin(b'{"text": "from stdin"}\n')
+    first = write_parquet(tmp_path / "b.parquet", {"text": ["parquet"]})
+    second = write_jsonl(tmp_path / "a.jsonl.gz", [{"text": "gz"}])
+    got = read_all([first, "-", second, first])
+    assert [r["text"] for _, r in got] == ["parquet", "from stdin", "gz", "parquet"]
+
+
+@pytest.mark.parametrize("name,data", [
+    ("empty.jsonl", b""),
+    ("empty.jsonl.gz", b""),
+    ("empty-member.jsonl.gz", gzip.compress(b"")),
+    ("empty.jsonl.zst", b""),
+    ("empty-frame.jsonl.zst", zstandard.ZstdCompressor().compress(b"")),
+    ("blank.jsonl", b"\n\n  \n"),
+    ("empty.parquet", b""),
+])
+def test_empty_files_yield_nothing(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    bad = BadRecords()
+    assert list(read_batches([str(path)], TEXT, bad=bad)) == []
+    assert bad.records_seen == 0
+
+
+def test_parquet_with_zero_rows_yields_nothing(tmp_path):
+    path = write_parquet(tmp_path / "none.parquet", {"text": pa.array([], pa.string())})
+    assert list(read_batches([str(path)], TEXT)) == []
+
+
+def test_concatenated_gzip_members_are_read_as_one_file(tmp_path):
+    path = tmp_path / "joined.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"text": "a"}\n') + gzip.compress(b'{"text": "b"}\n'))
+    assert read_all([path]) == [(f"{path}:1", {"text": "a"}), (f"{path}:2", {"text": "b"})]
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+@pytest.mark.parametrize("suffix", JSONL_SUFFIXES + (".parquet",))
+def test_batch_size_two_over_five_records(tmp_path, suffix):
+    texts = [f"t{i}" for i in range(5)]
+    if suffix == ".parquet":
+        path = write_parquet(tmp_path / "five.parquet", {"text": texts}, row_group_size=3)
+    else:
+        path = write_jsonl(tmp_path / f"five{suffix}", [{"text": t} for t in texts])
+    batches = list(read_batches([str(path)], TEXT, batch_size=2))
+    assert [len(b) for b in batches] == [2, 2, 1]
+    assert [t for b in batches for t in b.columns["text"]] == texts
+    assert all(isinstance(b, RecordBatch) and b.positions.dtype == np.int64 for b in batches)
+    first = 1 if suffix != ".parquet" else 0
+    assert [p for b in batches for p in b.positions.tolist()] == list(range(first, first + 5))
+
+
+def test_batches_never_mix_sources(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [{"text": "a"}] * 3)
+    b = write_parquet(tmp_path / "b.parquet", {"text": ["b"] * 3})
+    batches = list(read_batches([str(a), str(b)], TEXT, batch_size=2))
+    assert [(x.source, x.kind, len(x)) for x in batches] == [
+        (str(a), "line", 2), (str(a), "line", 1), (str(b), "row", 2), (str(b), "row", 1)
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_batches_fill_up_with_good_records_around_bad_ones(tmp_path, fmt):
+    texts = ["a", None, "b", "", "c", "d", None, "e"]
+    if fmt == "parquet":
+        path = write_parquet(tmp_path / "mixed.parquet", {"text": texts})
+    else:
+        path = write_jsonl(tmp_path / "mixed.jsonl", [{"text": t} for t in texts])
+    bad = BadRecords()
+    batches = list(read_batches([str(path)], TEXT, batch_size=2, on_bad_record="skip", bad=bad))
+    assert [b.columns["text"] for b in batches] == [["a", "b"], ["c", "d"], ["e"]]
+    assert bad.counts == {"wrong type": 2, "empty text": 1}
+    assert bad.records_seen == 8
+
+
+# ----------------------------------------------------------------------------- expanding inputs
+
+
+def test_directory_is_expanded_recursively_sorted_and_filtered(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    for name in ["b.jsonl", "a.parquet", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz", "notes.txt",
+                 "x.json", ".hidden/e.jsonl", ".f.jsonl", "UPPER.JSONL"]:
+        (root / name).write_bytes(b"")
+    got = expand_inputs([str(root)])
+    assert got == [str(root / n) for n in
+                   ["UPPER.JSONL", "a.parquet", "b.jsonl", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz"]]
+
+
+def test_glob_is_expanded_sorted_and_filtered(tmp_path):
+    for name in ["s10.jsonl", "s02.jsonl", "s01.parquet", "s03.txt"]:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "sdir.jsonl").mkdir()  # a directory whose name looks like a file is not matched
+    got = expand_inputs([str(tmp_path / "s*")])
+    assert got == [str(tmp_path / n) for n in ["s01.parquet", "s02.jsonl", "s10.jsonl"]]
+
+
+def test_recursive_glob(tmp_path):
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / "x" / "y" / "deep.jsonl").write_bytes(b"")
+    (tmp_path / "top.jsonl").write_bytes(b"")
+    assert expand_inputs([str(tmp_path / "**" / "*.jsonl")]) == [
+        str(tmp_path / "top.jsonl"), str(tmp_path / "x" / "y" / "deep.jsonl")
+    ]
+
+
+def test_inputs_keep_their_order_duplicates_and_stdin(tmp_path):
+    b = tmp_path / "b.jsonl"
+    a = tmp_path / "a.parquet"
+    b.write_bytes(b"")
+    a.write_bytes(b"")
+    assert expand_inputs([str(b), "-", str(a), str(b)]) == [str(b), "-", str(a), str(b)]
+
+
+def test_literal_file_name_with_glob_characters(tmp_path):
+    path = tmp_path / "shard[1].jsonl"
+    path.write_bytes(b"")
+    assert expand_inputs([str(path)]) == [str(path)]
+
+
+def test_relative_paths_stay_as_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("d").mkdir()
+    Path("d/x.jsonl").write_bytes(b"")
+    assert expand_inputs(["d", "d/*.jsonl"]) == [os.path.join("d", "x.jsonl"), "d/x.jsonl"]
+
+
+@pytest.mark.parametrize("make,given,expected", [
+    (None, "missing.jsonl", "missing.jsonl: no such file or directory"),
+    (None, "nothing*.jsonl", "nothing*.jsonl: pattern matches no"),
+    ("data.json", "data.json", "data.json: unsupported file type (supported: .jsonl, .jsonl.gz, .jsonl.zst, .parquet)"),
+    ("only.txt", "only.*", "only.*: pattern matches no .jsonl"),
+    ("emptydir/", "emptydir", "emptydir: directory has no .jsonl"),
+])
+def test_expand_inputs_errors(tmp_path, monkeypatch, make, given, expected):
+    monkeypatch.chdir(tmp_path)
+    if make and make.endswith("/"):
+        Path(make).mkdir()
+    elif make:
+        Path(make).write_bytes(b"")
+    with pytest.raises(PackcliError) as caught:
+        expand_inputs([given])
+    assert str(caught.value).startswith(expected)
+
+
+def test_expand_inputs_needs_at_least_one_input():
+    with pytest.raises(PackcliError):
+        expand_inputs([])
+
+
+def test_supported_suffixes_are_the_documented_ones():
+    assert SUPPORTED_SUFFIXES == (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
+
+
+# ----------------------------------------------------------------------------- bad JSONL records
+
+# (line written at line 2, fields, reason counted under skip, problem in the message)
+BAD_JSONL = [
+    pytest.param(b'{"text": "a",}', TEXT, "malformed JSON",
+                 "malformed JSON (Expecting property name enclosed in double quotes at column 14)", id="malformed"),
+    pytest.param(b'{"text": "unterminated', TEXT, "malformed JSON", "malformed JSON (Unterminated string", id="unterm"),
+    pytest.param(b"[1, 2]", TEXT, "not an object", "record is a list, expected a JSON object", id="list-record"),
+    pytest.param(b'"just text"', TEXT, "not an object", "record is a string, expected a JSON object", id="str-record"),
+    pytest.param(b"null", TEXT, "not an object", "record is null, expected a JSON object", id="null-record"),
+    pytest.param(b'{"question": "q", "answer": "a"}', TEXT, "missing field",
+                 "missing field 'text' (fields present: 'question', 'answer')", id="missing"),
+    pytest.param(b"{}", TEXT, "missing field", "missing field 'text' (fields present: none)", id="missing-empty"),
+    pytest.param(b'{"text": null}', TEXT, "wrong type", "field 'text' is null", id="null"),
+    pytest.param(b'{"text": 3}', TEXT, "wrong type", "field 'text' is a number, expected a string", id="number"),
+    pytest.param(b'{"text": ["a"]}', TEXT, "wrong type", "field 'text' is a list, expected a string", id="list"),
+    pytest.param(b'{"text": true}', TEXT, "wrong type", "field 'text' is a boolean, expected a string", id="bool"),
+    pytest.param(b'{"text": ""}', TEXT, "empty text", "field 'text' is empty", id="empty"),
+    pytest.param(b'{"text": "caf\xe9"}', TEXT, "invalid UTF-8", "invalid UTF-8 (byte 0xe9 at column 14)", id="utf8"),
+    pytest.param(b'{"text": "\\ud800 lone"}', TEXT, "invalid UTF-8",
+                 "field 'text' holds an unpaired surrogate ('\\ud800'), not valid text", id="surrogate"),
+    pytest.param(b'{"ids": "1 2"}', {"ids": "ids"}, "wrong type",
+                 "field 'ids' is a string, expected a list of integers", id="ids-str"),
+    pytest.param(b'{"ids": []}', {"ids": "ids"}, "empty field", "field 'ids' is an empty list", id="ids-empty"),
+    pytest.param(b'{"ids": [1, true]}', {"ids": "ids"}, "wrong type",
+                 "field 'ids' item 1 is a boolean, expected an integer", id="ids-bool"),
+    pytest.param(b'{"ids": [1, 2.0]}', {"ids": "ids"}, "wrong type",
+                 "field 'ids' item 1 is a number, expected an integer", id="ids-float"),
+    pytest.param(b'{"ids": [1, null]}', {"ids": "ids"}, "wrong type", "field 'ids' item 1 is null", id="ids-null"),
+    pytest.param(b'{"ids": [1, 99999999999999999999]}', {"ids": "ids"}, "wrong type",
+                 "field 'ids' item 1 does not fit in int64", id="ids-overflow"),
+    pytest.param(b'{"messages": "hi"}', {"messages": "messages"}, "wrong type",
+                 "field 'messages' is a string, expected a list of messages", id="msgs-str"),
+    pytest.param(b'{"messages": []}', {"messages": "messages"}, "empty field",
+                 "field 'messages' is an empty list", id="msgs-empty"),
+    pytest.param(b'{"messages": ["hi"]}', {"messages": "messages"}, "wrong type",
+                 "field 'messages' item 0 is a string, expected an object with 'role' and 'content'", id="msgs-item"),
+    pytest.param(b'{"messages": [{"role": "user"}]}', {"messages": "messages"}, "missing field",
+                 "field 'messages' item 0 has no 'content' (keys present: 'role')", id="msgs-missing"),
+    pytest.param(b'{"messages": [{"role": "user", "content": 1}]}', {"messages": "messages"}, "wrong type",
+                 "field 'messages' item 0 'content' is a number, expected a string", id="msgs-content"),
+    pytest.param(b'{"meta": null}', {"meta": "any"}, "wrong type", "field 'meta' is null", id="any-null"),
+    pytest.param(b"[" * 100_000, TEXT, "malformed JSON", "malformed JSON (", id="deep-nesting"),
+    pytest.param(b'{"text": 1' + b"1" * 5000 + b"}", TEXT, "malformed JSON", "malformed JSON (", id="huge-int"),
+]
+
+
+@pytest.mark.parametrize("line,fields,reason,problem", BAD_JSONL)
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst"])
+def test_bad_jsonl_record_fails_with_location_and_problem(tmp_path, stdlib_json, suffix, line, fields, reason, problem):
+    good = {name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+            for name, kind in fields.items()}
+    path = write_jsonl(tmp_path / f"data{suffix}", [good, line, good])
+    message = fail_message([path], fields)
+    assert message.startswith(f"{path}:2: {problem}")
+
+
+@pytest.mark.parametrize("line,fields,reason,problem", BAD_JSONL)
+def test_bad_jsonl_record_is_counted_under_skip(tmp_path, stdlib_json, line, fields, reason, problem):
+    good = {name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+            for name, kind in fields.items()}
+    path = write_jsonl(tmp_path / "data.jsonl", [good, line, good])
+    got, bad = read_skipping([path], fields)
+    assert [loc for loc, _ in got] == [f"{path}:1", f"{path}:3"]
+    assert bad.counts == {reason: 1} and bad.total == 1
+    assert bad.examples[0].startswith(f"{path}:2: {problem}")
+    assert bad.records_seen == 3
+    assert json.loads(json.dumps(bad.to_dict())) == {"total": 1, "by_reason": {reason: 1}, "examples": bad.examples}
+
+
+@pytest.mark.parametrize("line,reason", [
+    (b'{"text": "a",}', "malformed JSON"),
+    (b'{"text": "\\ud800"}', None),  # json: unpaired surrogate; orjson: malformed JSON
+    (b"[" * 100_000, "malformed JSON"),
+    (b'{"text": "caf\xe9"}', "invalid UTF-8"),
+])
+def test_bad_jsonl_record_with_either_parser(tmp_path, parser, line, reason):
+    path = write_jsonl(tmp_path / "data.jsonl", [{"text": "ok"}, line])
+    assert fail_message([path]).startswith(f"{path}:2: ")
+    got, bad = read_skipping([path])
+    assert len(got) == 1 and bad.total == 1 and (reason is None or bad.counts == {reason: 1})
+
+
+def test_many_keys_are_listed_briefly(tmp_path):
+    path = write_jsonl(tmp_path / "wide.jsonl", [{f"k{i}": i for i in range(25)}])
+    message = fail_message([path])
+    assert message.startswith(f"{path}:1: missing field 'text' (fields present: 'k0', 'k1',")
+    assert "... (15 more)" in message
+
+
+def test_examples_are_capped_but_counts_are_not(tmp_path, parser):
+    path = write_jsonl(tmp_path / "bad.jsonl", ["{oops"] * 25 + [{"text": "fine"}])
+    got, bad = read_skipping([path])
+    assert len(got) == 1
+    assert bad.counts == {"malformed JSON": 25}
+    assert len(bad.examples) == 10
+    assert bad.examples[9].startswith(f"{path}:10: malformed JSON")
+
+
+def test_first_bad_record_stops_reading_under_fail(tmp_path):
+    path = write_jsonl(tmp_path / "two-bad.jsonl", [{"text": "a"}, {"text": 1}, "{bad"])
+    assert fail_message([path]) == f"{path}:2: field 'text' is a number, expected a string"
+
+
+def test_stdin_bad_record_is_located(stdin):
+    stdin(b'{"text": "a"}\n{"txt": "b"}\n')
+    assert fail_message(["-"]) == "<stdin>:2: missing field 'text' (fields present: 'txt')"
+
+
+# ----------------------------------------------------------------------------- broken streams
+
+
+TRUNCATED_LINES = 8000
+
+
+@pytest.fixture(scope="module")
+def half_of_compressed_file():
+    """The first half of a compressed JSONL file, made once per compression for the module."""
+    noise = np.random.default_rng(0).bytes(30 * TRUNCATED_LINES).hex()  # random, so the file is long
+    data = b"".join(b'{"text": "%d %s"}\n' % (i, noise[60 * i : 60 * i + 60].encode()) for i in range(TRUNCATED_LINES))
+    halves = {}
+    for suffix in (".jsonl.gz", ".jsonl.zst"):
+        compressed = compress(data, suffix)
+        halves[suffix] = compressed[: len(compressed) // 2]
+    return halves
+
+
+@pytest.mark.parametrize("suffix,name", [(".jsonl.gz", "gzip"), (".jsonl.zst", "zstd")])
+def test_truncated_stream_fails_at_the_line_where_it_broke(tmp_path, half_of_compressed_file, suffix, name):
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(half_of_compressed_file[suffix])
+    message = fail_message([path])
+    line = int(message.split(":")[-2])
+    assert message == f"{path}:{line}: truncated {name} stream"
+    assert TRUNCATED_LINES // 5 < line < TRUNCATED_LINES
+
+
+@pytest.mark.parametrize("suffix,name", [(".jsonl.gz", "gzip"), (".jsonl.zst", "zstd")])
+def test_truncated_stream_is_one_bad_record_under_skip(tmp_path, half_of_compressed_file, suffix, name):
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(half_of_compressed_file[suffix])
+    after = write_jsonl(tmp_path / "after.jsonl", [{"text": "next file"}])
+    got, bad = read_skipping([path, after])
+    assert bad.counts == {"truncated stream": 1}
+    assert bad.examples == [f"{path}:{len(got)}: truncated {name} stream"]  # the line after the last good one
+    assert got[-1] == (f"{after}:1", {"text": "next file"})
+    assert [r["text"].split()[0] for _, r in got[:-1]] == [str(i) for i in range(len(got) - 1)]
+    assert bad.records_seen == len(got) + 1
+
+
+def test_file_that_is_not_gzip_is_a_corrupt_stream(tmp_path):
+    path = tmp_path / "plain.jsonl.gz"
+    path.write_bytes(b'{"text": "not compressed"}\n')
+    assert fail_message([path]).startswith(f"{path}:1: corrupt gzip stream (Not a gzipped file")
+    got, bad = read_skipping([path])
+    assert got == [] and bad.counts == {"corrupt stream": 1}
+
+
+def test_garbage_zstd_is_a_corrupt_stream(tmp_path):
+    path = tmp_path / "junk.jsonl.zst"
+    path.write_bytes(b"this is not zstd at all\n" * 10)
+    assert fail_message([path]).startswith(f"{path}:1: corrupt zstd stream (")
+
+
+def test_corrupt_gzip_data_is_a_corrupt_stream(tmp_path):
+    data = bytearray(gzip.compress(b"".join(b'{"text": "%d"}\n' % i for i in range(1000))))
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "flipped.jsonl.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(PackcliError, match=r"flipped\.jsonl\.gz:\d+: (corrupt|truncated) gzip stream"):
+        read_all([path])
+
+
+# ----------------------------------------------------------------------------- bad Parquet files and rows
+
+
+@pytest.mark.parametrize("mode", ["fail", "skip"])
+def test_parquet_missing_column_is_fatal(tmp_path, mode):
+    path = write_parquet(tmp_path / "qa.parquet", {"question": ["q"], "answer": ["a"]})
+    message = fail_message([path], on_bad_record=mode, bad=BadRecords())
+    assert message == f"{path}: no column 'text' (columns: 'question', 'answer')"
+
+
+@pytest.mark.parametrize("mode", ["fail", "skip"])
+@pytest.mark.parametrize("column,kind,expected", [
+    (pa.array([1, 2], pa.int64()), "text", "column 'x' has type int64, expected a string"),
+    (pa.array([b"a"], pa.binary()), "text", "column 'x' has type binary, expected a string"),
+    (pa.array([["a"]]), "ids", "column 'x' has type list<element: string>, expected a list of integers"),
+    (pa.array([1]), "ids", "column 'x' has type int64, expected a list of integers"),
+    (pa.array([[{"role": "u"}]]), "messages", "column 'x' has type list<element: struct<role: string>>, expected"),
+    (pa.array(["hi"]), "messages", "column 'x' has type string, expected a list of structs"),
+])
+def test_parquet_wrong_column_type_is_fatal(tmp_path, mode, column, kind, expected):
+    path = write_parquet(tmp_path / "typed.parquet", {"x": column})
+    message = fail_message([path], {"x": kind}, on_bad_record=mode, bad=BadRecords())
+    assert message.startswith(f"{path}: {expected}")
+
+
+@pytest.mark.parametrize("mode", ["fail", "skip"])
+def test_unreadable_parquet_is_fatal(tmp_path, mode):
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"PAR1 definitely not parquet")
+    message = fail_message([path], on_bad_record=mode, bad=BadRecords())
+    assert message.startswith(f"{path}: cannot read Parquet file (")
+
+
+def test_truncated_parquet_is_fatal(tmp_path):
+    path = write_parquet(tmp_path / "cut.parquet", {"text": [f"row {i}" for i in range(1000)]})
+    path.write_bytes(path.read_bytes()[:-100])
+    assert fail_message([path], on_bad_record="skip", bad=BadRecords()).startswith(f"{path}: cannot read Parquet")
+
+
+def _invalid_utf8_strings() -> pa.Array:
+    offsets = np.array([0, 2, 4, 6], dtype=np.int32).tobytes()
+    return pa.Array.from_buffers(pa.string(), 3, [None, pa.py_buffer(offsets), pa.py_buffer(b"ok\xff\xfeok")])
+
+
+# (column values for rows 0..2 with row 1 bad, fields, reason, problem)
+BAD_PARQUET = [
+    pytest.param({"text": ["a", None, "c"]}, TEXT, "wrong type", "field 'text' is null", id="null"),
+    pytest.param({"text": ["a", "", "c"]}, TEXT, "empty text", "field 'text' is empty", id="empty"),
+    pytest.param({"text": _invalid_utf8_strings()}, TEXT, "invalid UTF-8", "invalid UTF-8 (byte 0xff)", id="utf8"),
+    pytest.param({"ids": [[1], None, [3]]}, {"ids": "ids"}, "wrong type", "field 'ids' is null", id="ids-null"),
+    pytest.param({"ids": [[1], [], [3]]}, {"ids": "ids"}, "empty field", "field 'ids' is an empty list", id="ids-empty"),
+    pytest.param({"ids": [[1], [2, None], [3]]}, {"ids": "ids"}, "wrong type", "field 'ids' item 1 is null",
+                 id="ids-item-null"),
+    pytest.param({"ids": pa.array([[1], [2**63], [3]], pa.list_(pa.uint64()))}, {"ids": "ids"}, "wrong type",
+                 "field 'ids' item 0 does not fit in int64", id="ids-uint64"),
+    pytest.param({"m": [[{"role": "u", "content": "c"}], None, [{"role": "u", "content": "c"}]]},
+                 {"m": "messages"}, "wrong type", "field 'm' is null", id="msgs-null"),
+    pytest.param({"m": [[{"role": "u", "content": "c"}], [], [{"role": "u", "content": "c"}]]},
+                 {"m": "messages"}, "empty field", "field 'm' is an empty list", id="msgs-empty"),
+    pytest.param({"m": [[{"role": "u", "content": "c"}], [{"role": "u", "content": None}],
+                        [{"role": "u", "content": "c"}]]},
+                 {"m": "messages"}, "wrong type", "field 'm' item 0 'content' is null", id="msgs-content-null"),
+    pytest.param({"v": [1, None, 3]}, {"v": "any"}, "wrong type", "field 'v' is null", id="any-null"),
+]
+
+
+@pytest.mark.parametrize("columns,fields,reason,problem", BAD_PARQUET)
+def test_bad_parquet_row_fails_with_row_and_problem(tmp_path, columns, fields, reason, problem):
+    path = write_parquet(tmp_path / "data.parquet", columns)
+    assert fail_message([path], fields) == f"{path} row 1: {problem}"
+
+
+@pytest.mark.parametrize("columns,fields,reason,problem", BAD_PARQUET)
+def test_bad_parquet_row_is_counted_under_skip(tmp_path, columns, fields, reason, problem):
+    path = write_parquet(tmp_path / "data.parquet", columns)
+    got, bad = read_skipping([path], fields)
+    assert [loc for loc, _ in got] == [f"{path} row 0", f"{path} row 2"]
+    assert bad.counts == {reason: 1}
+    assert bad.examples == [f"{path} row 1: {problem}"]
+    assert bad.records_seen == 3
+
+
+def test_parquet_first_bad_row_wins_across_fields(tmp_path):
+    path = write_parquet(tmp_path / "two.parquet", {"a": ["x", "x", None], "b": ["x", "", "x"]})
+    assert fail_message([path], {"a": "text", "b": "text"}) == f"{path} row 1: field 'b' is empty"
+
+
+def test_parquet_rows_are_numbered_across_batches(tmp_path):
+    texts = ["t"] * 10
+    texts[7] = None
+    path = write_parquet(tmp_path / "ten.parquet", {"text": texts}, row_group_size=4)
+    assert fail_message([path], batch_size=3) == f"{path} row 7: field 'text' is null"
+
+
+# ----------------------------------------------------------------------------- misuse
+
+
+def test_nonexistent_path_given_to_read_batches(tmp_path):
+    for name in ["gone.jsonl", "gone.jsonl.gz", "gone.parquet"]:
+        message = fail_message([tmp_path / name])
+        assert message.startswith(f"{tmp_path / name}: cannot open (No such file")
+
+
+def test_unsupported_suffix_given_to_read_batches(tmp_path):
+    assert "supported: .jsonl, .jsonl.gz, .jsonl.zst, .parquet" in fail_message([tmp_path / "x.csv"])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"on_bad_record": "ignore"}, "--on-bad-record must be one of fail, skip, not 'ignore'"),
+    ({"batch_size": 0}, "batch size must be at least 1"),
+    ({"fields": {"text": "tokens"}}, "field 'text': unknown kind 'tokens'"),
+])
+def test_bad_options_fail_at_the_call(tmp_path, kwargs, match):
+    kwargs = {"fields": TEXT, **kwargs}
+    with pytest.raises(PackcliError, match=match):
+        read_batches([str(tmp_path / "x.jsonl")], **kwargs)  # no iteration needed
+
+
+# ----------------------------------------------------------------------------- never anything but PackcliError
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(codec=None), max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+messages = st.lists(st.dictionaries(st.sampled_from(["role", "content", "name"]), json_values, max_size=3), max_size=3)
+records = st.dictionaries(
+    st.sampled_from(["text", "ids", "messages", "meta", "other"]),
+    json_values | st.lists(st.integers(min_value=-(2**70), max_value=2**70), max_size=4) | messages,
+    max_size=5,
+)
+
+
+def _encode(value, ensure_ascii: bool) -> bytes:
+    return json.dumps(value, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+
+
+lines = st.one_of(
+    st.binary(max_size=40),
+    st.builds(_encode, json_values, st.booleans()),
+    st.builds(_encode, records, st.booleans()),
+).map(lambda line: line.replace(b"\n", b" "))
+field_sets = st.sampled_from([TEXT, {"ids": "ids"}, {"messages": "messages"},
+                              {"text": "text", "ids": "ids", "meta": "any"}, {}])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.lists(lines, max_size=12), fields=field_sets, batch_size=st.integers(1, 4))
+def test_random_input_only_ever_raises_packcli_error(parser, stdin, body, fields, batch_size):
+    data = b"\n".join(body)
+    stdin(data)
+    try:
+        for _ in read_batches(["-"], fields, batch_size=batch_size):
+            pass
+    except PackcliError as e:
+        assert "\n" not in str(e) and str(e).startswith("<stdin>:")
+
+    stdin(data)
+    bad = BadRecords()
+    good = 0
+    for batch in read_batches(["-"], fields, batch_size=batch_size, on_bad_record="skip", bad=bad):
+        assert 1 <= len(batch) <= batch_size
+        assert all(len(values) == len(batch) for values in batch.columns.values())
+        for name, kind in fields.items():
+            for value in batch.columns[name]:
+                if kind == "text":
+                    assert isinstance(value, str) and value and value.encode("utf-8")
+                elif kind == "ids":
+                    assert isinstance(value, np.ndarray) and value.dtype == np.int64 and value.size
+        good += len(batch)
+    assert good + bad.total == bad.records_seen == sum(1 for line in body if line.strip())
+    assert all("\n" not in example for example in bad.examples)
+
