@@ -19,14 +19,10 @@ from packcli import __version__
 from packcli.errors import PackcliError
 
 FORMAT_VERSION = 1
-MODES = ("bin", "concat")
-OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
-REMAINDER_POLICIES = ("pad", "drop")
 BAD_RECORD_POLICIES = ("fail", "skip")
 MAX_SEQ_LEN = 1 << 20
 DEFAULT_BUFFER_SIZE = 100_000
 SHARD_TOKENS = 1 << 25
-CONCAT_SHUFFLE_TOKENS = 1 << 24
 READ_BATCH = 1024
 OWNED_PREFIXES = ("shard-", ".shard-", "manifest.json", ".manifest.json", "report.json", ".report.json")
 
@@ -35,9 +31,16 @@ OWNED_PREFIXES = ("shard-", ".shard-", "manifest.json", ".manifest.json", "repor
 class PackOptions:
     inputs: list[str]
     output: str
-    tokenizer: str
+    tokenizer: str | None
     seq_len: int
-    text_field: str = "text"
+    text_field: str | None = None
+    prompt_field: str | None = None
+    completion_field: str | None = None
+    messages_field: str | None = None
+    chat_template: str | None = None
+    train_on: str = "assistant"
+    ids_field: str | None = None
+    labels_field: str | None = None
     mode: str = "bin"
     algorithm: str = "bfd"
     remainder: str = "pad"
@@ -55,19 +58,43 @@ class PackOptions:
     on_bad_record: str = "fail"
     overwrite: bool = False
 
+    @property
+    def input_kind(self) -> str:
+        """text, prompt (prompt/completion), chat or ids; validate() makes it unambiguous."""
+        if self.prompt_field or self.completion_field:
+            return "prompt"
+        if self.messages_field:
+            return "chat"
+        if self.ids_field:
+            return "ids"
+        return "text"
+
+    @property
+    def resolved_overlong(self) -> str:
+        """split for plain text; truncate where labels are masked (SFT, chat, ids with labels)."""
+        if self.overlong:
+            return self.overlong
+        masked = self.input_kind in ("prompt", "chat") or bool(self.labels_field)
+        return "truncate" if masked else "split"
+
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
         from packcli.kernels import ALGORITHMS
+        from packcli.packing import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+        from packcli.sequences import ROLES
         from packcli.shards import FORMATS
+
+        def usage(message: str):
+            return PackcliError(message, usage=True)
 
         def choice(name: str, value, allowed) -> None:
             if value not in allowed:
-                raise PackcliError(f"--{name} must be one of {', '.join(allowed)}, not {value!r}", usage=True)
+                raise usage(f"--{name} must be one of {', '.join(allowed)}, not {value!r}")
 
         if not self.inputs:
-            raise PackcliError("no INPUT given", usage=True)
+            raise usage("no INPUT given")
         if not 1 <= self.seq_len <= MAX_SEQ_LEN:
-            raise PackcliError(f"--seq-len must be between 1 and {MAX_SEQ_LEN:,}, not {self.seq_len}", usage=True)
+            raise usage(f"--seq-len must be between 1 and {MAX_SEQ_LEN:,}, not {self.seq_len}")
         choice("mode", self.mode, MODES)
         choice("algorithm", self.algorithm, ALGORITHMS)
         choice("remainder", self.remainder, REMAINDER_POLICIES)
@@ -78,11 +105,48 @@ class PackOptions:
         for name in ("buffer_size", "rows_per_shard", "workers"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise PackcliError(f"--{name.replace('_', '-')} must be at least 1, not {value}", usage=True)
+                raise usage(f"--{name.replace('_', '-')} must be at least 1, not {value}")
         if self.pad_id is not None and self.pad_id < 0:
-            raise PackcliError(f"--pad-id must be a token id (>= 0), not {self.pad_id}", usage=True)
-        if not self.text_field:
-            raise PackcliError("--text-field must name a field", usage=True)
+            raise usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+        kinds = [
+            flag
+            for flag, given in (
+                ("--text-field", self.text_field is not None),
+                ("--prompt-field/--completion-field", bool(self.prompt_field or self.completion_field)),
+                ("--messages-field", self.messages_field is not None),
+                ("--ids-field", self.ids_field is not None),
+            )
+            if given
+        ]
+        if len(kinds) > 1:
+            raise usage(f"conflicting field options: {' and '.join(kinds)} (give exactly one kind of input)")
+        for flag, value in (("--text-field", self.text_field), ("--messages-field", self.messages_field), ("--ids-field", self.ids_field)):
+            if value == "":
+                raise usage(f"{flag} must name a field")
+        if bool(self.prompt_field) != bool(self.completion_field):
+            raise usage("--prompt-field and --completion-field go together")
+        if self.prompt_field and self.prompt_field == self.completion_field:
+            raise usage("--prompt-field and --completion-field must name different fields")
+        if self.labels_field and not self.ids_field:
+            raise usage("--labels-field goes with --ids-field")
+        if self.chat_template and not self.messages_field:
+            raise usage("--chat-template goes with --messages-field")
+        roles = tuple(r.strip() for r in self.train_on.split(",") if r.strip())
+        if not roles or any(r not in ROLES for r in roles):
+            raise usage(f"--train-on takes roles from {', '.join(ROLES)}, not {self.train_on!r}")
+        if self.train_on != "assistant" and not self.messages_field:
+            raise usage("--train-on goes with --messages-field")
+        if self.tokenizer is None and self.input_kind != "ids":
+            raise usage("--tokenizer is required (only --ids-field input can do without)")
+
+    def settings(self, pad_id: int):
+        from packcli.packing import PackSettings
+
+        return PackSettings(
+            seq_len=self.seq_len, pad_id=pad_id, mode=self.mode, algorithm=self.algorithm,
+            overlong=self.resolved_overlong, remainder=self.remainder, buffer_size=self.buffer_size,
+            shuffle=self.shuffle, seed=self.seed,
+        )
 
 
 class Timer:
@@ -107,199 +171,6 @@ class Timer:
             if item is None:
                 return
             yield item
-
-
-@dataclass
-class Counters:
-    sequences_in: int = 0
-    sequence_rows_unpacked: int = 0
-    overlong: int = 0
-    overlong_tokens_lost: int = 0
-    remainder_tokens: int = 0
-    windows: int = 0
-    lengths: list = field(default_factory=list)
-
-
-class BinPacker:
-    """Packs windows of exactly `buffer_size` sequences with the chosen kernel."""
-
-    def __init__(self, opts: PackOptions, pad_id: int, counters: Counters):
-        self.opts, self.pad_id, self.counters = opts, pad_id, counters
-        self.policy = opts.overlong or "split"
-        self.chunks: list[tuple] = []  # (tokens, starts, lengths)
-        self.buffered = 0
-
-    def add(self, tokens, lengths, location):
-        import numpy as np
-
-        from packcli.rows import cut_pieces
-
-        seq_len = self.opts.seq_len
-        starts = np.cumsum(lengths) - lengths
-        long = lengths > seq_len
-        if long.any():
-            self.counters.overlong += int(long.sum())
-            excess = int((lengths[long] - seq_len).sum())
-            if self.policy == "error":
-                first = int(np.argmax(long))
-                raise PackcliError(
-                    f"{location(first)}: document has {int(lengths[first]):,} tokens, more than "
-                    f"--seq-len {seq_len:,} (--overlong error; use split, truncate or drop)"
-                )
-            if self.policy == "split":
-                starts, lengths, _ = cut_pieces(starts, lengths, seq_len, aligned=False)
-            elif self.policy == "truncate":
-                self.counters.overlong_tokens_lost += excess
-                lengths = np.minimum(lengths, seq_len)
-            else:
-                self.counters.overlong_tokens_lost += int(lengths[long].sum())
-                starts, lengths = starts[~long], lengths[~long]
-        self.counters.sequence_rows_unpacked += len(lengths)
-        yield from self._buffer(tokens, starts, lengths)
-
-    def _buffer(self, tokens, starts, lengths):
-        size = self.opts.buffer_size
-        while len(lengths):
-            take = min(len(lengths), size - self.buffered)
-            self.chunks.append((tokens, starts[:take], lengths[:take]))
-            self.buffered += take
-            starts, lengths = starts[take:], lengths[take:]
-            if self.buffered == size:
-                yield self._pack_window()
-
-    def finish(self):
-        if self.buffered:
-            yield self._pack_window()
-
-    def _pack_window(self):
-        import numpy as np
-
-        from packcli.kernels import pack_lengths
-        from packcli.rows import build_rows
-
-        tokens, starts, lengths = _gather(self.chunks)
-        self.chunks, self.buffered = [], 0
-        placement = pack_lengths(lengths, self.opts.seq_len, algorithm=self.opts.algorithm, seed=self.opts.seed)
-        row_of = placement.row
-        if self.opts.shuffle:
-            order = _window_rng(self.opts.seed, self.counters.windows).permutation(placement.n_rows)
-            row_of = order[row_of]
-        self.counters.windows += 1
-        self.counters.lengths.append(lengths.astype(np.int32))
-        return build_rows(tokens, None, starts, lengths, row_of, placement.offset, placement.n_rows, self.opts.seq_len, self.pad_id)
-
-
-def _gather(chunks):
-    """One flat token array for a window, with starts rebased into it."""
-    import numpy as np
-
-    pieces, starts, lengths, base = [], [], [], 0
-    for tokens, chunk_starts, chunk_lengths in chunks:
-        if not len(chunk_lengths):
-            continue
-        lo = int(chunk_starts.min())
-        hi = int((chunk_starts + chunk_lengths).max())
-        pieces.append(tokens[lo:hi])
-        starts.append(chunk_starts - lo + base)
-        lengths.append(chunk_lengths)
-        base += hi - lo
-    return np.concatenate(pieces), np.concatenate(starts), np.concatenate(lengths)
-
-
-def _window_rng(seed: int, window: int):
-    import numpy as np
-
-    return np.random.default_rng([seed, window])
-
-
-class ConcatPacker:
-    """Joins documents into one stream and cuts it into rows of exactly seq_len."""
-
-    def __init__(self, opts: PackOptions, pad_id: int, counters: Counters):
-        import numpy as np
-
-        self.opts, self.pad_id, self.counters = opts, pad_id, counters
-        self.pending_tokens = np.zeros(0, dtype=np.int32)
-        self.pending_lengths = np.zeros(0, dtype=np.int64)
-        shuffle_rows = max(1, min(opts.buffer_size, CONCAT_SHUFFLE_TOKENS // opts.seq_len))
-        self.shuffler = RowShuffler(shuffle_rows, opts.seed) if opts.shuffle else None
-
-    def add(self, tokens, lengths, location):
-        import numpy as np
-
-        seq_len = self.opts.seq_len
-        self.counters.overlong += int((lengths > seq_len).sum())
-        self.counters.sequence_rows_unpacked += int(np.ceil(lengths / seq_len).sum())
-        self.counters.lengths.append(lengths.astype(np.int32))
-        tokens = np.concatenate([self.pending_tokens, tokens])
-        lengths = np.concatenate([self.pending_lengths, lengths])
-        full_rows = len(tokens) // seq_len
-        rows, rest = self._cut(tokens, lengths, full_rows)
-        self.pending_tokens = tokens[full_rows * seq_len :]
-        self.pending_lengths = rest
-        if rows is not None:
-            yield from self._emit(rows)
-
-    def _cut(self, tokens, lengths, n_rows):
-        import numpy as np
-
-        from packcli.rows import build_rows, cut_pieces
-
-        seq_len = self.opts.seq_len
-        starts = np.cumsum(lengths) - lengths
-        piece_start, piece_len, _ = cut_pieces(starts, lengths, seq_len, aligned=True)
-        emit = piece_start < n_rows * seq_len
-        rows = None
-        if n_rows:
-            s, n = piece_start[emit], piece_len[emit]
-            rows = build_rows(tokens, None, s, n, s // seq_len, s % seq_len, n_rows, seq_len, self.pad_id)
-        return rows, piece_len[~emit]
-
-    def _emit(self, rows):
-        if self.shuffler is None:
-            yield rows
-        else:
-            yield from self.shuffler.add(rows)
-
-    def finish(self):
-        self.counters.remainder_tokens = len(self.pending_tokens)
-        if len(self.pending_tokens) and self.opts.remainder == "pad":
-            rows, _ = self._cut(self.pending_tokens, self.pending_lengths, 1)
-            yield from self._emit(rows)
-        if self.shuffler is not None:
-            yield from self.shuffler.finish()
-
-
-class RowShuffler:
-    """Permutes rows within consecutive windows of a fixed number of rows."""
-
-    def __init__(self, window_rows: int, seed: int):
-        self.window_rows, self.seed = window_rows, seed
-        self.blocks, self.count, self.windows = [], 0, 0
-
-    def add(self, rows):
-        from packcli.rows import Rows
-
-        self.blocks.append(rows)
-        self.count += len(rows)
-        while self.count >= self.window_rows:
-            block = Rows.concat(self.blocks)
-            window, rest = block.slice(0, self.window_rows), block.slice(self.window_rows, len(block))
-            self.blocks, self.count = ([rest] if len(rest) else []), len(rest)
-            yield self._permute(window)
-
-    def finish(self):
-        from packcli.rows import Rows
-
-        if self.count:
-            block = Rows.concat(self.blocks)
-            self.blocks, self.count = [], 0
-            yield self._permute(block)
-
-    def _permute(self, rows):
-        order = _window_rng(self.seed, self.windows).permutation(len(rows))
-        self.windows += 1
-        return rows.take(order)
 
 
 def prepare_output(path: Path, overwrite: bool) -> None:
@@ -348,30 +219,24 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     started = time.perf_counter()
     timer = Timer()
 
-    from packcli import reading, tokenizing
+    from packcli import reading
+    from packcli.packing import Counters, make_packer, one_window_rows
     from packcli.report import RowStats, no_packing_baseline
-    from packcli.shards import ShardWriter
+    from packcli.shards import ShardWriter, ids_dtype
 
     paths = reading.expand_inputs(opts.inputs)
-    tokenizer = tokenizing.load_tokenizer(opts.tokenizer)
-    add_bos = tokenizing.adds_bos_by_default(tokenizer) if opts.bos is None else opts.bos
-    specials = tokenizing.resolve_special_ids(
-        tokenizer, eos_token=opts.eos_token, pad_id=opts.pad_id, need_eos=opts.eos, need_bos=add_bos
-    )
-    vocab_size = len(tokenizer)
-    if specials.pad_id >= vocab_size:
-        raise PackcliError(f"--pad-id {specials.pad_id} is outside the vocabulary (size {vocab_size})")
+    setup = _setup_tokens(opts)
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
     out_dir = Path(opts.output)
     prepare_output(out_dir, opts.overwrite)
 
+    settings = opts.settings(setup.pad_id)
     counters = Counters()
     bad = reading.BadRecords()
     stats = RowStats(opts.seq_len)
-    packer = (BinPacker if opts.mode == "bin" else ConcatPacker)(opts, specials.pad_id, counters)
-    writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, vocab_size)
-    bos_id = specials.bos_id if add_bos else None
-    eos_id = specials.eos_id if opts.eos else None
+    packer = make_packer(settings, counters)
+    writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size)
+    builder = setup.builder
 
     def write(blocks):
         for rows in timer.timed_iter("pack", blocks):
@@ -381,16 +246,14 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     try:
         batches = reading.read_batches(
-            paths, {opts.text_field: "text"}, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+            paths, builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
         )
         for batch in timer.timed_iter("read", batches):
             with timer.stage("tokenize"):
-                flat, lengths = tokenizing.encode_texts(tokenizer, batch.columns[opts.text_field])
-                flat, lengths = tokenizing.add_boundary_tokens(flat, lengths, bos_id, eos_id)
-            counters.sequences_in += len(lengths)
-            write(packer.add(flat, lengths, batch.location))
+                sequences = builder.build(batch)
+            write(packer.add(sequences, batch.location))
             if progress is not None:
-                progress(len(lengths), int(lengths.sum()))
+                progress(len(sequences.lengths), int(sequences.lengths.sum()))
         write(packer.finish())
         if counters.sequences_in == 0:
             skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
@@ -401,9 +264,43 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         writer.abort()
         raise
 
-    report = stats.summary()
-    report = _full_report(report, opts, counters, bad, timer, started, specials, add_bos)
-    report["no_packing"] = no_packing_baseline(counters.sequence_rows_unpacked, report["real_tokens"], opts.seq_len)
+    summary = stats.summary()
+    report = {
+        "documents": {
+            "read": counters.sequences_in + bad.total,
+            "skipped": bad.total,
+            "skipped_by_reason": dict(bad.counts),
+            "skipped_examples": list(bad.examples),
+        },
+        "input": opts.input_kind,
+        "mode": opts.mode,
+        "algorithm": opts.algorithm if opts.mode == "bin" else None,
+        "tokenizer_backend": setup.backend,
+        "overlong": {
+            "policy": settings.overlong if opts.mode == "bin" else "none (concat mode crosses rows)",
+            "count": counters.overlong,
+            "tokens_lost": counters.overlong_tokens_lost,
+            "dropped_without_labels": counters.no_labels_dropped,
+        },
+        **summary,
+        "no_packing": no_packing_baseline(counters.unpacked_rows, summary["real_tokens"], opts.seq_len),
+    }
+    if opts.mode == "concat":
+        report["remainder"] = {"policy": opts.remainder, "tokens": counters.remainder_tokens}
+    else:
+        in_one = one_window_rows(counters, settings) if counters.windows > 1 else summary["rows"]
+        report["buffer"] = {
+            "size": opts.buffer_size,
+            "windows": counters.windows,
+            "rows_in_one_window": in_one,
+            "extra_rows": summary["rows"] - in_one,
+        }
+    total = time.perf_counter() - started
+    report["timings"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(total, 4)}
+    dropped_remainder = counters.remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
+    tokenized = summary["real_tokens"] + counters.overlong_tokens_lost + dropped_remainder
+    report["tokens_per_second"] = tokenized / total if total > 0 else 0.0
+
     manifest = {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
@@ -411,28 +308,28 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         "algorithm": opts.algorithm if opts.mode == "bin" else None,
         "seq_len": opts.seq_len,
         "format": opts.format,
-        "labels": "text",
-        "options": _resolved_options(opts, add_bos, specials, rows_per_shard),
+        "labels": builder.labels,
+        "options": _resolved_options(opts, setup, rows_per_shard),
         "tokenizer": {
             "name_or_path": opts.tokenizer,
-            "vocab_size": vocab_size,
-            "eos_id": specials.eos_id,
-            "bos_id": specials.bos_id,
-            "pad_id": specials.pad_id,
-            "fingerprint": tokenizing.fingerprint(tokenizer),
-            "backend": "hf",
+            "vocab_size": setup.vocab_size,
+            "eos_id": setup.eos_id,
+            "bos_id": setup.bos_id,
+            "pad_id": setup.pad_id,
+            "fingerprint": setup.fingerprint,
+            "backend": setup.backend,
         },
         "columns": {
-            "input_ids": "list<int32>" if opts.format == "parquet" else writer.id_dtype.name,
+            "input_ids": "list<int32>" if opts.format == "parquet" else ids_dtype(setup.vocab_size).name,
             "labels": "int32",
             "position_ids": "int32",
             "cu_seqlens": "int32",
             "num_segments": "int32",
         },
         "totals": {
-            "rows": report["rows"],
-            "sequences": report["sequences_packed"],
-            "real_tokens": report["real_tokens"],
+            "rows": summary["rows"],
+            "sequences": summary["sequences_packed"],
+            "real_tokens": summary["real_tokens"],
         },
         "shards": [s.to_dict() for s in shards],
     }
@@ -441,51 +338,91 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     return report
 
 
-def _full_report(report, opts, counters, bad, timer, started, specials, add_bos) -> dict:
-    import numpy as np
+@dataclass
+class TokenSetup:
+    builder: object
+    vocab_size: int | None
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int
+    add_bos: bool
+    fingerprint: str | None
+    backend: str
 
-    from packcli.kernels import pack_lengths
 
-    seq_len = opts.seq_len
-    full = {
-        "documents": {
-            "read": counters.sequences_in + bad.total,
-            "skipped": bad.total,
-            "skipped_by_reason": dict(bad.counts),
-            "skipped_examples": list(bad.examples),
-        },
-        "mode": opts.mode,
-        "algorithm": opts.algorithm if opts.mode == "bin" else None,
-        "tokenizer_backend": "hf",
-        "overlong": {
-            "policy": (opts.overlong or "split") if opts.mode == "bin" else "none (concat mode crosses rows)",
-            "count": counters.overlong,
-            "tokens_lost": counters.overlong_tokens_lost,
-        },
-    }
-    full.update(report)
-    if opts.mode == "concat":
-        full["remainder"] = {"policy": opts.remainder, "tokens": counters.remainder_tokens}
+def _setup_tokens(opts: PackOptions) -> TokenSetup:
+    """The tokenizer, special ids and the sequence builder for the input kind."""
+    from packcli import sequences, tokenizing
+
+    kind = opts.input_kind
+    if opts.tokenizer is None:  # ids input with numbers for EOS and pad
+        eos_id = _int_option("--eos-token", opts.eos_token) if opts.eos_token is not None else None
+        if opts.eos and eos_id is None:
+            raise PackcliError("without --tokenizer, give the EOS id as --eos-token N (or pass --no-eos)")
+        pad_id = opts.pad_id if opts.pad_id is not None else eos_id
+        if pad_id is None:
+            raise PackcliError("without --tokenizer, give --pad-id N")
+        if opts.bos:
+            raise PackcliError("--bos needs --tokenizer (without one there is no BOS id)")
+        bounds = sequences.Boundaries(None, eos_id if opts.eos else None)
+        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
+        return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
+
+    tokenizer = tokenizing.load_tokenizer(opts.tokenizer)
+    if kind == "chat":
+        add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
     else:
-        window = {"size": opts.buffer_size, "windows": counters.windows, "rows_in_one_window": report["rows"]}
-        if counters.windows > 1:
-            lengths = np.concatenate(counters.lengths)
-            window["rows_in_one_window"] = pack_lengths(lengths, seq_len, algorithm=opts.algorithm, seed=opts.seed).n_rows
-        window["extra_rows"] = report["rows"] - window["rows_in_one_window"]
-        full["buffer"] = window
-    total = time.perf_counter() - started
-    full["timings"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(total, 4)}
-    tokenized = report["real_tokens"] + counters.overlong_tokens_lost + counters.remainder_tokens * (opts.remainder == "drop")
-    full["tokens_per_second"] = tokenized / total if total > 0 else 0.0
-    return full
+        add_bos = tokenizing.adds_bos_by_default(tokenizer) if opts.bos is None else opts.bos
+    specials = tokenizing.resolve_special_ids(
+        tokenizer, eos_token=opts.eos_token, pad_id=opts.pad_id, need_eos=opts.eos, need_bos=add_bos
+    )
+    vocab_size = len(tokenizer)
+    bounds = sequences.Boundaries(specials.bos_id if add_bos else None, specials.eos_id if opts.eos else None)
+
+    def encode(texts):
+        return tokenizing.encode_texts(tokenizer, texts)
+
+    if kind == "text":
+        builder = sequences.TextSequences(opts.text_field or "text", encode, bounds)
+    elif kind == "prompt":
+        builder = sequences.PromptCompletionSequences(opts.prompt_field, opts.completion_field, encode, bounds)
+    elif kind == "chat":
+        template = _read_template(opts.chat_template) if opts.chat_template else None
+        roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
+        builder = sequences.ChatSequences(opts.messages_field, tokenizer, template, roles, bounds)
+    else:
+        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
+    return TokenSetup(
+        builder, vocab_size, specials.eos_id, specials.bos_id, specials.pad_id, add_bos,
+        tokenizing.fingerprint(tokenizer), "hf" if kind != "ids" else "none",
+    )
 
 
-def _resolved_options(opts: PackOptions, add_bos: bool, specials, rows_per_shard: int) -> dict:
+def _int_option(flag: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise PackcliError(f"{flag} must be a token id (a number) when there is no --tokenizer, not {value!r}", usage=True) from None
+    if number < 0:
+        raise PackcliError(f"{flag} must be a token id (>= 0), not {number}", usage=True)
+    return number
+
+
+def _read_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PackcliError(f"cannot read --chat-template {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) -> dict:
     resolved = asdict(opts)
     resolved.update(
-        bos=add_bos,
-        overlong=(opts.overlong or "split") if opts.mode == "bin" else None,
-        pad_id=specials.pad_id,
+        input=opts.input_kind,
+        text_field=(opts.text_field or "text") if opts.input_kind == "text" else None,
+        bos=setup.add_bos,
+        overlong=opts.resolved_overlong if opts.mode == "bin" else None,
+        pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
     for name in ("workers", "overwrite", "output"):  # none of them changes the shards

@@ -255,14 +255,22 @@ def _as_ids(value: Any, name: str) -> np.ndarray:
         raise _Bad("wrong type", f"field {name!r} item {i} does not fit in int64") from None
 
 
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
+
+
 def _as_messages(value: Any, name: str) -> list:
+    """Turns as {"role", "content"}; ShareGPT's {"from", "value"} is mapped to them."""
     if type(value) is not list:
         raise _wrong_type(f"field {name!r}", value, "a list of messages")
     if not value:
         raise _Bad("empty field", f"field {name!r} is an empty list")
+    normalized = []
     for i, message in enumerate(value):
         if type(message) is not dict:
             raise _wrong_type(f"field {name!r} item {i}", message, "an object with 'role' and 'content'")
+        if "role" not in message and "from" in message and "value" in message:
+            message = _from_sharegpt(message, name, i)
         for key in ("role", "content"):
             if key not in message:
                 raise _Bad(
@@ -271,7 +279,16 @@ def _as_messages(value: Any, name: str) -> list:
                 )
             if type(message[key]) is not str:
                 raise _wrong_type(f"field {name!r} item {i} {key!r}", message[key], "a string")
-    return value
+        normalized.append(message)
+    return normalized
+
+
+def _from_sharegpt(message: dict, name: str, i: int) -> dict:
+    speaker = message["from"]
+    role = SHAREGPT_ROLES.get(speaker) if type(speaker) is str else None
+    if role is None:
+        raise _Bad("wrong type", f"field {name!r} item {i} 'from' is {speaker!r}, not one of {', '.join(SHAREGPT_ROLES)}")
+    return {"role": role, "content": message["value"]}
 
 
 def _as_any(value: Any, name: str) -> Any:

@@ -39,8 +39,9 @@ def shard_name(index: int, fmt: str) -> str:
     return f"shard-{index:05d}.parquet" if fmt == "parquet" else f"shard-{index:05d}"
 
 
-def ids_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
+def ids_dtype(vocab_size: int | None) -> np.dtype:
+    """uint16 where every id fits; uint32 otherwise, or when the vocabulary is unknown."""
+    return np.dtype(np.uint16) if vocab_size is not None and vocab_size <= 65536 else np.dtype(np.uint32)
 
 
 @dataclass
@@ -179,7 +180,7 @@ class _NpyShard:
 class ShardWriter:
     """Cuts a stream of row blocks into shards of `rows_per_shard` rows."""
 
-    def __init__(self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int):
+    def __init__(self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int | None):
         self.out_dir, self.fmt, self.seq_len = Path(out_dir), fmt, seq_len
         self.rows_per_shard = rows_per_shard
         self.id_dtype = ids_dtype(vocab_size)

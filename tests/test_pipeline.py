@@ -112,7 +112,7 @@ def test_overlong_policies(tmp_path, packed, word_tokenizer, cli):
     rows, _ = load_rows(out)
     assert real_segments(rows) == expected_pieces(texts, 4)
     report = json.loads((out / "report.json").read_text())
-    assert report["overlong"] == {"policy": "split", "count": 1, "tokens_lost": 0}
+    assert report["overlong"] == {"policy": "split", "count": 1, "tokens_lost": 0, "dropped_without_labels": 0}
 
     out = packed(path, *options, "--overlong", "truncate")
     rows, _ = load_rows(out)
@@ -126,7 +126,7 @@ def test_overlong_policies(tmp_path, packed, word_tokenizer, cli):
 
     result = cli("pack", path, "-o", tmp_path / "err", *options, "--overlong", "error")
     assert result.exit_code == 1
-    assert "d.jsonl:1: document has 11 tokens, more than --seq-len 4" in result.stderr
+    assert "d.jsonl:1: sequence has 11 tokens, more than --seq-len 4" in result.stderr
     assert not (tmp_path / "err" / "manifest.json").exists()
 
 

@@ -1,0 +1,208 @@
+"""Records to token sequences with labels: plain text, prompt/completion, chat, or ids.
+
+Every kind yields a `SequenceBatch`: one flat int32 token array, per-sequence lengths,
+and (except plain text, where every token is learned) a flat labels array aligned with
+the tokens, -100 where nothing is learned. Boundary tokens are added here, once, by
+one rule: BOS first (if asked for, and not already there), EOS last (if asked for, and
+not already there); an appended EOS is learned exactly when the token before it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from packcli.errors import PackcliError
+
+IGNORE_INDEX = -100
+ROLES = ("system", "user", "assistant", "tool")
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+@dataclass
+class SequenceBatch:
+    tokens: np.ndarray  # int32, flat
+    lengths: np.ndarray  # int64 [n]
+    labels: np.ndarray | None  # int32, flat, aligned with tokens; None: every token is learned
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    bos_id: int | None  # put first, unless the sequence already starts with it
+    eos_id: int | None  # put last, unless the sequence already ends with it
+
+
+def from_lists(token_lists, label_lists, bounds: Boundaries) -> SequenceBatch:
+    """Assemble sequences (lists or arrays) into a batch, adding BOS/EOS by the one rule."""
+    tokens, labels = [], []
+    for ids, labs in zip(token_lists, label_lists):
+        ids = list(ids)
+        labs = list(labs) if labs is not None else list(ids)
+        if bounds.bos_id is not None and (not ids or ids[0] != bounds.bos_id):
+            ids.insert(0, bounds.bos_id)
+            labs.insert(0, IGNORE_INDEX)
+        if bounds.eos_id is not None and (not ids or ids[-1] != bounds.eos_id):
+            learned = bool(labs) and labs[-1] != IGNORE_INDEX
+            ids.append(bounds.eos_id)
+            labs.append(bounds.eos_id if learned else IGNORE_INDEX)
+        tokens.append(ids)
+        labels.append(labs)
+    lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    flat = np.fromiter((t for seq in tokens for t in seq), dtype=np.int64, count=int(lengths.sum()))
+    flat_labels = np.fromiter((t for seq in labels for t in seq), dtype=np.int64, count=int(lengths.sum()))
+    return SequenceBatch(_as_int32(flat), lengths, flat_labels.astype(np.int32))
+
+
+def _as_int32(ids: np.ndarray) -> np.ndarray:
+    if len(ids) and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+        raise PackcliError(f"token id {int(ids.min() if ids.min() < 0 else ids.max())} is not a valid id (0 to 2^31-1)")
+    return ids.astype(np.int32)
+
+
+class TextSequences:
+    """Plain text: every token is learned; BOS/EOS added around each document."""
+
+    def __init__(self, field: str, encode, bounds: Boundaries):
+        self.field, self.encode, self.bounds = field, encode, bounds
+        self.fields = {field: "text"}
+        self.labels = "text"
+
+    def build(self, batch) -> SequenceBatch:
+        from packcli.tokenizing import add_boundary_tokens
+
+        flat, lengths = self.encode(batch.columns[self.field])
+        flat, lengths = add_boundary_tokens(flat, lengths, self.bounds.bos_id, self.bounds.eos_id)
+        return SequenceBatch(flat, lengths, None)
+
+
+class PromptCompletionSequences:
+    """Prompt and completion are tokenized apart and joined: the prompt's tokens are what
+    the model is given at inference and the completion's are what it must generate, so no
+    token may straddle the seam. Only completion tokens (and EOS) are learned."""
+
+    def __init__(self, prompt_field: str, completion_field: str, encode, bounds: Boundaries):
+        self.prompt_field, self.completion_field = prompt_field, completion_field
+        self.encode, self.bounds = encode, bounds
+        self.fields = {prompt_field: "text", completion_field: "text"}
+        self.labels = "masked"
+
+    def build(self, batch) -> SequenceBatch:
+        prompts, p_lengths = self.encode(batch.columns[self.prompt_field])
+        completions, c_lengths = self.encode(batch.columns[self.completion_field])
+        p_ends, c_ends = np.cumsum(p_lengths), np.cumsum(c_lengths)
+        token_lists, label_lists = [], []
+        for i in range(len(p_lengths)):
+            prompt = prompts[p_ends[i] - p_lengths[i] : p_ends[i]].tolist()
+            completion = completions[c_ends[i] - c_lengths[i] : c_ends[i]].tolist()
+            token_lists.append(prompt + completion)
+            label_lists.append([IGNORE_INDEX] * len(prompt) + completion)
+        return from_lists(token_lists, label_lists, self.bounds)
+
+
+class ChatSequences:
+    """Conversations rendered with the chat template; only turns of `train_on` roles learned.
+
+    With `{% generation %}` markers in the template (and only assistant turns trained),
+    transformers' own assistant mask is used. Otherwise each trained turn is found by
+    rendering the conversation up to it: the tokens of the render before the turn (with
+    the generation prompt, for assistant turns) and of the render through it must be
+    prefixes of the whole conversation's tokens, and the turn is what lies between.
+    """
+
+    def __init__(self, field: str, tokenizer, template: str | None, train_on: tuple[str, ...], bounds: Boundaries):
+        self.field, self.tokenizer, self.bounds = field, tokenizer, bounds
+        self.template = template or tokenizer.chat_template
+        if not self.template:
+            raise PackcliError(
+                "the tokenizer has no chat template; give one with --chat-template FILE (a Jinja file)"
+            )
+        self.train_on = train_on
+        self.use_markers = bool(GENERATION_MARKER.search(self.template)) and train_on == ("assistant",)
+        self.fields = {field: "messages"}
+        self.labels = "masked"
+
+    def _tokens(self, conversations, add_generation_prompt=False, assistant_mask=False):
+        out = self.tokenizer.apply_chat_template(
+            conversations,
+            chat_template=self.template,
+            tokenize=True,
+            return_dict=True,
+            add_generation_prompt=add_generation_prompt,
+            return_assistant_tokens_mask=assistant_mask,
+        )
+        return out
+
+    def build(self, batch) -> SequenceBatch:
+        conversations = batch.columns[self.field]
+        try:
+            if self.use_markers:
+                out = self._tokens(conversations, assistant_mask=True)
+                token_lists = out["input_ids"]
+                label_lists = [
+                    [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
+                    for ids, mask in zip(token_lists, out["assistant_masks"])
+                ]
+            else:
+                token_lists = self._tokens(conversations)["input_ids"]
+                label_lists = [
+                    self._labels_by_prefix(conv, ids, batch.location(i))
+                    for i, (conv, ids) in enumerate(zip(conversations, token_lists))
+                ]
+        except PackcliError:
+            raise
+        except Exception as exc:  # jinja raises its own errors for templates that reject a conversation
+            raise PackcliError(f"{batch.source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        return from_lists(token_lists, label_lists, self.bounds)
+
+    def _labels_by_prefix(self, conversation, ids, location) -> list[int]:
+        labels = [IGNORE_INDEX] * len(ids)
+        for i, message in enumerate(conversation):
+            if message["role"] not in self.train_on:
+                continue
+            is_assistant = message["role"] == "assistant"
+            before = self._prefix(conversation[:i], add_generation_prompt=is_assistant)
+            through = self._prefix(conversation[: i + 1], add_generation_prompt=False)
+            if ids[: len(before)] != before or ids[: len(through)] != through or len(through) < len(before):
+                raise PackcliError(
+                    f"{location}: the chat template does not render turn {i} as a prefix of the conversation, "
+                    "so its tokens cannot be found; use a template with {% generation %} markers (--chat-template)"
+                )
+            labels[len(before) : len(through)] = ids[len(before) : len(through)]
+        return labels
+
+    def _prefix(self, messages, add_generation_prompt: bool) -> list[int]:
+        if not messages and not add_generation_prompt:
+            return []
+        return list(self._tokens([messages], add_generation_prompt=add_generation_prompt)["input_ids"][0])
+
+
+class IdsSequences:
+    """Already tokenized input; labels from `labels_field` when given, else every token."""
+
+    def __init__(self, field: str, labels_field: str | None, bounds: Boundaries):
+        self.field, self.labels_field, self.bounds = field, labels_field, bounds
+        self.fields = {field: "ids"}
+        if labels_field:
+            self.fields[labels_field] = "ids"
+        self.labels = "masked" if labels_field else "text"
+
+    def build(self, batch) -> SequenceBatch:
+        ids = batch.columns[self.field]
+        if self.labels_field:
+            labels = batch.columns[self.labels_field]
+            for i, (a, b) in enumerate(zip(ids, labels)):
+                if len(a) != len(b):
+                    raise PackcliError(
+                        f"{batch.location(i)}: {self.labels_field!r} has {len(b)} labels for {len(a)} ids"
+                    )
+        else:
+            labels = [None] * len(ids)
+        for i, seq in enumerate(ids):
+            if seq.min() < 0 or seq.max() > np.iinfo(np.int32).max:
+                raise PackcliError(f"{batch.location(i)}: {self.field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id")
+        result = from_lists(ids, labels, self.bounds)
+        if not self.labels_field:
+            result.labels = None  # every token is learned, as in plain text
+        return result

@@ -1,0 +1,175 @@
+"""SFT and chat input: the loss falls only on what the model should learn to say."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import load_rows, real_segments, write_jsonl
+from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
+
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_tokenizer(str(BUNDLED_DIR))
+
+
+def learned_text_per_segment(rows, tokenizer) -> list[str]:
+    """Decode, segment by segment, only the tokens whose label is kept."""
+    texts = []
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        for k in range(int(rows.num_segments[r])):
+            labels = rows.labels[r, cu[k] : cu[k + 1]]
+            texts.append(tokenizer.decode([int(t) for t in labels[labels != -100]]))
+    return texts
+
+
+PAIRS = [
+    {"question": "What is 2 + 3?", "answer": " It is 5."},
+    {"question": "Name a colour.\n", "answer": "Blue, like the sea."},
+    {"question": "héllo wörld ✓", "answer": "ünïcode ✓ answer"},
+    {"question": "def f():", "answer": "\n    return 1"},
+]
+
+
+def test_prompt_completion_learns_only_the_completion(tmp_path, packed, demo):
+    path = write_jsonl(tmp_path / "sft.jsonl", PAIRS)
+    out = packed(path, "--tokenizer", "packcli:demo", "--seq-len", 256, "--algorithm", "nf",
+                 "--prompt-field", "question", "--completion-field", "answer")
+    rows, manifest = load_rows(out)
+    assert learned_text_per_segment(rows, demo) == [p["answer"] + EOT for p in PAIRS]
+    # the joined sequence is the prompt's tokens then the completion's: nothing merged at the seam
+    want = [demo.encode(p["question"], add_special_tokens=False) + demo.encode(p["answer"], add_special_tokens=False)
+            + [demo.eos_token_id] for p in PAIRS]
+    assert real_segments(rows) == want
+    assert manifest["labels"] == "masked" and manifest["options"]["input"] == "prompt"
+    report = json.loads((out / "report.json").read_text())
+    assert report["label_tokens"] == sum(len(demo.encode(p["answer"], add_special_tokens=False)) + 1 for p in PAIRS)
+    assert report["label_tokens"] < report["real_tokens"]
+
+
+def test_prompt_completion_no_double_bos(tmp_path, packed, bos_tokenizer):
+    path = write_jsonl(tmp_path / "sft.jsonl", [{"p": "<s> w1 w2", "c": "w3"}, {"p": "w4", "c": "w5 w6"}])
+    rows, _ = load_rows(packed(path, "--tokenizer", bos_tokenizer, "--seq-len", 16, "--algorithm", "nf", "--bos",
+                               "--prompt-field", "p", "--completion-field", "c"))
+    assert real_segments(rows) == [[2, 5, 6, 7, 1], [2, 8, 9, 10, 1]]
+    assert rows.labels[0, :5].tolist() == [-100, -100, -100, 7, 1]
+
+
+CONVERSATIONS = [
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"},
+     {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4, naturally ✓"}],
+    [{"role": "user", "content": "Say <|im_end|> please"}, {"role": "assistant", "content": "No."}],
+]
+
+NO_MARKER_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", ["bundled (generation markers)", "file without markers"])
+def test_chat_learns_only_assistant_turns(tmp_path, packed, demo, template):
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": c} for c in CONVERSATIONS])
+    options = ["--tokenizer", "packcli:demo", "--seq-len", 512, "--algorithm", "nf", "--messages-field", "messages"]
+    if template != "bundled (generation markers)":
+        (tmp_path / "t.jinja").write_text(NO_MARKER_TEMPLATE)
+        options += ["--chat-template", tmp_path / "t.jinja"]
+    rows, _ = load_rows(packed(path, *options))
+    learned = learned_text_per_segment(rows, demo)
+    # ChatML: the assistant's content and its <|im_end|>, nothing of system or user turns
+    if template == "bundled (generation markers)":
+        assert learned == ["Hello.<|im_end|>4, naturally ✓<|im_end|>", "No.<|im_end|>"]
+    else:
+        assert learned == ["Hello.<|im_end|>\n4, naturally ✓<|im_end|>\n" + EOT, "No.<|im_end|>\n" + EOT]
+    for text in learned:
+        assert "Hi?" not in text and "Be brief" not in text and "please" not in text
+
+
+def test_chat_train_on_user_too(tmp_path, packed, demo):
+    (tmp_path / "t.jinja").write_text(NO_MARKER_TEMPLATE)
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])
+    rows, _ = load_rows(packed(path, "--tokenizer", "packcli:demo", "--seq-len", 512, "--messages-field", "messages",
+                               "--chat-template", tmp_path / "t.jinja", "--train-on", "user,assistant"))
+    learned = learned_text_per_segment(rows, demo)[0]
+    assert "please" in learned and "No." in learned and not learned.startswith("<|im_start|>user")
+
+
+def test_sharegpt_turns_are_mapped(tmp_path, packed, demo):
+    record = {"conversations": [{"from": "human", "value": "Who are you?"}, {"from": "gpt", "value": "A packer."}]}
+    path = write_jsonl(tmp_path / "sharegpt.jsonl", [record])
+    rows, _ = load_rows(packed(path, "--tokenizer", "packcli:demo", "--seq-len", 128, "--messages-field", "conversations"))
+    assert learned_text_per_segment(rows, demo) == ["A packer.<|im_end|>"]
+
+
+def test_tokenizer_without_chat_template(tmp_path, cli, word_tokenizer):
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])
+    result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 64, "--messages-field", "messages")
+    assert result.exit_code == 1 and "no chat template" in result.stderr and "--chat-template" in result.stderr
+
+
+def test_ids_input_without_a_tokenizer(tmp_path, packed):
+    records = [{"ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"ids": [8, 9], "labels": [-100, -100]}, {"ids": [70000], "labels": [70000]}]
+    path = write_jsonl(tmp_path / "ids.jsonl", records)
+    out = packed(path, "--ids-field", "ids", "--labels-field", "labels", "--seq-len", 8, "--algorithm", "nf",
+                 "--eos-token", "2", "--format", "npy")
+    rows, manifest = load_rows(out)
+    segments = real_segments(rows)
+    assert segments == [[5, 6, 7, 2], [8, 9, 2], [70000, 2]]
+    # the EOS after learned tokens is learned; after unlearned ones it is not
+    assert rows.labels[0].tolist()[:7] == [-100, 6, 7, 2, -100, -100, -100]
+    assert np.load(out / "shard-00000" / "input_ids.npy").dtype == np.uint32
+    assert manifest["tokenizer"]["vocab_size"] is None and manifest["tokenizer"]["pad_id"] == 2
+
+
+def test_ids_input_plain_labels(tmp_path, packed):
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 6, 7]}, {"ids": [8]}])
+    rows, manifest = load_rows(packed(path, "--ids-field", "ids", "--seq-len", 8, "--no-eos", "--pad-id", 0, "--algorithm", "nf"))
+    assert rows.labels[0].tolist() == [-100, 6, 7, -100, -100, -100, -100, -100]
+    assert manifest["labels"] == "text"
+
+
+def test_sft_overlong_truncates_and_counts_unlearnable(tmp_path, packed, word_tokenizer):
+    records = [
+        {"p": "w1 w2", "c": "w3 w4 w5 w6 w7 w8"},  # 2 + 6 + EOS = 9 > 6: truncated, keeps learned tokens
+        {"p": "w1 w2 w3 w4 w5 w6 w7", "c": "w8"},  # the prompt alone fills the row: nothing left to learn
+        {"p": "w9", "c": "w10"},
+    ]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 6, "--algorithm", "nf",
+                 "--prompt-field", "p", "--completion-field", "c")
+    rows, manifest = load_rows(out)
+    assert real_segments(rows) == [[5, 6, 7, 8, 9, 10], [13, 14, 1]]
+    report = json.loads((out / "report.json").read_text())
+    assert report["overlong"]["policy"] == "truncate" and manifest["options"]["overlong"] == "truncate"
+    assert report["overlong"]["count"] == 2 and report["overlong"]["dropped_without_labels"] == 1
+    assert report["overlong"]["tokens_lost"] == 3 + 9  # the dropped one loses all 9 of its tokens
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (("--text-field", "a", "--prompt-field", "p", "--completion-field", "c"), "conflicting field options"),
+        (("--messages-field", "m", "--ids-field", "i"), "conflicting field options"),
+        (("--prompt-field", "p"), "go together"),
+        (("--labels-field", "l"), "--labels-field goes with --ids-field"),
+        (("--chat-template", "x.jinja"), "--chat-template goes with --messages-field"),
+        (("--messages-field", "m", "--train-on", "robot"), "--train-on takes roles"),
+    ],
+)
+def test_conflicting_field_options(tmp_path, cli, word_tokenizer, options, message):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
+    result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, *options)
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_tokenizer_required_except_for_ids(tmp_path, cli):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
+    result = cli("pack", path, "-o", tmp_path / "o", "--seq-len", 8)
+    assert result.exit_code == 2 and "--tokenizer is required" in result.stderr
