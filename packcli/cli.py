@@ -55,7 +55,9 @@ def _errors(debug: bool):
     except KeyboardInterrupt:
         if debug:
             raise
-        sys.stderr.write("interrupted: no manifest was written, the output is incomplete\n")
+        from packcli.errors import Interrupted
+
+        sys.stderr.write(f"error: {Interrupted('SIGINT', 2)}\n")
         raise typer.Exit(130) from None
 
 
@@ -95,6 +97,7 @@ def pack(
     workers: Annotated[Optional[int], typer.Option(help="Tokenizer threads. [default: all cores]", show_default=False)] = None,
     on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --output (same inputs and options).")] = False,
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:
@@ -109,6 +112,7 @@ def pack(
             mode=mode, algorithm=algorithm, remainder=remainder, buffer_size=buffer_size, overlong=overlong,
             bos=bos, eos=eos, eos_token=eos_token, pad_id=pad_id, format=format, rows_per_shard=rows_per_shard,
             shuffle=shuffle, seed=seed, workers=workers, on_bad_record=on_bad_record, overwrite=overwrite,
+            resume=resume,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)
@@ -148,25 +152,103 @@ def _show_report(report: dict, title: str, json_output: bool) -> None:
 
 @app.command()
 def stats(
-    paths: Annotated[list[str], typer.Argument(help="Packed output directories.", show_default=False)],
+    paths: Annotated[list[str], typer.Argument(help="Packed output directories (compared side by side when several), or raw input as for pack, with --tokenizer and --seq-len.", show_default=False)],
+    tokenizer: Annotated[Optional[str], typer.Option(help="Raw input: tokenizer, as for pack.", show_default=False)] = None,
+    seq_len: Annotated[Optional[list[int]], typer.Option("--seq-len", help="Raw input: tokens per row; repeat to compare several.", show_default=False)] = None,
+    text_field: Annotated[str, typer.Option(help="Raw input: field holding plain text.")] = "text",
+    batch_size: Annotated[int, typer.Option(help="Raw input: batch size of the pad-to-longest baseline.")] = 8,
+    buffer_size: Annotated[int, typer.Option(help="Raw input: sequences packed together per window, as for pack.")] = 100_000,
+    overlong: Annotated[Optional[str], typer.Option(help="Raw input: sequences longer than --seq-len: split, truncate, drop or error. [default: split]", show_default=False)] = None,
+    bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Raw input: put BOS first. [default: as the tokenizer does]", show_default=False)] = None,
+    eos: Annotated[bool, typer.Option("--eos/--no-eos", help="Raw input: append EOS to every document.")] = True,
+    eos_token: Annotated[Optional[str], typer.Option(help="Raw input: token to use as EOS instead of the tokenizer's.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Raw input: tokenizer threads. [default: all cores]", show_default=False)] = None,
+    on_bad_record: Annotated[str, typer.Option(help="Raw input: fail at the first bad record, or skip and count it.")] = "fail",
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.", show_default=False)] = None,
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:
-    """The efficiency report of packed output, recomputed from its shards."""
+    """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give."""
     with _errors(debug):
-        from packcli.stats import stats_dir
+        from packcli.stats import is_packed_output
 
-        reports = [stats_dir(path) for path in paths]
-        if json_output:
-            from packcli.report import to_json
+        packed = [is_packed_output(path) for path in paths]
+        if any(packed) and not all(packed):
+            raw = paths[packed.index(False)]
+            raise PackcliError(
+                f"{raw} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
+                "output directories, or raw input with --tokenizer and --seq-len, not both", usage=True,
+            )
+        if all(packed):
+            if tokenizer is not None or seq_len:
+                raise PackcliError("--tokenizer and --seq-len are for raw input; to see what packing "
+                                   f"{paths[0]} again would give, run stats on the raw input", usage=True)
+            _stats_dirs(paths, plot, json_output)
+        elif tokenizer is None and not seq_len:
+            _stats_dirs(paths, plot, json_output)  # fails on the first path, with a hint
+        else:
+            from packcli.stats import WhatIfOptions
 
-            sys.stdout.write(to_json(reports[0] if len(reports) == 1 else {p: r for p, r in zip(paths, reports)}))
-            return
-        from packcli.stats import render_stats
+            if tokenizer is None:
+                raise PackcliError("--tokenizer is needed for raw input", usage=True)
+            options = WhatIfOptions(
+                inputs=list(paths), tokenizer=tokenizer, seq_lens=list(seq_len or []), text_field=text_field,
+                batch_size=batch_size, buffer_size=buffer_size, overlong=overlong, bos=bos, eos=eos,
+                eos_token=eos_token, workers=workers, on_bad_record=on_bad_record,
+            )
+            _stats_raw(options, plot, json_output)
 
-        console = _stdout()
-        for path, report in zip(paths, reports):
-            render_stats(console, path, report)
+
+def _stats_dirs(paths: list[str], plot: Optional[str], json_output: bool) -> None:
+    from packcli.report import to_json
+    from packcli.stats import dir_stats, is_packed_output, plot_dirs, render_compare, render_stats
+
+    reports, histograms = [], []
+    for path in paths:
+        try:
+            report, hists = dir_stats(path)
+        except PackcliError as exc:
+            from pathlib import Path
+
+            if Path(path).exists() and not is_packed_output(path):
+                raise PackcliError(f"{exc}; for raw input, pass --tokenizer and --seq-len") from exc
+            raise
+        reports.append(report)
+        histograms.append(hists)
+    if plot:
+        plot_dirs(plot, paths, histograms, reports)
+    if json_output:
+        sys.stdout.write(to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
+        return
+    console = _stdout()
+    if len(reports) == 1:
+        render_stats(console, paths[0], reports[0])
+    else:
+        render_compare(console, paths, reports)
+    if plot:
+        console.print(f"[dim]plot written to {plot}[/dim]")
+
+
+def _stats_raw(options, plot: Optional[str], json_output: bool) -> None:
+    from packcli.report import to_json
+    from packcli.stats import plot_what_if, render_what_if, stats_raw
+
+    if plot:  # fail before the work, not after it
+        from packcli.stats import matplotlib_figure
+
+        matplotlib_figure()
+    with _progress() as progress:
+        report = stats_raw(options, progress=progress)
+    if plot:
+        plot_what_if(plot, report)
+    report.pop("_lengths")
+    if json_output:
+        sys.stdout.write(to_json(report))
+        return
+    console = _stdout()
+    render_what_if(console, report)
+    if plot:
+        console.print(f"[dim]plot written to {plot}[/dim]")
 
 
 @app.command()
@@ -190,6 +272,36 @@ def verify(
             f"ok: {path}: {summary['shards']} shard(s), {summary['rows']:,} rows, "
             f"{summary['sequences']:,} sequences, {summary['real_tokens']:,} real tokens "
             f"({summary['bytes'] / 1e6:.1f} MB checked at {rate:.2f} GB/s)"
+        )
+
+
+export_app = typer.Typer(help="Write packed output in other training frameworks' formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("megatron")
+def export_megatron(
+    path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
+    prefix: Annotated[str, typer.Argument(help="Output prefix: writes PREFIX.bin and PREFIX.idx.", show_default=False)],
+    dtype: Annotated[Optional[str], typer.Option(help="Token dtype in .bin: uint16 or int32. [default: uint16 if the vocabulary has under 65,500 tokens, as Megatron chooses]", show_default=False)] = None,
+    json_output: Json = False,
+    debug: Debug = False,
+) -> None:
+    """Write the Megatron-LM PREFIX.bin/PREFIX.idx pair (IndexedDataset), one document per sequence."""
+    with _errors(debug):
+        from packcli.megatron import export_megatron as run_export
+
+        summary = run_export(path, prefix, dtype=dtype)
+        for note in summary["notes"]:
+            sys.stderr.write(f"note: {note}\n")
+        if json_output:
+            from packcli.report import to_json
+
+            sys.stdout.write(to_json(summary))
+            return
+        print(
+            f"ok: wrote {summary['bin']} and {summary['idx']}: {summary['documents']:,} documents, "
+            f"{summary['tokens']:,} tokens ({summary['dtype']})"
         )
 
 

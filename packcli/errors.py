@@ -14,3 +14,18 @@ class PackcliError(Exception):
     @property
     def exit_code(self) -> int:
         return 2 if self.usage else 1
+
+
+class Interrupted(PackcliError):
+    """A run stopped by a signal; exit code 128 + the signal's number, as shells expect."""
+
+    def __init__(self, signal_name: str, signal_number: int):
+        super().__init__(
+            f"interrupted by {signal_name}: no manifest was written, the output is incomplete; "
+            "run the same command with --resume to continue"
+        )
+        self.signal_number = signal_number
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signal_number

@@ -24,7 +24,7 @@ MAX_SEQ_LEN = 1 << 20
 DEFAULT_BUFFER_SIZE = 100_000
 SHARD_TOKENS = 1 << 25
 READ_BATCH = 1024
-OWNED_PREFIXES = ("shard-", ".shard-", "manifest.json", ".manifest.json", "report.json", ".report.json")
+OWNED_PREFIXES = ("shard-", ".shard-", "manifest.json", ".manifest.json", "report.json", ".report.json", ".packcli-run.json")
 
 
 @dataclass
@@ -57,6 +57,7 @@ class PackOptions:
     workers: int | None = None
     on_bad_record: str = "fail"
     overwrite: bool = False
+    resume: bool = False
 
     @property
     def input_kind(self) -> str:
@@ -108,6 +109,8 @@ class PackOptions:
                 raise usage(f"--{name.replace('_', '-')} must be at least 1, not {value}")
         if self.pad_id is not None and self.pad_id < 0:
             raise usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+        if self.resume and self.overwrite:
+            raise usage("--resume and --overwrite exclude each other")
         kinds = [
             flag
             for flag, given in (
@@ -180,7 +183,9 @@ def prepare_output(path: Path, overwrite: bool) -> None:
     if path.is_dir():
         entries = sorted(p.name for p in path.iterdir())
         if entries and not overwrite:
-            raise PackcliError(f"output directory {path} is not empty; pass --overwrite to replace it")
+            raise PackcliError(
+                f"output directory {path} is not empty; pass --overwrite to replace it, or --resume to continue an interrupted run"
+            )
         foreign = [name for name in entries if not name.startswith(OWNED_PREFIXES)]
         if foreign:
             raise PackcliError(
@@ -219,47 +224,60 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     started = time.perf_counter()
     timer = Timer()
 
-    from packcli import reading
+    from packcli import reading, resume
     from packcli.packing import Counters, make_packer, one_window_rows
     from packcli.report import RowStats, no_packing_baseline
-    from packcli.shards import ShardWriter, ids_dtype
+    from packcli.shards import ShardWriter, ids_dtype, shard_name
 
     paths = reading.expand_inputs(opts.inputs)
     setup = _setup_tokens(opts)
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
     out_dir = Path(opts.output)
-    prepare_output(out_dir, opts.overwrite)
+    identity = resume.run_identity(_resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+    done_shards = 0
+    if opts.resume and _has_entries(out_dir):
+        resume.check_resumable(out_dir, identity)
+        if (out_dir / "manifest.json").is_file():
+            return _finished_report(out_dir)
+        done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
+    else:
+        prepare_output(out_dir, opts.overwrite)
+        _write_output(lambda: resume.save_run(out_dir, identity), out_dir)
 
     settings = opts.settings(setup.pad_id)
     counters = Counters()
     bad = reading.BadRecords()
     stats = RowStats(opts.seq_len)
     packer = make_packer(settings, counters)
-    writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size)
+    writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size, done_shards)
     builder = setup.builder
+    check_pad = opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id)
 
     def write(blocks):
         for rows in timer.timed_iter("pack", blocks):
             with timer.stage("write"):
                 stats.add(rows)
-                writer.add(rows)
+                _write_output(lambda: writer.add(rows), out_dir)
 
     try:
-        batches = reading.read_batches(
-            paths, builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
-        )
-        for batch in timer.timed_iter("read", batches):
-            with timer.stage("tokenize"):
-                sequences = builder.build(batch)
-            write(packer.add(sequences, batch.location))
-            if progress is not None:
-                progress(len(sequences.lengths), int(sequences.lengths.sum()))
-        write(packer.finish())
-        if counters.sequences_in == 0:
-            skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
-            raise PackcliError(f"no documents to pack in the input{skipped}")
-        with timer.stage("write"):
-            shards = writer.close()
+        with _signals_raise():
+            batches = reading.read_batches(
+                paths, builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+            )
+            for batch in timer.timed_iter("read", batches):
+                with timer.stage("tokenize"):
+                    sequences = builder.build(batch)
+                if check_pad:
+                    _refuse_pad_in_data(sequences, setup.pad_id, batch)
+                write(packer.add(sequences, batch.location))
+                if progress is not None:
+                    progress(len(sequences.lengths), int(sequences.lengths.sum()))
+            write(packer.finish())
+            if counters.sequences_in == 0:
+                skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
+                raise PackcliError(f"no documents to pack in the input{skipped}")
+            with timer.stage("write"):
+                shards = _write_output(writer.close, out_dir)
     except BaseException:
         writer.abort()
         raise
@@ -333,9 +351,65 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         },
         "shards": [s.to_dict() for s in shards],
     }
-    write_json_atomic(out_dir / "report.json", report)
-    write_json_atomic(out_dir / "manifest.json", manifest)
+    _write_output(lambda: write_json_atomic(out_dir / "report.json", report), out_dir)
+    _write_output(lambda: write_json_atomic(out_dir / "manifest.json", manifest), out_dir)
     return report
+
+
+def _finished_report(out_dir: Path) -> dict:
+    """--resume on a run that had finished: nothing to do, the same report again."""
+    import sys
+
+    sys.stderr.write(f"{out_dir} is already complete; nothing to resume\n")
+    return json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+
+
+def _has_entries(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
+def _write_output(action, out_dir: Path):
+    """Writing errors (a full disk above all) as one line naming the directory."""
+    try:
+        return action()
+    except OSError as exc:
+        raise PackcliError(f"writing to {out_dir} failed: {exc.strerror or exc}; no manifest was written") from exc
+
+
+@contextmanager
+def _signals_raise():
+    """SIGTERM stops a run like Ctrl-C does: temporary files removed, no manifest."""
+    import signal
+    import threading
+
+    from packcli.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Interrupted(signal.Signals(signum).name, signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _refuse_pad_in_data(sequences, pad_id: int, batch) -> None:
+    """An explicit --pad-id promises padding can be told from data by its id alone."""
+    import numpy as np
+
+    hits = np.flatnonzero(sequences.tokens == pad_id)
+    if len(hits):
+        ends = np.cumsum(sequences.lengths)
+        index = int(np.searchsorted(ends, hits[0], side="right"))
+        raise PackcliError(
+            f"{batch.location(index)}: --pad-id {pad_id} occurs in the data; choose an id that does not "
+            "(or leave --pad-id out to pad with EOS)"
+        )
 
 
 @dataclass
@@ -425,6 +499,6 @@ def _resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int)
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
-    for name in ("workers", "overwrite", "output"):  # none of them changes the shards
+    for name in ("workers", "overwrite", "resume", "output"):  # none of them changes the shards
         resolved.pop(name)
     return resolved

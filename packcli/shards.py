@@ -180,10 +180,14 @@ class _NpyShard:
 class ShardWriter:
     """Cuts a stream of row blocks into shards of `rows_per_shard` rows."""
 
-    def __init__(self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int | None):
+    def __init__(
+        self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int | None, done_shards: int = 0
+    ):
+        """done_shards: shards a resumed run finished already; their rows are counted, not written."""
         self.out_dir, self.fmt, self.seq_len = Path(out_dir), fmt, seq_len
         self.rows_per_shard = rows_per_shard
         self.id_dtype = ids_dtype(vocab_size)
+        self.done_shards = done_shards
         self.shards: list[ShardInfo] = []
         self._current = None
         self._rows = self._sequences = self._tokens = 0
@@ -194,11 +198,13 @@ class ShardWriter:
     def add(self, rows: Rows) -> None:
         start = 0
         while start < len(rows):
-            if self._current is None:
+            skipping = len(self.shards) < self.done_shards
+            if self._current is None and not skipping:
                 self._open()
             take = min(len(rows) - start, self.rows_per_shard - self._rows)
             block = rows.slice(start, start + take)
-            self._current.write(block)
+            if not skipping:
+                self._current.write(block)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
             self._tokens += int(block.real_lengths().sum())
@@ -215,9 +221,10 @@ class ShardWriter:
 
     def _close_shard(self) -> None:
         index = len(self.shards)
-        self._current.finish()
         final = self.out_dir / shard_name(index, self.fmt)
-        os.replace(self._tmp_path(index), final)
+        if self._current is not None:
+            self._current.finish()
+            os.replace(self._tmp_path(index), final)
         self.shards.append(
             ShardInfo(final.name, self._rows, self._sequences, self._tokens, checksum(final))
         )
@@ -225,16 +232,21 @@ class ShardWriter:
         self._rows = self._sequences = self._tokens = 0
 
     def close(self) -> list[ShardInfo]:
-        if self._current is not None and self._rows:
+        if self._rows:
             self._close_shard()
+        if len(self.shards) < self.done_shards:
+            raise PackcliError(
+                f"resume found {self.done_shards} finished shards but the run makes only {len(self.shards)}; "
+                "start again with --overwrite"
+            )
         return self.shards
 
     def abort(self) -> None:
         """Leave no temporary shard behind; finished shards stay (they are complete)."""
         if self._current is not None:
             self._current.abort()
-            remove_path(self._tmp_path(len(self.shards)))
             self._current = None
+        remove_path(self._tmp_path(len(self.shards)))  # also when opening the shard failed
 
 
 def remove_path(path: Path) -> None:

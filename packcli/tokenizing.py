@@ -43,14 +43,19 @@ def load_tokenizer(spec: str):
     """A fast (Rust-backed) tokenizer: a local directory, a tokenizer.json file or a Hub name."""
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    import transformers
 
     location = resolve_tokenizer_path(spec)
     try:
         if location.endswith(".json") and Path(location).is_file():
-            tokenizer = _load_tokenizer_file(Path(location), PreTrainedTokenizerFast)
+            tokenizer = _load_tokenizer_file(Path(location), transformers.PreTrainedTokenizerFast)
         else:
-            tokenizer = AutoTokenizer.from_pretrained(location)
+            cls = _named_tokenizer_class(Path(location), transformers)
+            if cls is None:  # a Hub name, or a directory that does not name its class
+                from transformers import AutoTokenizer
+
+                cls = AutoTokenizer
+            tokenizer = cls.from_pretrained(location)
     except PackcliError:
         raise
     except Exception as exc:  # transformers raises many types for a bad directory or name
@@ -59,6 +64,27 @@ def load_tokenizer(spec: str):
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise PackcliError(f"tokenizer {spec!r} has no fast (Rust) version; packcli needs one")
     return tokenizer
+
+
+def _named_tokenizer_class(directory: Path, transformers):
+    """The class a local directory's tokenizer_config.json names, found without AutoTokenizer:
+    importing the auto classes imports PyTorch when it is installed, seconds for nothing."""
+    import json
+
+    config = directory / "tokenizer_config.json"
+    if not (config.is_file() and (directory / "tokenizer.json").is_file()):
+        return None
+    try:
+        name = json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class")
+    except (ValueError, OSError):
+        return None
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    for candidate in (name if name.endswith("Fast") else name + "Fast", name):
+        cls = getattr(transformers, candidate, None)
+        if cls is not None and hasattr(cls, "from_pretrained"):
+            return cls
+    return None
 
 
 def _load_tokenizer_file(path: Path, fast_class):

@@ -1,0 +1,271 @@
+"""Bad input, bad settings, signals, kill -9 and --resume: never half-written, never silent."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import random_texts, write_jsonl
+from packcli.verify import verify_dir
+
+
+def assert_incomplete(out: Path) -> None:
+    assert not (out / "manifest.json").exists()
+    if out.exists():
+        assert not [p.name for p in out.iterdir() if p.name.startswith(".shard-")]
+
+
+def one_line(result, code=1) -> str:
+    assert result.exit_code == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+JSONL_BAD = [
+    (b'{"text": "w1"}\n{"text": "w2"\n', "bad.jsonl:2", "malformed JSON"),
+    (b'{"text": "w1"}\n["w2"]\n', "bad.jsonl:2", "expected a JSON object"),
+    (b'{"text": "w1"}\n{"body": "w2"}\n', "bad.jsonl:2", "missing field 'text'"),
+    (b'{"text": null}\n', "bad.jsonl:1", "is null"),
+    (b'{"text": 5}\n', "bad.jsonl:1", "expected a string"),
+    (b'{"text": ["w1"]}\n', "bad.jsonl:1", "expected a string"),
+    (b'{"text": ""}\n', "bad.jsonl:1", "empty"),
+    (b'{"text": "w1 \xff"}\n', "bad.jsonl:1", "invalid UTF-8"),
+]
+
+
+@pytest.mark.parametrize("content, where, problem", JSONL_BAD)
+def test_bad_jsonl_records(tmp_path, cli, word_tokenizer, content, where, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    out = tmp_path / "o"
+    line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert where in line and problem in line
+    assert_incomplete(out)
+    skipped = cli("pack", path, "-o", tmp_path / "s", "--tokenizer", word_tokenizer, "--seq-len", 8,
+                  "--on-bad-record", "skip", "--json")
+    if skipped.exit_code == 0:
+        documents = json.loads(skipped.stdout)["documents"]
+        assert documents["skipped"] == 1 and where in documents["skipped_examples"][0]
+    else:  # the file held nothing good at all
+        assert "no documents to pack" in one_line(skipped)
+
+
+PARQUET_BAD = [
+    (pa.table({"text": ["w1", None]}), "bad.parquet row 1", "is null"),
+    (pa.table({"text": ["w1", ""]}), "bad.parquet row 1", "empty"),
+    (pa.table({"text": [1, 2]}), "bad.parquet", "int64"),
+    (pa.table({"body": ["w1"]}), "bad.parquet", "no column 'text'"),
+]
+
+
+@pytest.mark.parametrize("table, where, problem", PARQUET_BAD)
+def test_bad_parquet_records(tmp_path, cli, word_tokenizer, table, where, problem):
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "o"
+    line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert where in line and problem in line, line
+    assert_incomplete(out)
+
+
+def test_truncated_gzip_and_empty_file(tmp_path, cli, word_tokenizer):
+    data = gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in random_texts(2000)).encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "o"
+    line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 64))
+    assert "cut.jsonl.gz:" in line and "truncated" in line
+    assert_incomplete(out)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"text": pa.array([], type=pa.string())}), empty)
+    assert "no documents" in one_line(cli("pack", empty, "-o", tmp_path / "e", "--tokenizer", word_tokenizer, "--seq-len", 8))
+
+
+def test_unwritable_output(tmp_path, cli, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
+    line = one_line(cli("pack", path, "-o", path / "sub", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "cannot write to output directory" in line
+
+
+def test_disk_full_mid_run(tmp_path, cli, word_tokenizer, monkeypatch):
+    from packcli import shards
+
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(400)])
+    real_write = shards._NpyFile.write
+    calls = {"n": 0}
+
+    def fill_up(self, block):
+        calls["n"] += 1
+        if calls["n"] > 20:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, block)
+
+    monkeypatch.setattr(shards._NpyFile, "write", fill_up)
+    out = tmp_path / "o"
+    line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 32,
+                        "--format", "npy", "--rows-per-shard", 10, "--buffer-size", 20))
+    assert "No space left on device" in line and str(out) in line
+    assert_incomplete(out)
+    assert (out / "shard-00000").is_dir()  # finished shards stay, for --resume
+
+
+def test_pad_id_that_collides_with_the_data(tmp_path, cli, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2"}, {"text": "w3 w7"}])
+    line = one_line(cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 11))
+    assert "d.jsonl:2" in line and "--pad-id 11 occurs in the data" in line
+    ok = cli("pack", path, "-o", tmp_path / "o2", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 1)
+    assert ok.exit_code == 0  # the EOS id as pad is the usual choice, not a collision
+
+
+# ------------------------------------------------------------------ interrupted runs and --resume
+
+
+@pytest.fixture(scope="module")
+def big_corpus(tmp_path_factory) -> Path:
+    """Large enough that a run takes a few seconds and writes many shards."""
+    path = tmp_path_factory.mktemp("big") / "big.jsonl"
+    write_jsonl(path, [{"text": t} for t in random_texts(60_000, seed=9, max_words=40)])
+    return path
+
+
+def pack_command(corpus, out, tokenizer, *extra) -> list[str]:
+    return [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--tokenizer", str(tokenizer),
+            "--seq-len", "128", "--rows-per-shard", "300", "--buffer-size", "5000", "--format", "npy", *extra]
+
+
+def start_and_stop(command, out: Path, when, sig) -> subprocess.CompletedProcess:
+    """Run packcli and send `sig` as soon as `when(out)` holds."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out.is_dir() and when(out)):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"run ended before the moment to stop it: {process.communicate()}")
+        time.sleep(0.002)
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def after_first_shard(out: Path) -> bool:
+    return (out / "shard-00000").exists()
+
+
+def in_the_middle_of_a_shard(out: Path) -> bool:
+    return (out / "shard-00002").exists() and any(p.name.startswith(".shard-") for p in out.iterdir())
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    files = {}
+    for shard in sorted(out.glob("shard-*")):
+        for f in sorted(shard.iterdir()):
+            files[f"{shard.name}/{f.name}"] = f.read_bytes()
+    files["manifest.json"] = (out / "manifest.json").read_bytes()
+    return files
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(big_corpus, word_tokenizer, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full") / "out"
+    subprocess.run(pack_command(big_corpus, out, word_tokenizer), check=True, capture_output=True)
+    verify_dir(out)
+    return out
+
+
+@pytest.mark.parametrize("moment", [after_first_shard, in_the_middle_of_a_shard])
+def test_kill_9_then_resume_is_byte_identical(tmp_path, big_corpus, word_tokenizer, uninterrupted, moment):
+    out = tmp_path / "out"
+    killed = start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, moment, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists()
+    finished_before = len(list(out.glob("shard-*")))
+    resumed = subprocess.run(pack_command(big_corpus, out, word_tokenizer, "--resume"), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    verify_dir(out)
+    assert shard_bytes(out) == shard_bytes(uninterrupted)
+    assert finished_before >= 1
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_stop_cleanly(tmp_path, big_corpus, word_tokenizer, sig, code):
+    out = tmp_path / "out"
+    stopped = start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, after_first_shard, sig)
+    assert stopped.returncode == code, stopped.stderr
+    lines = stopped.stderr.strip().splitlines()
+    assert len(lines) == 1 and "interrupted by SIG" in lines[0] and "--resume" in lines[0]
+    assert_incomplete(out)
+
+
+def test_resume_refuses_other_options_or_inputs(tmp_path, big_corpus, word_tokenizer):
+    out = tmp_path / "out"
+    start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, after_first_shard, signal.SIGKILL)
+    other = pack_command(big_corpus, out, word_tokenizer, "--resume")
+    other[other.index("--seq-len") + 1] = "256"
+    refused = subprocess.run(other, capture_output=True, text=True)
+    assert refused.returncode == 1 and "refusing to resume: --seq-len (256 vs 128)" in refused.stderr
+    changed = tmp_path / "changed.jsonl"
+    changed.write_bytes(big_corpus.read_bytes() + b'{"text": "w1"}\n')
+    os.replace(changed, tmp_path / "corpus.jsonl")
+    moved = pack_command(tmp_path / "corpus.jsonl", out, word_tokenizer, "--resume")
+    refused = subprocess.run(moved, capture_output=True, text=True)
+    assert refused.returncode == 1 and "refusing to resume" in refused.stderr
+    assert not (out / "manifest.json").exists()
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path, cli, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(30)])
+    args = ("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 32)
+    assert cli(*args).exit_code == 0
+    before = (tmp_path / "o" / "manifest.json").read_bytes()
+    again = cli(*args, "--resume", "--json")
+    assert again.exit_code == 0 and "already complete" in again.stderr
+    assert json.loads(again.stdout)["rows"] > 0
+    assert (tmp_path / "o" / "manifest.json").read_bytes() == before
+    fresh = cli("pack", path, "-o", tmp_path / "new", "--tokenizer", word_tokenizer, "--seq-len", 32, "--resume")
+    assert fresh.exit_code == 0  # --resume on a new directory simply starts
+    assert cli(*args, "--resume", "--overwrite").exit_code == 2
+
+
+# ------------------------------------------------------------------ fuzz: never a traceback
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+records = st.one_of(
+    st.binary(max_size=40),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"text": json_values}).map(lambda v: json.dumps(v).encode()),
+    st.text(alphabet="w0123456789 ", min_size=1, max_size=30).map(lambda t: json.dumps({"text": t}).encode()),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(records, min_size=1, max_size=6), skip=st.booleans())
+def test_fuzz_records_never_crash(tmp_path_factory, cli, word_tokenizer, lines, skip):
+    directory = tmp_path_factory.mktemp("fuzz")
+    path = directory / "fuzz.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n")
+    options = ["--on-bad-record", "skip"] if skip else []
+    result = cli("pack", path, "-o", directory / "o", "--tokenizer", word_tokenizer, "--seq-len", 16, *options)
+    assert result.exit_code in (0, 1)
+    if result.exit_code == 1:
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+        assert_incomplete(directory / "o")
+    else:
+        verify_dir(directory / "o")
