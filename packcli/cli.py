@@ -121,22 +121,30 @@ def pack(
 
 @contextmanager
 def _progress():
-    """A live counter on stderr when it is a terminal; nothing otherwise."""
+    """A live bar on stderr when it is a terminal (ETA when the input size is known); nothing otherwise."""
     if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    columns = (SpinnerColumn(), TextColumn("{task.fields[docs]:,} documents, {task.fields[tokens]:,} tokens"), TimeElapsedColumn())
+    columns = (
+        BarColumn(bar_width=20),
+        TextColumn("{task.fields[docs]:,} docs  {task.fields[tokens]:,} tokens  {task.fields[rate]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("pack", docs=0, tokens=0)
+        task = bar.add_task("pack", total=None, docs=0, tokens=0, rate=0.0)
         totals = {"docs": 0, "tokens": 0}
 
-        def advance(docs: int, tokens: int) -> None:
+        def advance(docs: int, tokens: int, done_bytes: int = 0, total_bytes: int | None = None) -> None:
             totals["docs"] += docs
             totals["tokens"] += tokens
-            bar.update(task, **totals)
+            elapsed = bar.tasks[0].elapsed or 0.0
+            rate = totals["tokens"] / elapsed if elapsed > 0 else 0.0
+            bar.update(task, completed=done_bytes, total=total_bytes, rate=rate, **totals)
 
         yield advance
 

@@ -19,6 +19,7 @@ MODES = ("bin", "concat")
 OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
 REMAINDER_POLICIES = ("pad", "drop")
 CONCAT_SHUFFLE_TOKENS = 1 << 24
+ROW_BLOCK_TOKENS = 1 << 22  # rows are built this many tokens at a time, so a window's rows never sit in memory at once
 
 
 @dataclass
@@ -125,13 +126,13 @@ class BinPacker:
             self.buffered += take
             starts, lengths, ids = starts[take:], lengths[take:], ids[take:]
             if self.buffered == size:
-                yield self._pack_window()
+                yield from self._pack_window()
 
     def finish(self):
         if self.buffered:
-            yield self._pack_window()
+            yield from self._pack_window()
 
-    def _pack_window(self) -> Rows:
+    def _pack_window(self):
         from packcli.kernels import pack_lengths
 
         tokens, labels, starts, lengths, ids = _gather(self.chunks)
@@ -145,7 +146,16 @@ class BinPacker:
         if self.placement is not None:
             self.placement.add(ids, row_of + self.rows_out, placed.offset, lengths)
         self.rows_out += placed.n_rows
-        return build_rows(tokens, labels, starts, lengths, row_of, placed.offset, placed.n_rows, self.s.seq_len, self.s.pad_id)
+        order = np.argsort(row_of, kind="stable")
+        sorted_rows = row_of[order]
+        block = max(1, ROW_BLOCK_TOKENS // self.s.seq_len)
+        for first in range(0, placed.n_rows, block):
+            last = min(first + block, placed.n_rows)
+            pick = order[np.searchsorted(sorted_rows, first) : np.searchsorted(sorted_rows, last)]
+            yield build_rows(
+                tokens, labels, starts[pick], lengths[pick], row_of[pick] - first, placed.offset[pick],
+                last - first, self.s.seq_len, self.s.pad_id,
+            )
 
 
 def _has_labels(labels, starts, lengths) -> np.ndarray:

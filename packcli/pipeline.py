@@ -261,9 +261,10 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     try:
         with _signals_raise():
-            batches = reading.read_batches(
+            batches = prefetch(reading.read_batches(
                 paths, builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
-            )
+            ))
+            tracker = InputProgress(paths)
             for batch in timer.timed_iter("read", batches):
                 with timer.stage("tokenize"):
                     sequences = builder.build(batch)
@@ -271,7 +272,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
                     _refuse_pad_in_data(sequences, setup.pad_id, batch)
                 write(packer.add(sequences, batch.location))
                 if progress is not None:
-                    progress(len(sequences.lengths), int(sequences.lengths.sum()))
+                    progress(len(sequences.lengths), int(sequences.lengths.sum()), *tracker.update(batch))
             write(packer.finish())
             if counters.sequences_in == 0:
                 skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
@@ -354,6 +355,65 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     _write_output(lambda: write_json_atomic(out_dir / "report.json", report), out_dir)
     _write_output(lambda: write_json_atomic(out_dir / "manifest.json", manifest), out_dir)
     return report
+
+
+def prefetch(iterator, depth: int = 2):
+    """Run an iterator in a thread, so reading the next batch overlaps tokenizing this one
+    (the tokenizers release the GIL); items and the first error arrive in order."""
+    import queue
+    import threading
+
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((end, None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            items.put((end, exc))
+
+    thread = threading.Thread(target=produce, name="packcli-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = items.get()
+            if item is end:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+
+
+class InputProgress:
+    """Bytes of the input done so far, and in all, for the progress bar's ETA (None for stdin)."""
+
+    def __init__(self, paths: list[str]):
+        self.sizes = {p: os.path.getsize(p) for p in paths if p != "-"}
+        self.total = sum(self.sizes.values()) if "-" not in paths else None
+        self.finished: set[str] = set()
+        self.current: str | None = None
+        self.done_before = 0
+
+    def update(self, batch) -> tuple[int, int | None]:
+        source = batch.source
+        if source != self.current:
+            if self.current in self.sizes and self.current not in self.finished:
+                self.finished.add(self.current)
+                self.done_before += self.sizes[self.current]
+            self.current = source
+        return self.done_before + batch.source_bytes, self.total
 
 
 def _finished_report(out_dir: Path) -> dict:

@@ -148,6 +148,7 @@ class RecordBatch:
     kind: str  # "line" (JSONL, 1-based) or "row" (Parquet, 0-based)
     positions: np.ndarray
     columns: dict[str, list]
+    source_bytes: int = 0  # bytes of the source file consumed when this batch was cut (for progress)
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -165,6 +166,7 @@ class _BatchBuilder:
 
     def __init__(self, source: str, kind: str, names: Sequence[str], batch_size: int):
         self.source, self.kind, self.names, self.batch_size = source, kind, list(names), batch_size
+        self.consumed: Callable[[], int] = lambda: 0
         self._reset()
 
     def _reset(self) -> None:
@@ -183,7 +185,7 @@ class _BatchBuilder:
     def take(self) -> RecordBatch | None:
         if not self.positions:
             return None
-        batch = RecordBatch(self.source, self.kind, np.asarray(self.positions, dtype=np.int64), self.columns)
+        batch = RecordBatch(self.source, self.kind, np.asarray(self.positions, dtype=np.int64), self.columns, self.consumed())
         self._reset()
         return batch
 
@@ -374,20 +376,33 @@ class _ZstdRaw(io.RawIOBase):
         return b"".join(out)
 
 
-def _open_jsonl(path: str, closing: contextlib.ExitStack) -> tuple[Any, str | None]:
-    """Binary stream of the decompressed lines, and the compression's name for messages."""
+def _open_jsonl(path: str, closing: contextlib.ExitStack) -> tuple[Any, str | None, Any]:
+    """Binary stream of the decompressed lines, the compression's name for messages, and the
+    file underneath (whose position tells how much of the input is done)."""
     if path == STDIN:
-        return sys.stdin.buffer, None  # not ours to close
+        return sys.stdin.buffer, None, None  # not ours to close
     try:
         raw = closing.enter_context(open(path, "rb"))
     except OSError as e:
         raise PackcliError(f"{path}: cannot open ({e.strerror or _one_line(e)})") from None
     lowered = path.lower()
     if lowered.endswith(".gz"):
-        return closing.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")), "gzip"
+        return closing.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")), "gzip", raw
     if lowered.endswith(".zst"):
-        return closing.enter_context(io.BufferedReader(_ZstdRaw(raw), buffer_size=_READ_CHUNK)), "zstd"
-    return raw, None
+        return closing.enter_context(io.BufferedReader(_ZstdRaw(raw), buffer_size=_READ_CHUNK)), "zstd", raw
+    return raw, None, raw
+
+
+def _position_of(raw_file, size: int) -> Callable[[], int]:
+    """How far into its file the reader is; the whole file once it is closed."""
+
+    def position() -> int:
+        try:
+            return raw_file.tell()
+        except (ValueError, OSError):
+            return size
+
+    return position
 
 
 def _lines(stream, compression: str | None, source: str) -> Iterator[bytes]:
@@ -444,7 +459,9 @@ def _parse_line(raw: bytes, line_no: int, checks) -> list[Any]:
 def _read_jsonl(path: str, checks, builder: _BatchBuilder, report, bad: BadRecords) -> Iterator[RecordBatch]:
     source = builder.source
     with contextlib.ExitStack() as closing:
-        stream, compression = _open_jsonl(path, closing)
+        stream, compression, raw_file = _open_jsonl(path, closing)
+        if raw_file is not None:
+            builder.consumed = _position_of(raw_file, os.path.getsize(path))
         line_no = 0
         try:
             for line_no, raw in enumerate(_lines(stream, compression, source), 1):
@@ -588,6 +605,8 @@ def _read_parquet(path: str, fields: Mapping[str, str], builder: _BatchBuilder, 
         _check_parquet_schema(path, parquet.schema_arrow, fields)
         names = list(fields)
         row = 0
+        size, total_rows = os.path.getsize(path), max(1, parquet.metadata.num_rows)
+        builder.consumed = lambda: size * row // total_rows
         batches = parquet.iter_batches(batch_size=builder.batch_size, columns=names)
         while True:
             try:
