@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from packcli.errors import PackcliError
 from packcli.rows import IGNORE_INDEX, Rows, build_rows, cut_pieces
@@ -46,7 +47,12 @@ class Counters:
     no_labels_dropped: int = 0
     remainder_tokens: int = 0
     windows: int = 0
-    lengths: list = field(default_factory=list)
+    length_histogram: np.ndarray | None = None  # packed sequence lengths, 0..seq_len: bounded memory
+
+    def count_lengths(self, lengths: np.ndarray, seq_len: int) -> None:
+        if self.length_histogram is None:
+            self.length_histogram = np.zeros(seq_len + 1, dtype=np.int64)
+        self.length_histogram += np.bincount(lengths, minlength=seq_len + 1)[: seq_len + 1]
 
 
 @dataclass
@@ -142,7 +148,7 @@ class BinPacker:
         if self.s.shuffle:
             row_of = window_rng(self.s.seed, self.counters.windows).permutation(placed.n_rows)[row_of]
         self.counters.windows += 1
-        self.counters.lengths.append(lengths.astype(np.int32))
+        self.counters.count_lengths(lengths, self.s.seq_len)
         if self.placement is not None:
             self.placement.add(ids, row_of + self.rows_out, placed.offset, lengths)
         self.rows_out += placed.n_rows
@@ -210,7 +216,6 @@ class ConcatPacker:
         self.counters.sequences_in += len(lengths)
         self.counters.overlong += int((lengths > seq_len).sum())
         self.counters.unpacked_rows += int(np.ceil(lengths / seq_len).sum())
-        self.counters.lengths.append(lengths.astype(np.int32))
         tokens = np.concatenate([self.pending_tokens, batch.tokens])
         labels = None
         if batch.labels is not None:
@@ -284,9 +289,69 @@ class RowShuffler:
         return rows.take(order)
 
 
-def one_window_rows(counters: Counters, settings: PackSettings) -> int:
-    """Rows the same sequences would take packed in a single window (the window's cost)."""
-    from packcli.kernels import pack_lengths
+def one_window_bfd_rows(counters: Counters, settings: PackSettings) -> int:
+    """Rows best-fit decreasing needs with every sequence in one window: what the windows
+    cost. BFD's row count depends only on the multiset of lengths, so the histogram the
+    run keeps (bounded memory) is enough."""
+    if counters.length_histogram is None:
+        return 0
+    return int(_bfd_rows_from_histogram(counters.length_histogram, settings.seq_len))
 
-    lengths = np.concatenate(counters.lengths) if counters.lengths else np.zeros(0, dtype=np.int32)
-    return pack_lengths(lengths, settings.seq_len, algorithm=settings.algorithm, seed=settings.seed).n_rows
+
+@njit(cache=True)
+def _bfd_rows_from_histogram(histogram, capacity):
+    # open_rooms[r]: rows with r tokens free; tree: max over "has a row" flags, to find the
+    # smallest free room >= length in O(log capacity).
+    size = 1
+    while size < capacity + 1:
+        size *= 2
+    tree = np.zeros(2 * size, dtype=np.int8)
+    open_rooms = np.zeros(capacity + 1, dtype=np.int64)
+    rows = 0
+    for length in range(capacity, 0, -1):
+        remaining = histogram[length]
+        while remaining > 0:
+            room = _first_flag_at_least(tree, size, length, capacity)
+            if room < 0:
+                rows += 1
+                free = capacity - length
+                if free > 0:
+                    _add_room(open_rooms, tree, size, free, 1)
+                remaining -= 1
+                continue
+            # Items too big to fit twice go into `room`-sized rows all at once.
+            moved = min(remaining, open_rooms[room]) if room - length < length else 1
+            _add_room(open_rooms, tree, size, room, -moved)
+            if room - length > 0:
+                _add_room(open_rooms, tree, size, room - length, moved)
+            remaining -= moved
+    return rows
+
+
+@njit(cache=True)
+def _add_room(open_rooms, tree, size, room, count):
+    open_rooms[room] += count
+    node = size + room
+    tree[node] = 1 if open_rooms[room] > 0 else 0
+    node //= 2
+    while node >= 1:
+        tree[node] = max(tree[2 * node], tree[2 * node + 1])
+        node //= 2
+
+
+@njit(cache=True)
+def _first_flag_at_least(tree, size, low, capacity):
+    """Smallest index >= low whose flag is set, or -1."""
+    node = size + low
+    if tree[node]:
+        return low
+    # climb until a right sibling holds a flag, then descend leftmost
+    while node > 1:
+        if node % 2 == 0 and tree[node + 1]:
+            node += 1
+            while node < size:
+                node = 2 * node if tree[2 * node] else 2 * node + 1
+            index = node - size
+            return index if index <= capacity else -1
+        node //= 2
+    return -1

@@ -225,7 +225,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     timer = Timer()
 
     from packcli import reading, resume
-    from packcli.packing import Counters, make_packer, one_window_rows
+    from packcli.packing import Counters, make_packer, one_window_bfd_rows
     from packcli.report import RowStats, no_packing_baseline
     from packcli.shards import ShardWriter, ids_dtype, shard_name
 
@@ -307,12 +307,13 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     if opts.mode == "concat":
         report["remainder"] = {"policy": opts.remainder, "tokens": counters.remainder_tokens}
     else:
-        in_one = one_window_rows(counters, settings) if counters.windows > 1 else summary["rows"]
+        unbounded = one_window_bfd_rows(counters, settings)
         report["buffer"] = {
             "size": opts.buffer_size,
             "windows": counters.windows,
-            "rows_in_one_window": in_one,
-            "extra_rows": summary["rows"] - in_one,
+            "bfd_rows_in_one_window": unbounded,
+            "extra_rows": summary["rows"] - unbounded,
+            "efficiency_in_one_window": summary["real_tokens"] / (unbounded * opts.seq_len) if unbounded else 0.0,
         }
     total = time.perf_counter() - started
     report["timings"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(total, 4)}

@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+import packcli
+
 from conftest import load_rows, random_texts, real_segments, word_ids, write_jsonl
 
 EOS = 1  # `</s>` in the word tokenizer
@@ -240,7 +242,9 @@ def test_buffer_windows_are_reported(corpus, packed, word_tokenizer):
     assert Counter(map(tuple, real_segments(rows))) == Counter(map(tuple, expected_pieces(texts, 64)))
     buffer = json.loads((out / "report.json").read_text())["buffer"]
     assert buffer["size"] == 40 and buffer["windows"] == -(-len(expected_pieces(texts, 64)) // 40)
-    assert buffer["extra_rows"] == len(rows) - buffer["rows_in_one_window"] >= 0
+    whole = packcli.pack_sequences(expected_pieces(texts, 64), 64, algorithm="bfd")
+    assert buffer["bfd_rows_in_one_window"] == whole.num_rows
+    assert buffer["extra_rows"] == len(rows) - whole.num_rows >= 0
 
 
 def test_every_input_kind_in_order(tmp_path, packed, word_tokenizer, cli):
