@@ -91,14 +91,46 @@ class PromptCompletionSequences:
     def build(self, batch) -> SequenceBatch:
         prompts, p_lengths = self.encode(batch.columns[self.prompt_field])
         completions, c_lengths = self.encode(batch.columns[self.completion_field])
-        p_ends, c_ends = np.cumsum(p_lengths), np.cumsum(c_lengths)
-        token_lists, label_lists = [], []
-        for i in range(len(p_lengths)):
-            prompt = prompts[p_ends[i] - p_lengths[i] : p_ends[i]].tolist()
-            completion = completions[c_ends[i] - c_lengths[i] : c_ends[i]].tolist()
-            token_lists.append(prompt + completion)
-            label_lists.append([IGNORE_INDEX] * len(prompt) + completion)
-        return from_lists(token_lists, label_lists, self.bounds)
+        return join_prompt_completion(prompts, p_lengths, completions, c_lengths, self.bounds)
+
+
+def join_prompt_completion(prompts, p_lengths, completions, c_lengths, bounds: Boundaries) -> SequenceBatch:
+    """[BOS] + prompt + completion + [EOS] for every pair, by the same rule as from_lists,
+    assembled with array arithmetic instead of Python lists."""
+    p_starts = np.cumsum(p_lengths) - p_lengths
+    c_starts = np.cumsum(c_lengths) - c_lengths
+    if bounds.bos_id is not None:
+        first_p = prompts[np.minimum(p_starts, len(prompts) - 1)] if len(prompts) else np.full(len(p_lengths), -1)
+        first_c = completions[np.minimum(c_starts, len(completions) - 1)] if len(completions) else np.full(len(c_lengths), -1)
+        first = np.where(p_lengths > 0, first_p, np.where(c_lengths > 0, first_c, -1))
+        has_bos = (first != bounds.bos_id).astype(np.int64)
+    else:
+        has_bos = np.zeros(len(p_lengths), dtype=np.int64)
+    joined = p_lengths + c_lengths + has_bos
+    if bounds.eos_id is not None:
+        last_c = completions[np.maximum(c_starts + c_lengths - 1, 0)] if len(completions) else np.full(len(c_lengths), -1)
+        last_p = prompts[np.maximum(p_starts + p_lengths - 1, 0)] if len(prompts) else np.full(len(p_lengths), -1)
+        last = np.where(c_lengths > 0, last_c, np.where(p_lengths > 0, last_p, -1))
+        has_eos = ((last != bounds.eos_id) | (joined == 0)).astype(np.int64)
+    else:
+        has_eos = np.zeros(len(p_lengths), dtype=np.int64)
+    lengths = joined + has_eos
+    starts = np.cumsum(lengths) - lengths
+    tokens = np.empty(int(lengths.sum()), dtype=np.int32)
+    labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int32)
+    prompt_at = np.repeat(starts + has_bos - p_starts, p_lengths) + np.arange(len(prompts))
+    completion_at = np.repeat(starts + has_bos + p_lengths - c_starts, c_lengths) + np.arange(len(completions))
+    tokens[prompt_at] = prompts
+    tokens[completion_at] = completions
+    labels[completion_at] = completions
+    if bounds.bos_id is not None:
+        tokens[starts[has_bos == 1]] = bounds.bos_id
+    if bounds.eos_id is not None:
+        eos_at = (starts + lengths - 1)[has_eos == 1]
+        tokens[eos_at] = bounds.eos_id
+        learned_before = (c_lengths > 0)[has_eos == 1]
+        labels[eos_at[learned_before]] = bounds.eos_id
+    return SequenceBatch(tokens, lengths, labels)
 
 
 class ChatSequences:

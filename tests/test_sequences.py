@@ -6,8 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import load_rows, real_segments, write_jsonl
+from packcli.sequences import Boundaries, from_lists, join_prompt_completion
 from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
 
 EOT = "<|endoftext|>"
@@ -173,3 +176,23 @@ def test_tokenizer_required_except_for_ids(tmp_path, cli):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1"}])
     result = cli("pack", path, "-o", tmp_path / "o", "--seq-len", 8)
     assert result.exit_code == 2 and "--tokenizer is required" in result.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.lists(st.integers(0, 6), max_size=5), st.lists(st.integers(0, 6), max_size=5)), max_size=6),
+    st.sampled_from([None, 1]),
+    st.sampled_from([None, 2]),
+)
+def test_vectorised_join_equals_the_list_rule(pairs, bos, eos):
+    """join_prompt_completion is from_lists' rule, assembled with arrays."""
+    bounds = Boundaries(bos, eos)
+    prompts = np.array([t for p, _ in pairs for t in p], dtype=np.int32)
+    completions = np.array([t for _, c in pairs for t in c], dtype=np.int32)
+    p_lengths = np.array([len(p) for p, _ in pairs], dtype=np.int64)
+    c_lengths = np.array([len(c) for _, c in pairs], dtype=np.int64)
+    got = join_prompt_completion(prompts, p_lengths, completions, c_lengths, bounds)
+    want = from_lists([p + c for p, c in pairs], [[-100] * len(p) + c for p, c in pairs], bounds)
+    assert got.tokens.tolist() == want.tokens.tolist()
+    assert got.lengths.tolist() == want.lengths.tolist()
+    assert got.labels.tolist() == want.labels.tolist()
