@@ -12,7 +12,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packcli import __version__
@@ -242,7 +242,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
     else:
         prepare_output(out_dir, opts.overwrite)
-        _write_output(lambda: resume.save_run(out_dir, identity), out_dir)
+        _write_output(out_dir, resume.save_run, out_dir, identity)
 
     settings = opts.settings(setup.pad_id)
     counters = Counters()
@@ -257,7 +257,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         for rows in timer.timed_iter("pack", blocks):
             with timer.stage("write"):
                 stats.add(rows)
-                _write_output(lambda: writer.add(rows), out_dir)
+                _write_output(out_dir, writer.add, rows)
 
     try:
         with _signals_raise():
@@ -278,7 +278,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
                 skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
                 raise PackcliError(f"no documents to pack in the input{skipped}")
             with timer.stage("write"):
-                shards = _write_output(writer.close, out_dir)
+                shards = _write_output(out_dir, writer.close)
     except BaseException:
         writer.abort()
         raise
@@ -353,8 +353,8 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         },
         "shards": [s.to_dict() for s in shards],
     }
-    _write_output(lambda: write_json_atomic(out_dir / "report.json", report), out_dir)
-    _write_output(lambda: write_json_atomic(out_dir / "manifest.json", manifest), out_dir)
+    _write_output(out_dir, write_json_atomic, out_dir / "report.json", report)
+    _write_output(out_dir, write_json_atomic, out_dir / "manifest.json", manifest)
     return report
 
 
@@ -429,10 +429,10 @@ def _has_entries(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
-def _write_output(action, out_dir: Path):
+def _write_output(out_dir: Path, action, *args):
     """Writing errors (a full disk above all) as one line naming the directory."""
     try:
-        return action()
+        return action(*args)
     except OSError as exc:
         raise PackcliError(f"writing to {out_dir} failed: {exc.strerror or exc}; no manifest was written") from exc
 
