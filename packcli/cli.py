@@ -95,6 +95,7 @@ def pack(
     shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (deterministic, by --seed).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for --shuffle and randomised packers.")] = 0,
     workers: Annotated[Optional[int], typer.Option(help="Tokenizer threads. [default: all cores]", show_default=False)] = None,
+    tokenizer_backend: Annotated[str, typer.Option(help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")] = "auto",
     on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --output (same inputs and options).")] = False,
@@ -111,7 +112,7 @@ def pack(
             chat_template=chat_template, train_on=train_on, ids_field=ids_field, labels_field=labels_field,
             mode=mode, algorithm=algorithm, remainder=remainder, buffer_size=buffer_size, overlong=overlong,
             bos=bos, eos=eos, eos_token=eos_token, pad_id=pad_id, format=format, rows_per_shard=rows_per_shard,
-            shuffle=shuffle, seed=seed, workers=workers, on_bad_record=on_bad_record, overwrite=overwrite,
+            shuffle=shuffle, seed=seed, workers=workers, tokenizer_backend=tokenizer_backend, on_bad_record=on_bad_record, overwrite=overwrite,
             resume=resume,
         )
         with _progress() as progress:

@@ -8,6 +8,7 @@ how rows arrive. So the same input and options always give byte-identical shards
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -55,6 +56,7 @@ class PackOptions:
     shuffle: bool = False
     seed: int = 0
     workers: int | None = None
+    tokenizer_backend: str = "auto"
     on_bad_record: str = "fail"
     overwrite: bool = False
     resume: bool = False
@@ -101,6 +103,12 @@ class PackOptions:
         choice("remainder", self.remainder, REMAINDER_POLICIES)
         choice("format", self.format, FORMATS)
         choice("on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
+        choice("tokenizer-backend", self.tokenizer_backend, ("auto", "hf", "tiktoken"))
+        if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
+            raise usage(
+                "--tokenizer-backend tiktoken does not apply to "
+                + ("--messages-field (chat templates are tokenized by transformers)" if self.input_kind == "chat" else "--ids-field")
+            )
         if self.overlong is not None:
             choice("overlong", self.overlong, OVERLONG_POLICIES)
         for name in ("buffer_size", "rows_per_shard", "workers"):
@@ -231,22 +239,34 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     paths = reading.expand_inputs(opts.inputs)
     setup = _setup_tokens(opts)
-    rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
-    out_dir = Path(opts.output)
-    identity = resume.run_identity(_resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
-    done_shards = 0
-    if opts.resume and _has_entries(out_dir):
-        resume.check_resumable(out_dir, identity)
-        if (out_dir / "manifest.json").is_file():
-            return _finished_report(out_dir)
-        done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
-    else:
-        prepare_output(out_dir, opts.overwrite)
-        _write_output(out_dir, resume.save_run, out_dir, identity)
+    bad = reading.BadRecords()
+    batches = prefetch(reading.read_batches(
+        paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+    ))
+    try:
+        with timer.stage("read"):
+            first = next(batches, None)
+        with timer.stage("tokenize"):
+            _choose_backend(opts, setup, first)  # before the output is touched: a refusal leaves it as it was
+        rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
+        out_dir = Path(opts.output)
+        identity = resume.run_identity(_resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+        done_shards = 0
+        if opts.resume and _has_entries(out_dir):
+            resume.check_resumable(out_dir, identity)
+            if (out_dir / "manifest.json").is_file():
+                batches.close()
+                return _finished_report(out_dir)
+            done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
+        else:
+            prepare_output(out_dir, opts.overwrite)
+            _write_output(out_dir, resume.save_run, out_dir, identity)
+    except BaseException:
+        batches.close()
+        raise
 
     settings = opts.settings(setup.pad_id)
     counters = Counters()
-    bad = reading.BadRecords()
     stats = RowStats(opts.seq_len)
     packer = make_packer(settings, counters)
     writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size, done_shards)
@@ -261,11 +281,8 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     try:
         with _signals_raise():
-            batches = prefetch(reading.read_batches(
-                paths, builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
-            ))
             tracker = InputProgress(paths)
-            for batch in timer.timed_iter("read", batches):
+            for batch in timer.timed_iter("read", itertools.chain([first] if first else [], batches)):
                 with timer.stage("tokenize"):
                     sequences = builder.build(batch)
                 if check_pad:
@@ -282,6 +299,9 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     except BaseException:
         writer.abort()
         raise
+    finally:
+        batches.close()
+        getattr(setup.encoder, "close", lambda: None)()
 
     summary = stats.summary()
     report = {
@@ -295,6 +315,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         "mode": opts.mode,
         "algorithm": opts.algorithm if opts.mode == "bin" else None,
         "tokenizer_backend": setup.backend,
+        "tokenizer_backend_reason": setup.backend_reason,
         "overlong": {
             "policy": settings.overlong if opts.mode == "bin" else "none (concat mode crosses rows)",
             "count": counters.overlong,
@@ -483,6 +504,29 @@ class TokenSetup:
     add_bos: bool
     fingerprint: str | None
     backend: str
+    tokenizer: object = None
+    encoder: object = None
+    backend_reason: str | None = None
+
+
+def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch) -> None:
+    """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
+    of the actual input), else HF; plain text and prompt/completion only."""
+    if opts.input_kind not in ("text", "prompt"):
+        if opts.input_kind == "chat":
+            setup.backend_reason = "chat templates are tokenized by transformers"
+        return
+    from packcli import fastbpe
+
+    sample: list[str] = []
+    if first_batch is not None:
+        for name in setup.builder.fields:
+            sample += first_batch.columns[name]
+    setup.encoder = fastbpe.make_encoder(
+        setup.tokenizer, opts.tokenizer_backend, sample, threads=opts.workers, fingerprint=setup.fingerprint
+    )
+    setup.builder.encode = setup.encoder.encode_batch
+    setup.backend, setup.backend_reason = setup.encoder.backend, setup.encoder.reason
 
 
 def _setup_tokens(opts: PackOptions) -> TokenSetup:
@@ -529,7 +573,7 @@ def _setup_tokens(opts: PackOptions) -> TokenSetup:
         builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
     return TokenSetup(
         builder, vocab_size, specials.eos_id, specials.bos_id, specials.pad_id, add_bos,
-        tokenizing.fingerprint(tokenizer), "hf" if kind != "ids" else "none",
+        tokenizing.fingerprint(tokenizer), "hf" if kind != "ids" else "none", tokenizer,
     )
 
 

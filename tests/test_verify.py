@@ -186,3 +186,145 @@ def test_token_outside_vocabulary():
     rows.labels[1, 0] = -100
     with pytest.raises(PackcliError, match="row 1: token id 300 outside the vocabulary"):
         check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
+
+
+# ----------------------------------------------------------------------------- more kinds
+
+
+def test_cu_seqlens_not_starting_at_0(output):
+    out = output()
+    offsets = np.load(out / "shard-00001" / "cu_seqlens_offsets.npy")
+    tamper_npy(out, "shard-00001", "cu_seqlens", lambda cu: cu.__setitem__(offsets[4], 1))
+    expect_failure(out, "shard-00001 row 4", "cu_seqlens does not start at 0")
+
+
+def test_flipped_label_in_parquet(output):
+    out = output("parquet")
+    path = out / "shard-00001.parquet"
+    table = pq.read_table(path)
+    labels = table.column("labels").to_pylist()
+    labels[6][-1] = 5 if labels[6][-1] != 5 else 6
+    table = table.set_column(1, "labels", pa.array(labels, type=pa.list_(pa.int32())))
+    pq.write_table(table, path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][1]["checksum"] = checksum(path)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    expect_failure(out, "shard-00001.parquet row 6", "label at position 31")
+
+
+def test_truncated_npy_file(output):
+    out = output()
+    path = out / "shard-00002" / "labels.npy"
+    path.write_bytes(path.read_bytes()[:-64])
+    expect_failure(out, "shard-00002", "checksum does not match")
+
+
+def test_manifest_that_lies_about_a_checksum(output):
+    out = output()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][1]["checksum"] = "sha256:" + "0" * 64
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    expect_failure(out, "shard-00001", "checksum does not match")
+
+
+@pytest.mark.parametrize("key, words", [("sequences", "sequences"), ("real_tokens", "real tokens")])
+def test_manifest_that_lies_about_sequences_or_tokens(output, key, words):
+    out = output()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][2][key] += 3
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    expect_failure(out, "shard-00002", f"{words}, the manifest says")
+
+
+def test_first_bad_row_wins_whatever_the_kind():
+    rows = make_rows(40, vocab=300)
+    row = int(np.flatnonzero(rows.num_segments[10:] > 0)[0]) + 10
+    rows.position_ids[row + 5, 0] = 1  # a later row, a check that comes first
+    rows.labels[row, 0] = 9  # first token of a segment must be -100
+    with pytest.raises(PackcliError, match=f"^row {row}: label at position 0 .the first token of a segment."):
+        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
+
+
+def test_row_numbers_across_check_blocks(monkeypatch):
+    import packcli.verify as verify
+
+    monkeypatch.setattr(verify, "CHECK_BLOCK_ROWS", 7)
+    rows = make_rows(50, vocab=300)
+    check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
+    rows.position_ids[23, 15] += 5
+    with pytest.raises(PackcliError, match="^s row 123: position_ids do not restart"):
+        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300, where="s row", first_row=100)
+
+
+def test_any_damaged_label_or_position_is_named_with_its_row():
+    """Random single-cell damage: the kernel flags the row and the message names the damage."""
+    rng = np.random.default_rng(0)
+    clean = make_rows(60, seq_len=24, vocab=300, seed=4)
+    for trial in range(150):
+        rows = make_rows(60, seq_len=24, vocab=300, seed=4)
+        row, col = int(rng.integers(60)), int(rng.integers(24))
+        column = rows.labels if trial % 2 else rows.position_ids
+        column[row, col] += int(rng.choice([-1, 1, 7, 1000]))
+        with pytest.raises(PackcliError) as info:
+            check_rows(rows, seq_len=24, pad_id=3, vocab_size=300)
+        message = str(info.value)
+        assert message.startswith(f"row {row}: "), message
+        assert f"position {col}" in message and "could not name" not in message, message
+    check_rows(clean, seq_len=24, pad_id=3, vocab_size=300)
+
+
+def test_sft_labels_may_be_masked_inside_a_segment():
+    rows = make_rows(20, vocab=300)
+    first_lengths = rows.cu_seqlens[rows.cu_offsets[:-1] + 1]
+    r = int(np.flatnonzero((rows.num_segments > 0) & (first_lengths > 1))[0])
+    rows.labels[r, 1] = -100  # a prompt token
+    check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=False)
+    with pytest.raises(PackcliError, match=f"row {r}: label at position 1 is -100"):
+        check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=True)
+    rows.labels[r, 1] = 299 if rows.input_ids[r, 1] != 299 else 298
+    with pytest.raises(PackcliError, match=f"row {r}: label at position 1"):
+        check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=False)
+
+
+def test_uint32_ids_pass_and_out_of_vocabulary_is_caught(tmp_path, packed, big_tokenizer):
+    texts = [" ".join(f"w{69_000 + i % 900}" for i in range(k)) for k in range(1, 40)]
+    path = write_jsonl(tmp_path / "big.jsonl", [{"text": t} for t in texts])
+    out = packed(path, "--tokenizer", big_tokenizer, "--seq-len", 64, "--format", "npy")
+    assert np.load(out / "shard-00000" / "input_ids.npy").dtype == np.uint32
+    row = 0
+
+    def edit(ids):
+        ids[row, 1] = 2**31 + 5  # beyond the vocabulary, and beyond int32
+
+    tamper_npy(out, "shard-00000", "input_ids", edit)
+    expect_failure(out, "shard-00000 row 0", "outside the vocabulary")
+
+
+def test_verify_cli_summary_line(output, cli):
+    out = output()
+    result = cli("verify", out)
+    line = result.stdout.strip()
+    assert result.exit_code == 0 and "\n" not in line
+    assert line.startswith(f"ok: {out}: ") and "GB/s" in line and "6 shard(s)" in line
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_shards_read_in_small_blocks_keep_row_numbers(output, monkeypatch, fmt):
+    import packcli.verify as verify
+
+    out = output(fmt)
+    monkeypatch.setattr(verify, "BLOCK_TOKENS", 3 * 32)  # blocks of 3 rows
+    assert verify_dir(out)["rows"] == json.loads((out / "manifest.json").read_text())["totals"]["rows"]
+    if fmt == "npy":
+        tamper_npy(out, "shard-00001", "position_ids", lambda p: p.__setitem__((7, 0), 3))
+        expect_failure(out, "shard-00001 row 7: position_ids do not restart", "position 0 is 3")
+    else:
+        path = out / "shard-00001.parquet"
+        table = pq.read_table(path)
+        positions = table.column("position_ids").to_pylist()
+        positions[7][0] = 3
+        pq.write_table(table.set_column(2, "position_ids", pa.array(positions, type=pa.list_(pa.int32()))), path)
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["shards"][1]["checksum"] = checksum(path)
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        expect_failure(out, "shard-00001.parquet row 7: position_ids do not restart")

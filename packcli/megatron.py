@@ -1,0 +1,190 @@
+"""Export packed output as the `.bin`/`.idx` pair Megatron-LM's `IndexedDataset` reads.
+
+Megatron packs its own samples: its GPT dataset shuffles *documents*, joins them and
+cuts samples of `seq_length + 1` tokens. So what it needs from us is the documents,
+not our rows. One Megatron sequence is one document, and a document is:
+
+- `bin` mode: one real segment. Pieces of a split overlong sequence are separate
+  documents (the rows do not record which pieces belong together).
+- `concat` mode: a document rebuilt from its segments. Inside a row every segment
+  boundary is a document boundary; across a row boundary the segments are joined when
+  the rows are in stream order (no `--shuffle`) and the earlier row is full and does not
+  end with EOS (or, with `--no-eos` and BOS on, the next row does not start with BOS).
+  Without EOS or BOS, or with shuffled rows, boundaries cannot be told apart and every
+  segment is a document (the export says so).
+
+Padding is left out and labels are not exported: Megatron's GPT datasets learn every
+token (an SFT output loses its prompt masks; the export says so).
+
+The `.idx` layout (little endian): magic `MMIDIDX\\0\\0`, u64 version 1, u8 dtype code,
+u64 sequence count, u64 document-index count (documents + 1), then int32 sequence
+lengths, int64 byte offsets of the sequences in `.bin`, int64 document index
+`[0, 1, ..., n]`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from packcli.errors import PackcliError
+
+INDEX_MAGIC = b"MMIDIDX\x00\x00"
+INDEX_VERSION = 1
+DTYPE_CODES = {
+    np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3, np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5, np.dtype(np.float64): 6, np.dtype(np.float32): 7, np.dtype(np.uint16): 8,
+}
+DTYPES = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
+
+
+def megatron_dtype(vocab_size: int | None) -> np.dtype:
+    """Megatron's own choice (`DType.optimal_dtype`): uint16 below 65,500 tokens, else int32."""
+    return np.dtype(np.uint16) if vocab_size is not None and vocab_size < 65500 else np.dtype(np.int32)
+
+
+def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
+    """Write PREFIX.bin and PREFIX.idx for a packed directory; returns a summary.
+
+    Both files are written under temporary names and renamed when complete, `.idx`
+    last. `dtype` is "uint16" or "int32" (default: Megatron's rule from the vocabulary
+    size, int32 when it is unknown).
+    """
+    from packcli.shards import iter_output_rows, load_manifest
+
+    if dtype is not None and dtype not in DTYPES:
+        raise PackcliError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", usage=True)
+    out_dir = Path(out_dir)
+    manifest = load_manifest(out_dir)
+    seq_len = manifest["seq_len"]
+    token_dtype = DTYPES[dtype] if dtype else megatron_dtype(manifest["tokenizer"].get("vocab_size"))
+    max_id = np.iinfo(token_dtype).max
+    rule, token, notes = _document_rule(manifest)
+
+    prefix = Path(prefix)
+    if prefix.parent and not prefix.parent.is_dir():
+        raise PackcliError(f"{prefix.parent}: no such directory")
+    bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
+    bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
+    documents = _Documents()
+    tokens = 0
+    try:
+        with open(bin_tmp, "wb") as data:
+            carry = False  # may the previous row's last segment go on in the next row?
+            seen = 0
+            for _, rows in iter_output_rows(out_dir, manifest):
+                real = rows.real_lengths()
+                counts = rows.num_segments.astype(np.int64)
+                if (counts < 1).any():
+                    bad = seen + int(np.argmax(counts < 1))
+                    raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
+                seen += len(rows)
+                # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
+                first = np.repeat(rows.cu_offsets[:-1], counts)
+                index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
+                lengths = (rows.cu_seqlens[index + 1] - rows.cu_seqlens[index]).astype(np.int64)
+                starts_row = np.zeros(len(lengths), dtype=bool)
+                starts_row[np.cumsum(counts) - counts] = True
+                joins = np.zeros(len(lengths), dtype=bool)
+                joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
+                documents.add(lengths, joins)
+
+                ids = rows.input_ids[np.arange(seq_len)[None, :] < real[:, None]]
+                if len(ids) and int(ids.max()) > max_id:
+                    raise PackcliError(f"token id {int(ids.max())} does not fit {token_dtype.name}: pass dtype int32")
+                data.write(ids.astype(token_dtype).tobytes())
+                tokens += len(ids)
+        lengths = documents.finish()
+        if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
+            raise PackcliError("a document is longer than 2^31 tokens, more than the .idx format holds")
+        _write_index(idx_tmp, lengths, token_dtype)
+        os.replace(bin_tmp, bin_path)
+        os.replace(idx_tmp, idx_path)
+    except BaseException:
+        for path in (bin_tmp, idx_tmp):
+            if path.exists():
+                path.unlink()
+        raise
+    if manifest.get("labels", "text") != "text":
+        notes.append("labels are not exported: Megatron learns every token, so prompt masks are lost")
+    return {
+        "bin": str(bin_path), "idx": str(idx_path), "dtype": token_dtype.name,
+        "documents": len(lengths), "tokens": int(tokens), "rule": rule, "notes": notes,
+    }
+
+
+def _document_rule(manifest: dict) -> tuple[str, int | None, list[str]]:
+    """How documents are told apart across rows: segment, eos or bos (see the module doc)."""
+    options = manifest.get("options", {})
+    if manifest.get("mode") != "concat":
+        return "segment", None, []
+    if options.get("shuffle"):
+        return "segment", None, ["rows are shuffled, so documents cut at row boundaries are exported in pieces"]
+    tokenizer = manifest["tokenizer"]
+    if options.get("eos", True) and tokenizer.get("eos_id") is not None:
+        return "eos", int(tokenizer["eos_id"]), []
+    if options.get("bos") and tokenizer.get("bos_id") is not None:
+        return "bos", int(tokenizer["bos_id"]), []
+    return "segment", None, ["without EOS or BOS, documents cut at row boundaries are exported in pieces"]
+
+
+def _row_joins(rows, real: np.ndarray, seq_len: int, rule: str, token: int | None, carry: bool):
+    """Per row: does its first segment continue the previous row's last one? And the carry
+    for the next block (may this block's last row go on?)."""
+    if rule == "segment" or len(rows) == 0:
+        return np.zeros(len(rows), dtype=bool), False
+    full = real == seq_len  # a full row has no padding, so its last token is real
+    may_go_on = full & (rows.input_ids[:, -1] != token) if rule == "eos" else full
+    joins = np.concatenate([[carry], may_go_on[:-1]])
+    if rule == "bos":
+        joins &= rows.input_ids[:, 0] != token
+    return joins, bool(may_go_on[-1])
+
+
+class _Documents:
+    """Segment lengths folded into document lengths as blocks arrive."""
+
+    def __init__(self):
+        self.done: list[np.ndarray] = []
+        self.open = 0  # length of the document still open (0: none)
+
+    def add(self, lengths: np.ndarray, joins: np.ndarray) -> None:
+        if not len(lengths):
+            return
+        if self.open == 0:
+            joins[0] = False
+        starts = np.flatnonzero(~joins)
+        if len(starts) == 0:
+            self.open += int(lengths.sum())
+            return
+        self.open += int(lengths[: starts[0]].sum())
+        if self.open:
+            self.done.append(np.array([self.open], dtype=np.int64))
+        sums = np.add.reduceat(lengths, starts)
+        self.done.append(sums[:-1])
+        self.open = int(sums[-1])
+
+    def finish(self) -> np.ndarray:
+        if self.open:
+            self.done.append(np.array([self.open], dtype=np.int64))
+            self.open = 0
+        return np.concatenate(self.done) if self.done else np.zeros(0, dtype=np.int64)
+
+
+def _write_index(path: Path, lengths: np.ndarray, dtype: np.dtype) -> None:
+    count = len(lengths)
+    pointers = np.zeros(count, dtype=np.int64)
+    if count:
+        np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
+    with open(path, "wb") as f:
+        f.write(INDEX_MAGIC)
+        f.write(struct.pack("<Q", INDEX_VERSION))
+        f.write(struct.pack("<B", DTYPE_CODES[dtype]))
+        f.write(struct.pack("<Q", count))
+        f.write(struct.pack("<Q", count + 1))
+        f.write(lengths.astype("<i4").tobytes())
+        f.write(pointers.astype("<i8").tobytes())
+        f.write(np.arange(count + 1, dtype="<i8").tobytes())

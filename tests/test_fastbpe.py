@@ -1,0 +1,327 @@
+"""The tiktoken fast path gives exactly the Hugging Face tokenizer's ids, or is not used.
+
+Tokenizers are built in the test (no downloads): the bundled one, a GPT-2-style
+byte-level BPE trained here, and variants of it shaped like Llama 3 / Qwen (Split regex +
+ByteLevel, ignore_merges, NFC, added tokens that are not special), GPT-2 with
+add_prefix_space, and tokenizers that must stay on `hf`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packcli import fastbpe
+from packcli.errors import PackcliError
+from packcli.tokenizing import BUNDLED_NAME, encode_texts, load_tokenizer
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _training_text() -> list[str]:
+    """The project's own code and docs, plus some unicode: enough for a few thousand merges."""
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text(encoding="utf-8") for p in sorted((root / "packcli").glob("*.py"))]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((root / "docs").glob("*.md"))]
+    texts += ["naïve café déjà vu Ångström 日本語のテキスト 中文文本 한국어 Русский текст 😀👍🏽 1234567890"] * 20
+    return texts
+
+
+@pytest.fixture(scope="module")
+def gpt2_json() -> dict:
+    """A GPT-2-style byte-level BPE (ByteLevel pre-tokenizer with its regex), trained here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(_training_text(), trainer=trainer)
+    return json.loads(tok.to_str())
+
+
+def _save(spec: dict, path: Path, *, added: list[dict] | None = None) -> Path:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(json.dumps(spec))
+    for extra in added or []:
+        from tokenizers import AddedToken
+
+        token = AddedToken(extra["content"], special=extra.get("special", False), normalized=extra.get("normalized", True),
+                           lstrip=extra.get("lstrip", False), rstrip=extra.get("rstrip", False))
+        (tok.add_special_tokens if extra.get("special") else tok.add_tokens)([token])
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(path))
+    return path
+
+
+def _variant(base: dict, *, pattern: str | None = None, ignore_merges: bool | None = None, normalizer=None,
+             prefix_space: bool | None = None) -> dict:
+    spec = json.loads(json.dumps(base))
+    if pattern is not None:
+        spec["pre_tokenizer"] = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        }
+    if prefix_space is not None:
+        spec["pre_tokenizer"]["add_prefix_space"] = prefix_space
+    if ignore_merges is not None:
+        spec["model"]["ignore_merges"] = ignore_merges
+    if normalizer is not None:
+        spec["normalizer"] = normalizer
+    return spec
+
+
+NON_SPECIAL = [{"content": "packcli", "normalized": True}, {"content": " token", "normalized": False},
+               {"content": "é!", "normalized": True}]
+
+
+@pytest.fixture(scope="module")
+def tokenizers_under_test(gpt2_json, tmp_path_factory) -> dict:
+    """name -> loaded tokenizer, every one of which must convert."""
+    root = tmp_path_factory.mktemp("fastbpe-tok")
+    specs = {
+        "gpt2": (_variant(gpt2_json), None),
+        "gpt2-prefix-space": (_variant(gpt2_json, prefix_space=True), None),
+        "qwen-style": (_variant(gpt2_json, pattern=QWEN_PATTERN, ignore_merges=True), NON_SPECIAL),
+        "llama3-style-nfc": (_variant(gpt2_json, pattern=LLAMA3_PATTERN, ignore_merges=True, normalizer={"type": "NFC"}),
+                             NON_SPECIAL),
+    }
+    loaded = {"bundled": load_tokenizer(BUNDLED_NAME)}
+    for name, (spec, added) in specs.items():
+        loaded[name] = load_tokenizer(str(_save(spec, root / name, added=added)))
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def encoders(tokenizers_under_test, tmp_path_factory) -> dict:
+    cache = tmp_path_factory.mktemp("fastbpe-cache")
+    out = {}
+    for name, tok in tokenizers_under_test.items():
+        encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=cache, threads=2)
+        assert encoder.backend == "tiktoken" and encoder.reason is None, name
+        out[name] = (tok, encoder)
+    return out
+
+
+def _assert_identical(tokenizer, encoder, texts):
+    want_flat, want_len = encode_texts(tokenizer, list(texts))
+    got_flat, got_len = encoder.encode_batch(list(texts))
+    assert got_flat.dtype == np.int32 and got_len.dtype == np.int64
+    if not (np.array_equal(want_len, got_len) and np.array_equal(want_flat, got_flat)):
+        ends_w, ends_g = np.cumsum(want_len), np.cumsum(got_len)
+        for i, text in enumerate(texts):
+            a = want_flat[ends_w[i] - want_len[i]: ends_w[i]].tolist()
+            b = got_flat[ends_g[i] - got_len[i]: ends_g[i]].tolist()
+            assert a == b, f"text {i}: {text!r}"
+
+
+NAMES = ["bundled", "gpt2", "gpt2-prefix-space", "qwen-style", "llama3-style-nfc"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hard_strings_identical(encoders, name):
+    tok, encoder = encoders[name]
+    _assert_identical(tok, encoder, fastbpe.hard_strings(tok))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_training_text_identical(encoders, name):
+    tok, encoder = encoders[name]
+    texts = _training_text()
+    _assert_identical(tok, encoder, texts + [t[i:] for t in texts[:5] for i in (1, 2, 3)])
+
+
+FRAGMENTS = SPECIALS + [c["content"] for c in NON_SPECIAL] + [
+    "<|im_", "|>", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "é", "e\u0301", ">\u0338", "\u212b", "ﬁ", "ſ",
+    "123", "x", "Hello", " world", "日本", "😀", "\u200d", "\u00a0", "packcli", "token",
+]
+text_strategy = st.one_of(
+    st.text(max_size=80),
+    st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), max_size=25).map("".join),
+)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(text_strategy, min_size=1, max_size=8))
+def test_random_text_identical(encoders, name, texts):
+    tok, encoder = encoders[name]
+    _assert_identical(tok, encoder, texts)
+
+
+def test_threads_and_batching_do_not_change_ids(tokenizers_under_test, tmp_path):
+    tok = tokenizers_under_test["qwen-style"]
+    texts = _training_text() * 3 + ["", "<|im_end|>"]
+    one = fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path, threads=1)
+    three = fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path, threads=3)
+    a, b = one.encode_batch(texts), three.encode_batch(texts)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    empty_flat, empty_len = three.encode_batch([])
+    assert len(empty_flat) == 0 and len(empty_len) == 0
+
+
+def test_auto_picks_tiktoken_when_identical(tokenizers_under_test, tmp_path):
+    tok = tokenizers_under_test["gpt2"]
+    encoder = fastbpe.make_encoder(tok, "auto", _training_text(), cache_dir=tmp_path)
+    assert encoder.backend == "tiktoken" and encoder.reason is None
+
+
+def test_hf_backend_is_the_plain_path(tokenizers_under_test):
+    tok = tokenizers_under_test["gpt2"]
+    encoder = fastbpe.make_encoder(tok, "hf")
+    assert encoder.backend == "hf" and encoder.reason is None
+    _assert_identical(tok, encoder, ["a b", "<|im_end|>x"])
+
+
+def test_unknown_backend_is_a_usage_error(tokenizers_under_test):
+    with pytest.raises(PackcliError, match="--tokenizer-backend must be one of") as err:
+        fastbpe.make_encoder(tokenizers_under_test["gpt2"], "fast")
+    assert err.value.usage
+
+
+def test_lone_surrogate_behaves_as_hf(encoders):
+    tok, encoder = encoders["gpt2"]
+    with pytest.raises(Exception) as want:
+        encode_texts(tok, ["a\ud800b"])
+    with pytest.raises(Exception) as got:
+        encoder.encode_batch(["ok", "a\ud800b"])
+    assert type(got.value) is type(want.value)
+
+
+def test_encode_special_tokens_flag_is_mirrored(gpt2_json, tmp_path):
+    tok = load_tokenizer(str(_save(_variant(gpt2_json), tmp_path / "t", added=NON_SPECIAL)))
+    tok.backend_tokenizer.encode_special_tokens = True
+    encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path / "cache")
+    texts = ["a<|im_end|>b", "<|endoftext|>", "packcli token", " token<|im_start|>"]
+    _assert_identical(tok, encoder, texts)
+    assert encode_texts(tok, ["<|endoftext|>"])[1][0] > 1  # really split as text
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def _refusal(tok, tmp_path) -> str:
+    encoder = fastbpe.make_encoder(tok, "auto", ["some text"], cache_dir=tmp_path / "cache")
+    assert encoder.backend == "hf"
+    with pytest.raises(PackcliError, match="--tokenizer-backend tiktoken") as err:
+        fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path / "cache")
+    assert not err.value.usage
+    assert encoder.reason and "\n" not in str(err.value)
+    return encoder.reason
+
+
+def test_word_level_tokenizer_stays_on_hf(word_tokenizer, tmp_path):
+    assert "WordLevel, not BPE" in _refusal(load_tokenizer(str(word_tokenizer)), tmp_path)
+
+
+def test_normalizer_that_cannot_be_mirrored(gpt2_json, tmp_path):
+    spec = _variant(gpt2_json, normalizer={"type": "Lowercase"})
+    assert "normalizer Lowercase" in _refusal(load_tokenizer(str(_save(spec, tmp_path / "t"))), tmp_path)
+
+
+def test_added_token_with_lstrip(gpt2_json, tmp_path):
+    tok = load_tokenizer(str(_save(_variant(gpt2_json), tmp_path / "t", added=[{"content": "<mask>", "lstrip": True}])))
+    assert "lstrip" in _refusal(tok, tmp_path)
+
+
+def test_metaspace_tokenizer(gpt2_json, tmp_path):
+    spec = _variant(gpt2_json)
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+    assert "Metaspace is not byte-level" in _refusal(load_tokenizer(str(_save(spec, tmp_path / "t"))), tmp_path)
+
+
+def _tiny_bpe(ignore_merges: bool) -> dict:
+    """Bytes plus merges a+b, b+c, a+bc: BPE turns "abc" into [ab][c], never [abc]."""
+    alphabet = fastbpe.bytes_to_unicode()
+    vocab = {alphabet[b]: i for i, b in enumerate(sorted(alphabet))}
+    for tok in ("ab", "bc", "abc"):
+        vocab[tok] = len(vocab)
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
+                  "vocab": vocab, "merges": [["a", "b"], ["b", "c"], ["a", "bc"]]},
+    }
+
+
+def test_token_unreachable_by_its_merges_is_refused(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(_tiny_bpe(False))))
+    assert [t.value for t in tok.backend_tokenizer.model.tokenize("abc")] == ["ab", "c"]
+    assert "does not encode to itself" in _refusal(tok, tmp_path)
+    # With ignore_merges the piece "abc" is one token in both, but in "abcabc" tiktoken
+    # merges [ab][c] into [abc] (it merges any pair whose concatenation is a token), while
+    # the tokenizer has no merge ab + c: the probe of missing merges finds it.
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(_tiny_bpe(True))))
+    assert [t.value for t in tok.backend_tokenizer.model.tokenize("abcabc")] == ["ab", "c", "ab", "c"]
+    assert "is not a merge, yet tiktoken" in _refusal(tok, tmp_path / "2")
+
+
+def test_a_difference_on_the_sample_means_hf(tokenizers_under_test, tmp_path, monkeypatch):
+    tok = tokenizers_under_test["gpt2"]
+    good = fastbpe.load_or_convert(tok, tmp_path)
+    broken = fastbpe.Conversion(**{**good.__dict__, "prefix_space": True})  # a subtly wrong conversion
+    monkeypatch.setattr(fastbpe, "load_or_convert", lambda *a, **k: broken)
+    encoder = fastbpe.make_encoder(tok, "auto", ["hello world"], cache_dir=tmp_path)
+    assert encoder.backend == "hf" and "differ" in encoder.reason and "input sample" in encoder.reason
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path)
+    assert encoder.backend == "hf" and "hard strings" in encoder.reason
+    with pytest.raises(PackcliError, match="differ"):
+        fastbpe.make_encoder(tok, "tiktoken", ["hello world"], cache_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ cache
+
+
+def test_conversion_is_cached_per_fingerprint(tokenizers_under_test, tmp_path, monkeypatch):
+    from packcli.tokenizing import fingerprint
+
+    tok = tokenizers_under_test["qwen-style"]
+    fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path)
+    path = tmp_path / (fingerprint(tok).split(":")[1] + ".pkl")
+    assert path.is_file()
+
+    def no_conversion(_):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(fastbpe, "convert", no_conversion)
+    assert fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path).backend == "tiktoken"
+    path.write_bytes(b"not a pickle")  # a damaged cache entry is rebuilt, not an error
+    monkeypatch.undo()
+    assert fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path).backend == "tiktoken"
+    assert path.read_bytes() != b"not a pickle"
+
+
+def test_refusals_are_cached_too(word_tokenizer, tmp_path, monkeypatch):
+    tok = load_tokenizer(str(word_tokenizer))
+    first = fastbpe.load_or_convert(tok, tmp_path)
+    monkeypatch.setattr(fastbpe, "convert", lambda _: (_ for _ in ()).throw(AssertionError("converted again")))
+    assert fastbpe.load_or_convert(tok, tmp_path) == first
+
+
+def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert fastbpe.default_cache_dir() == tmp_path / "packcli" / "tiktoken"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert fastbpe.default_cache_dir() == Path.home() / ".cache" / "packcli" / "tiktoken"

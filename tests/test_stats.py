@@ -1,0 +1,257 @@
+"""`packcli stats`: figures recomputed from the shards equal the ones counted here by hand;
+the raw-input what-if equals packing done here; charts fit an 80-column terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import load_rows, random_texts, write_jsonl
+from packcli.kernels import ALGORITHMS, pack_lengths
+from packcli.stats import (
+    WhatIfOptions,
+    apply_overlong,
+    pad_to_longest_tokens,
+    render_compare,
+    render_stats,
+    render_what_if,
+    stats_dir,
+    stats_raw,
+    what_if,
+)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    texts = random_texts(120, seed=11, max_words=50)
+    return write_jsonl(tmp_path / "in" / "d.jsonl", [{"text": t} for t in texts]), texts
+
+
+def by_hand(out):
+    """Efficiency figures counted row by row in plain Python."""
+    rows, manifest = load_rows(out)
+    seq_len = manifest["seq_len"]
+    fills, per_row, lengths = [], [], []
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]].tolist()
+        k = int(rows.num_segments[r])
+        per_row.append(k)
+        lengths += [cu[i + 1] - cu[i] for i in range(k)]
+        fills.append(cu[k])
+    real = sum(fills)
+    return {
+        "rows": len(rows),
+        "sequences_packed": len(lengths),
+        "real_tokens": real,
+        "padding_tokens": len(rows) * seq_len - real,
+        "label_tokens": int((rows.labels != -100).sum()),
+        "efficiency": real / (len(rows) * seq_len),
+        "lower_bound_rows": math.ceil(real / seq_len),
+        "sequences_per_row": {"mean": len(lengths) / len(rows), "max": max(per_row)},
+        "fill_per_row": {"min": min(fills), "median": float(np.median(fills)), "mean": real / len(rows)},
+        "sequence_length": {"min": min(lengths), "median": float(np.median(lengths)), "max": max(lengths)},
+        "no_packing": {"rows": len(lengths), "efficiency": real / (len(lengths) * seq_len)},
+        "fills": fills,
+        "per_row": per_row,
+        "lengths": lengths,
+    }
+
+
+@pytest.mark.parametrize("options", [("--format", "npy"), ("--mode", "concat", "--rows-per-shard", "3"), ("--algorithm", "nf")])
+def test_stats_on_output_equals_figures_counted_by_hand(packed, corpus, word_tokenizer, options):
+    path, _ = corpus
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 48, *options)
+    report = stats_dir(out)
+    expected = by_hand(out)
+    for key in ("rows", "sequences_packed", "real_tokens", "padding_tokens", "label_tokens", "efficiency",
+                "lower_bound_rows", "sequences_per_row", "fill_per_row", "sequence_length", "no_packing"):
+        assert report[key] == pytest.approx(expected[key]), key
+    # Every distribution adds up to its population, and the bins tile their range.
+    dist = report["distributions"]
+    assert sum(b["count"] for b in dist["fill_per_row"]) == expected["rows"]
+    assert sum(b["count"] for b in dist["sequences_per_row"]) == expected["rows"]
+    assert sum(b["count"] for b in dist["sequence_length"]) == expected["sequences_packed"]
+    for bins in dist.values():
+        assert all(a["to"] + 1 == b["from"] for a, b in zip(bins, bins[1:]))
+    fills = np.array(expected["fills"])
+    for b in dist["fill_per_row"]:
+        assert b["count"] == int(((fills >= b["from"]) & (fills <= b["to"])).sum())
+    assert dist["fill_per_row"][-1]["to"] == 48
+    assert dist["sequence_length"][-1]["to"] == max(expected["lengths"])
+
+
+def test_stats_cli_json_and_charts_fit_80_columns(packed, corpus, word_tokenizer, cli):
+    from rich.console import Console
+
+    path, _ = corpus
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
+    report = json.loads(cli("stats", out, "--json").stdout)
+    assert report["efficiency"] == pytest.approx(by_hand(out)["efficiency"])
+    console = Console(width=80, record=True, force_terminal=False)
+    render_stats(console, str(out), report)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for title in ("real tokens per row", "sequences per row", "sequence length"):
+        assert title in text
+    assert "█" in text and "%" in text
+    result = cli("stats", out)
+    assert result.exit_code == 0 and "efficiency" in result.stdout and "sequences per row" in result.stdout
+
+
+def test_charts_fit_80_columns_at_the_largest_seq_len():
+    from rich.console import Console
+
+    from packcli.stats import distribution, render_chart
+
+    seq_len = 1 << 20
+    hist = np.zeros(seq_len + 1, dtype=np.int64)
+    hist[[1, 5000, 500_000, seq_len - 1, seq_len]] = [1, 123_456_789, 3, 7, 2_000_000_000]
+    console = Console(width=80, record=True)
+    console.print(render_chart("real tokens per row", distribution("fill_per_row", hist), 80))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("1,048,576" in line for line in lines) and any("<0.1%" in line for line in lines)
+
+
+def test_several_dirs_side_by_side(packed, corpus, word_tokenizer, cli):
+    from rich.console import Console
+
+    path, _ = corpus
+    a = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
+    b = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--algorithm", "nf", "--format", "npy")
+    both = json.loads(cli("stats", a, b, "--json").stdout)
+    assert both[str(a)]["rows"] == stats_dir(a)["rows"] and both[str(b)]["rows"] == stats_dir(b)["rows"]
+    console = Console(width=80, record=True)
+    render_compare(console, ["out1", "out2"], [both[str(a)], both[str(b)]])
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    efficiency_line = next(line for line in text.splitlines() if "efficiency" in line)
+    assert f"{both[str(a)]['efficiency']:.2%}" in efficiency_line and f"{both[str(b)]['efficiency']:.2%}" in efficiency_line
+    result = cli("stats", a, b)
+    assert result.exit_code == 0 and str(a) in result.stdout and "bin nf" in result.stdout
+
+
+# ----------------------------------------------------------------------------- raw input
+
+
+def test_what_if_equals_packing_done_here():
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 257, size=500).astype(np.int64)
+    lengths[[10, 20]] = [700, 256]  # one sequence over seq_len 256, split into 3 pieces; one exactly 256
+    result = what_if(lengths, 256, batch_size=4, buffer_size=200)
+    pieces = np.concatenate([lengths[:10], [256, 256, 188], lengths[11:]])
+    real = int(lengths.sum())
+    assert result["sequences"] == len(pieces) and result["real_tokens"] == real
+    methods = {m["method"]: m for m in result["methods"]}
+    for algorithm in ALGORITHMS:  # windows of 200 sequences, as pack packs them
+        rows = sum(pack_lengths(pieces[s : s + 200], 256, algorithm).n_rows for s in range(0, len(pieces), 200))
+        assert methods[algorithm]["rows"] == rows
+        assert methods[algorithm]["efficiency"] == pytest.approx(real / (rows * 256))
+        assert methods[algorithm]["speedup_vs_pad_to_seq_len"] == pytest.approx(len(pieces) / rows)
+        assert methods[algorithm]["seconds"] >= 0
+    batches = [pieces[i : i + 4] for i in range(0, len(pieces), 4)]
+    longest = sum(len(b) * int(b.max()) for b in batches)
+    assert methods["pad to longest/4"]["tokens_processed"] == longest
+    assert methods["pad to longest/4"]["efficiency"] == pytest.approx(real / longest)
+    assert methods["pad to seq_len"]["efficiency"] == pytest.approx(real / (len(pieces) * 256))
+    assert methods["bfd"]["speedup_vs_pad_to_longest"] == pytest.approx(longest / (methods["bfd"]["rows"] * 256))
+    assert methods["concat"]["rows"] == math.ceil(real / 256) == methods["lower bound"]["rows"]
+
+
+def test_overlong_policies_and_baselines():
+    lengths = np.array([5, 12, 3, 9], dtype=np.int64)
+    assert apply_overlong(lengths, 4, "split")[0].tolist() == [4, 1, 4, 4, 4, 3, 4, 4, 1]
+    assert apply_overlong(lengths, 4, "truncate")[0].tolist() == [4, 4, 3, 4]
+    assert apply_overlong(lengths, 4, "truncate")[1] == 1 + 8 + 5
+    assert apply_overlong(lengths, 4, "drop") == (pytest.approx(np.array([3])), 26)
+    assert pad_to_longest_tokens(lengths, 3) == 3 * 12 + 9 and pad_to_longest_tokens(lengths, 1) == 29
+    from packcli.errors import PackcliError
+
+    with pytest.raises(PackcliError, match="a.jsonl:2: document has 12 tokens, more than --seq-len 4"):
+        what_if(lengths, 4, overlong="error", first_longer=("a.jsonl:2", 12))
+
+
+def test_stats_raw_matches_pack_and_writes_nothing(tmp_path, corpus, word_tokenizer, packed):
+    path, texts = corpus
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    options = WhatIfOptions(inputs=[str(path)], tokenizer=str(word_tokenizer), seq_lens=[32, 64])
+    report = stats_raw(options)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    lengths = [len(t.split()) + 1 for t in texts]  # one token per word, plus EOS
+    assert report["documents"]["read"] == len(texts) and report["tokens"] == sum(lengths)
+    assert report["sequence_length"]["max"] == max(lengths)
+    assert [r["seq_len"] for r in report["what_if"]] == [32, 64]
+    for result in report["what_if"]:
+        out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", result["seq_len"])
+        packed_report = json.loads((out / "report.json").read_text())
+        bfd = next(m for m in result["methods"] if m["method"] == "bfd")
+        assert bfd["rows"] == packed_report["rows"] and bfd["efficiency"] == pytest.approx(packed_report["efficiency"])
+        no_packing = next(m for m in result["methods"] if m["method"] == "pad to seq_len")
+        assert no_packing["efficiency"] == pytest.approx(packed_report["no_packing"]["efficiency"])
+        assert result["overlong"]["count"] == packed_report["overlong"]["count"]
+
+
+def test_stats_raw_cli_table_json_and_80_columns(tmp_path, corpus, word_tokenizer, cli):
+    from rich.console import Console
+
+    path, _ = corpus
+    result = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 128, "--batch-size", 4, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [r["seq_len"] for r in report["what_if"]] == [32, 128]
+    assert {m["method"] for m in report["what_if"][0]["methods"]} >= {*ALGORITHMS, "pad to seq_len", "pad to longest/4"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # nothing written
+    report["_lengths"] = None
+    console = Console(width=80, record=True)
+    render_what_if(console, report)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "what if --seq-len 32" in text and "what if --seq-len 128" in text and "bfd (default)" in text
+    table = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--no-eos")
+    assert table.exit_code == 0 and "speed-up" in table.stdout and "with EOS" not in table.stdout
+
+
+def test_stats_usage_errors(tmp_path, corpus, word_tokenizer, packed, cli):
+    path, _ = corpus
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32)
+    mixed = cli("stats", out, path, "--tokenizer", word_tokenizer, "--seq-len", 32)
+    assert mixed.exit_code == 2 and "not both" in mixed.stderr
+    assert cli("stats", out, "--seq-len", 32).exit_code == 2
+    assert "--tokenizer is needed" in cli("stats", path, "--seq-len", 32).stderr
+    no_seq = cli("stats", path, "--tokenizer", word_tokenizer)
+    assert no_seq.exit_code == 2 and "--seq-len" in no_seq.stderr
+    bad = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 0)
+    assert bad.exit_code == 2 and "--seq-len must be between" in bad.stderr
+    hint = cli("stats", path)
+    assert hint.exit_code == 1 and "pass --tokenizer and --seq-len" in hint.stderr
+    too_long = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 8, "--overlong", "error")
+    assert too_long.exit_code == 1 and f"{path}:" in too_long.stderr and "more than --seq-len 8" in too_long.stderr
+
+
+def test_plot_needs_matplotlib(tmp_path, corpus, word_tokenizer, packed, cli, monkeypatch):
+    path, _ = corpus
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    for args in ([out], [path, "--tokenizer", word_tokenizer, "--seq-len", 32]):
+        result = cli("stats", *args, "--plot", tmp_path / "p.png")
+        assert result.exit_code == 1
+        assert result.stderr == "error: --plot needs matplotlib: pip install matplotlib\n"
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_writes_png(tmp_path, corpus, word_tokenizer, packed, cli):
+    pytest.importorskip("matplotlib")
+    path, _ = corpus
+    a = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32)
+    b = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
+    for name, args in (("one", [a]), ("two", [a, b]), ("raw", [path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 64])):
+        image = tmp_path / f"{name}.png"
+        result = cli("stats", *args, "--plot", image)
+        assert result.exit_code == 0, result.stderr
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
