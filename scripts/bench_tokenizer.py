@@ -5,7 +5,7 @@ Both are timed in the same run, on the same corpus, batches and cores, best of
 comparable across runs). Every corpus is also checked for identical ids on the whole
 corpus, not just a sample. Not a test: it needs the real corpora.
 
-    python scripts/bench_tokenizer.py [--qwen /tmp/qwen-tok] [--data /work/shared/data] [--repeats 3]
+    python scripts/bench_tokenizer.py [--qwen bench-out/qwen-tokenizer] [--data ../shared/data] [--repeats 3]
 
 Tokenizers: the bundled one (packcli:demo) and, if the directory exists, a real 151k Qwen
 vocabulary (build it with scripts/make_bench_tokenizer.py). Corpora: GSM8K train
@@ -120,8 +120,9 @@ def bench_pack(spec: str, corpus: list[str], repeats: int, workdir: Path) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qwen", default="/tmp/qwen-tok")
-    parser.add_argument("--data", default="/work/shared/data")
+    root = Path(__file__).resolve().parent.parent
+    parser.add_argument("--qwen", default=str(root / "bench-out" / "qwen-tokenizer"))
+    parser.add_argument("--data", default=str(root.parent / "shared" / "data"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--python-chars", type=int, default=3_000_000)
     args = parser.parse_args()
