@@ -25,18 +25,11 @@ from numba import njit
 
 from packcli.errors import PackcliError
 from packcli.rows import IGNORE_INDEX, Rows
+from packcli.shards import NPY_FILES
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
 HASH_CHUNK = 1 << 22
-NPY_FILES = (
-    "input_ids.npy",
-    "labels.npy",
-    "position_ids.npy",
-    "cu_seqlens.npy",
-    "cu_seqlens_offsets.npy",
-    "num_segments.npy",
-)
 
 
 def check_rows(
