@@ -62,3 +62,18 @@ def test_missing_bos_when_asked_for(word_tokenizer):
     tokenizer = load_tokenizer(str(word_tokenizer))
     with pytest.raises(PackcliError, match="no BOS token"):
         resolve_special_ids(tokenizer, eos_token=None, pad_id=None, need_eos=True, need_bos=True)
+
+
+def test_tokenizer_json_truncation_is_switched_off(tmp_path, word_tokenizer):
+    """A tokenizer saved with truncation must not cut documents behind packcli's back."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    directory = tmp_path / "truncating"
+    shutil.copytree(word_tokenizer, directory)
+    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    backend.enable_truncation(max_length=2)
+    backend.save(str(directory / "tokenizer.json"))
+    flat, lengths = encode_texts(load_tokenizer(str(directory)), ["w1 w2 w3 w4 w5"])
+    assert lengths.tolist() == [5]
