@@ -276,11 +276,12 @@ def verify(
 
             sys.stdout.write(to_json(summary))
             return
-        rate = summary["bytes"] / summary["seconds"] / 1e9 if summary["seconds"] else 0.0
+        rate = summary["bytes"] / summary["seconds"] if summary["seconds"] else 0.0
+        speed = f"{rate / 1e9:.2f} GB/s" if rate >= 1e8 else f"{rate / 1e6:.1f} MB/s"
         print(
             f"ok: {path}: {summary['shards']} shard(s), {summary['rows']:,} rows, "
             f"{summary['sequences']:,} sequences, {summary['real_tokens']:,} real tokens "
-            f"({summary['bytes'] / 1e6:.1f} MB checked at {rate:.2f} GB/s)"
+            f"({summary['bytes'] / 1e6:.1f} MB checked at {speed})"
         )
 
 
