@@ -222,6 +222,7 @@ def test_packed_rows_give_each_sequence_the_loss_it_has_alone():
 
 
 def test_trainer_runs_on_a_loaded_output(outputs, tmp_path):
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=4, max_steps=2,
