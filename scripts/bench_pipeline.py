@@ -1,15 +1,18 @@
 """Benchmark `packcli pack` end to end (issue 6): tokens/s against the tokenizer alone, peak RSS,
 scaling over workers, and the `datasets` / TRL recipes, all measured side by side in one run.
 
-    python scripts/bench_pipeline.py                    # 50M tokens, 3 rounds (about an hour on 2 cores)
+    python scripts/bench_pipeline.py                    # 50M tokens, 2 rounds (about 35 minutes on 2 cores)
     python scripts/bench_pipeline.py --quick            # ~2M tokens, 1 round, a smoke run of a few minutes
-    python scripts/bench_pipeline.py --tokens 20M --repeats 2 --no-baselines
+    python scripts/bench_pipeline.py --tokens 20M --no-baselines --no-hf
+
+docs/benchmarks.md ("Pipeline throughput and memory (issue 6)") has the measured table.
 
 Corpus (built in a temporary directory, never in the repo): GSM8K train (question + "\\n" +
 answer), the FastChat conversations (turns joined with "\\n") and Python source files from
 this interpreter's site-packages (long documents), shuffled with a fixed seed and repeated
 until the corpus holds `--tokens` tokens of the tokenizer. Written as JSONL; the memory
-check also packs a quarter of it (N and 4N tokens).
+check, the --workers scaling and the datasets/TRL baselines use its first quarter ("N/4
+input"); the full corpus is 4N.
 
 Tokenizer: a real 151k-vocabulary Qwen tokenizer directory (`--tokenizer`, default
 /tmp/qwen-tok, built with scripts/make_bench_tokenizer.py if missing).
@@ -154,12 +157,27 @@ def build_corpus(workdir: Path, data: Path, tokenizer_dir: str, tokens: int) -> 
 
 
 def child_limit(args) -> None:
-    """The tokenizer alone: encode_batch_fast over the corpus in batches of 1024, no writing."""
+    """The tokenizer alone, over the corpus in batches of 1024, no writing.
+
+    hf: backend_tokenizer.encode_batch_fast (Encoding objects, ids never leave Rust);
+    tiktoken: packcli's own tiktoken encoder (fastbpe), which returns numpy arrays."""
     sys.path.insert(0, str(ROOT))
     from packcli.tokenizing import load_tokenizer
 
     t0 = time.perf_counter()
-    backend = load_tokenizer(args.tokenizer).backend_tokenizer
+    tokenizer = load_tokenizer(args.tokenizer)
+    if args.backend == "hf":
+        backend = tokenizer.backend_tokenizer
+
+        def encode(batch):
+            return sum(map(len, backend.encode_batch_fast(batch, add_special_tokens=False)))
+    else:
+        from packcli import fastbpe
+
+        encoder = fastbpe.make_encoder(tokenizer, "tiktoken", [])
+
+        def encode(batch):
+            return int(encoder.encode_batch(batch)[1].sum())
     t1 = time.perf_counter()
     with open(args.corpus, encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]
@@ -167,9 +185,60 @@ def child_limit(args) -> None:
     t2 = time.perf_counter()
     tokens = 0
     for batch in batches:
-        tokens += sum(map(len, backend.encode_batch_fast(batch, add_special_tokens=False)))
+        tokens += encode(batch)
     t3 = time.perf_counter()
     print(json.dumps({"tokens": tokens, "load_s": t1 - t0, "read_s": t2 - t1, "encode_s": t3 - t2}))
+
+
+def child_conversion(args) -> None:
+    """Encodings -> one flat int32 array: the generator packcli used before, encode_texts'
+    chained lists, and Encoding.merge. Same encodings (the first 8 batches of the corpus), interleaved per
+    batch, best of 3 each; this is time the main thread holds the GIL."""
+    import itertools
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from tokenizers import Encoding
+
+    from packcli.tokenizing import load_tokenizer
+
+    backend = load_tokenizer(args.tokenizer).backend_tokenizer
+    with open(args.corpus, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line, _ in zip(f, range(8 * BATCH))]
+
+    def generator(encodings):  # before
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        return np.fromiter((i for e in encodings for i in e.ids), dtype=np.int32, count=int(lengths.sum())), lengths
+
+    def merged(encodings):  # an alternative: Encoding.merge in Rust, one list (copies every field)
+        lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+        ids = Encoding.merge(encodings, growing_offsets=False).ids
+        return np.fromiter(ids, dtype=np.int32, count=int(lengths.sum())), lengths
+
+    def chained(encodings):  # encode_texts now: one list per document, chained
+        lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+        ids = itertools.chain.from_iterable(e.ids for e in encodings)
+        return np.fromiter(ids, dtype=np.int32, count=int(lengths.sum())), lengths
+
+    seconds = {"encode": 0.0, "generator": 0.0, "merge": 0.0, "chain": 0.0}
+    tokens = 0
+    for i in range(0, len(texts), BATCH):
+        t0 = time.perf_counter()
+        encodings = backend.encode_batch_fast(texts[i : i + BATCH], add_special_tokens=False)
+        seconds["encode"] += time.perf_counter() - t0
+        results, best = {}, {}
+        for _ in range(args.conversion_repeats):
+            for name, fn in (("generator", generator), ("merge", merged), ("chain", chained)):
+                t0 = time.perf_counter()
+                results[name] = fn(encodings)
+                best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
+        for name, value in best.items():
+            seconds[name] += value
+        ref = results["generator"]
+        assert all(np.array_equal(r[0], ref[0]) and np.array_equal(r[1], ref[1]) for r in results.values())
+        tokens += len(ref[0])
+    print(json.dumps({"tokens": tokens, **{k + "_s": v for k, v in seconds.items()}}))
 
 
 def _datasets_env(cache: str):
@@ -237,10 +306,33 @@ def child_trl(args) -> None:
 # ----------------------------------------------------------------------------- running
 
 
-def run_measured(cmd: list[str], env: dict, stdout_path: Path) -> dict:
-    """Run a child; wall time, ru_maxrss of the child and the sampled RSS of its whole tree."""
-    import psutil
+def _tree_rss(root: int) -> int:
+    """RSS in bytes of a process and all its descendants, from /proc (Linux)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+            parents.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        pid = todo.pop()
+        todo.extend(parents.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except OSError:
+            pass
+    return total
 
+
+def run_measured(cmd: list[str], env: dict, stdout_path: Path) -> dict:
+    """Run a child: wall time, CPU time, ru_maxrss, and the peak RSS of its whole process tree."""
     with open(stdout_path, "wb") as out, open(stdout_path.with_suffix(".err"), "wb") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=str(ROOT))
@@ -249,22 +341,8 @@ def run_measured(cmd: list[str], env: dict, stdout_path: Path) -> dict:
 
         def sample() -> None:
             nonlocal peak_tree
-            try:
-                root = psutil.Process(proc.pid)
-            except psutil.NoSuchProcess:
-                return
             while not done.is_set():
-                total = 0
-                try:
-                    procs = [root, *root.children(recursive=True)]
-                except psutil.NoSuchProcess:
-                    break
-                for p in procs:
-                    try:
-                        total += p.memory_info().rss
-                    except psutil.NoSuchProcess:
-                        pass
-                peak_tree = max(peak_tree, total)
+                peak_tree = max(peak_tree, _tree_rss(proc.pid))
                 done.wait(0.05)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -276,10 +354,13 @@ def run_measured(cmd: list[str], env: dict, stdout_path: Path) -> dict:
         sampler.join()
     if proc.returncode != 0:
         tail = stdout_path.with_suffix(".err").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{tail}")
+        raise RuntimeError(f"{' '.join(cmd[:8])}... exited {proc.returncode}:\n{tail}")
     text = stdout_path.read_text(errors="replace")
     result = json.loads(text[text.index("{") :]) if "{" in text else {}
-    return {"wall": wall, "maxrss_mb": usage.ru_maxrss / 1024, "tree_mb": peak_tree / MB, "out": result}
+    return {
+        "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_mb": usage.ru_maxrss / 1024,
+        "tree_mb": peak_tree / MB, "out": result,
+    }
 
 
 def child_env(threads: int | None = None) -> dict:
@@ -292,14 +373,18 @@ def child_env(threads: int | None = None) -> dict:
 
 
 class Config:
-    def __init__(self, name: str, kind: str, corpus: str, extra=(), threads: int | None = None, group: str = "main"):
-        self.name, self.kind, self.corpus, self.extra, self.threads, self.group = name, kind, corpus, list(extra), threads, group
+    """One configuration: how to run it, on which corpus, and its runs."""
+
+    def __init__(self, key: str, name: str, kind: str, corpus: str, tokens: int, extra=(), threads=None, backend="hf"):
+        self.key, self.name, self.kind, self.corpus, self.tokens = key, name, kind, corpus, tokens
+        self.extra, self.threads, self.backend = list(extra), threads, backend
         self.runs: list[dict] = []
 
     def command(self, args, out: Path, cache: Path) -> list[str]:
         script = str(Path(__file__).resolve())
-        if self.kind == "limit":
-            return [PYTHON, script, "--child", "limit", "--corpus", self.corpus, "--tokenizer", args.tokenizer]
+        if self.kind in ("limit", "conversion"):
+            return [PYTHON, script, "--child", self.kind, "--backend", self.backend, "--corpus", self.corpus,
+                    "--tokenizer", args.tokenizer]
         if self.kind == "packcli":
             return [
                 PYTHON, "-m", "packcli", "pack", self.corpus, "--tokenizer", args.tokenizer,
@@ -320,8 +405,8 @@ class Config:
         if self.kind == "packcli":
             manifest = json.loads((out / "manifest.json").read_text())
             result["rows"] = manifest["totals"]["rows"]
-        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.exists() else 0
-        result["out_mb"] = size / MB
+            result["backend"] = manifest["tokenizer"].get("backend")
+        result["out_mb"] = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / MB if out.exists() else 0
         for path in (out, cache):
             shutil.rmtree(path, ignore_errors=True)
         self.runs.append(result)
@@ -329,7 +414,17 @@ class Config:
 
     @property
     def best(self) -> dict:
-        return min(self.runs, key=lambda r: r["wall"])
+        """The fastest run: by its encode loop for the limits, else by wall time."""
+        return min(self.runs, key=lambda r: r["out"]["encode_s"] if self.kind == "limit" else r["wall"])
+
+    @property
+    def seconds(self) -> float:
+        """Limits: the encode loop alone; everything else: wall time around the subprocess."""
+        return self.best["out"]["encode_s"] if self.kind == "limit" else self.best["wall"]
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
 
     @property
     def peak_mb(self) -> float:
@@ -354,41 +449,39 @@ def have(module: str) -> str | None:
     return None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
-# ----------------------------------------------------------------------------- report
-
-
-def tps(tokens: int, seconds: float) -> float:
-    return tokens / seconds if seconds > 0 else 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="50M", help="corpus size in tokens of the tokenizer (default 50M)")
     parser.add_argument("--quick", action="store_true", help="~2M tokens, 1 round: a smoke run")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds; each figure is the best over them")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds; each figure is the best over them")
     parser.add_argument("--baseline-repeats", type=int, default=1, help="rounds that also run datasets/TRL (slow)")
+    parser.add_argument("--baseline-input", choices=("quarter", "full"), default="quarter",
+                        help="corpus of the datasets/TRL baselines and of the packcli run they are compared with")
     parser.add_argument("--tokenizer", default="/tmp/qwen-tok")
-    parser.add_argument("--data", default="/work/shared/data")
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--num-proc", type=int, default=2, help="num_proc of the datasets/TRL map calls")
     parser.add_argument("--trl-strategy", default="bfd")
     parser.add_argument("--no-baselines", action="store_true", help="skip datasets and TRL")
+    parser.add_argument("--no-hf", action="store_true", help="skip the --tokenizer-backend hf runs (slow)")
     parser.add_argument("--workdir", help="keep the corpus here and reuse it (default: a temporary directory)")
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-min load to drop below this")
-    parser.add_argument("--max-wait", type=float, default=600, help="seconds to wait for a quiet machine, per round")
+    parser.add_argument("--max-wait", type=float, default=300, help="seconds to wait for a quiet machine, per round")
     parser.add_argument("--json-out", help="also write every run as JSON here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", default="hf", help=argparse.SUPPRESS)
+    parser.add_argument("--conversion-repeats", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
-        {"limit": child_limit, "datasets": child_datasets, "trl": child_trl}[args.child](args)
+        {"limit": child_limit, "conversion": child_conversion, "datasets": child_datasets, "trl": child_trl}[args.child](args)
         return
 
     tokens = parse_count("2M" if args.quick and args.tokens == "50M" else args.tokens)
-    repeats = 1 if args.quick and args.repeats == 3 else args.repeats
+    repeats = 1 if args.quick else args.repeats
     if not Path(args.tokenizer).exists():
         print(f"building the Qwen tokenizer in {args.tokenizer}", flush=True)
         subprocess.run([PYTHON, str(ROOT / "scripts" / "make_bench_tokenizer.py"), args.tokenizer], check=True)
@@ -407,44 +500,68 @@ def main() -> None:
             temp.cleanup()
 
 
+def make_configs(args, meta: dict) -> tuple[list[Config], list[Config]]:
+    full, quarter = meta["full"]["path"], meta["quarter"]["path"]
+    nf, nq = meta["full"]["tokens"], meta["quarter"]["tokens"]
+    C = Config
+    configs = [
+        C("limit", "limit: HF encode_batch_fast, all cores", "limit", full, nf),
+        C("limit-tt", "tiktoken encoder alone (packcli's auto backend), all cores", "limit", full, nf, backend="tiktoken"),
+    ]
+    for mode in ("bin", "concat"):
+        for fmt in ("parquet", "npy"):
+            configs.append(C(f"{mode}-{fmt}", f"packcli {mode} {fmt}", "packcli", full, nf, ["--mode", mode, "--format", fmt]))
+    if not args.no_hf:  # the same tokenizer as the limit: the pipeline's own overhead
+        for mode, fmt in (("bin", "parquet"), ("concat", "npy")):
+            if True:
+                configs.append(C(f"hf-{mode}-{fmt}", f"packcli {mode} {fmt} --tokenizer-backend hf", "packcli", full, nf,
+                                 ["--mode", mode, "--format", fmt, "--tokenizer-backend", "hf"]))
+    # Memory growth and scaling run on the quarter corpus (N) too; the full one is 4N.
+    configs.append(C("bin-parquet-q", "packcli bin parquet (N/4 input)", "packcli", quarter, nq))
+    configs += [
+        C("w1", "packcli --workers 1 (N/4 input)", "packcli", quarter, nq, ["--workers", "1"]),
+        C("w2", "packcli --workers 2 (N/4 input)", "packcli", quarter, nq, ["--workers", "2"]),
+        C("limit-tt-1", "tiktoken encoder alone, 1 thread (N/4 input)", "limit", quarter, nq, threads=1, backend="tiktoken"),
+        C("limit-tt-2", "tiktoken encoder alone, 2 threads (N/4 input)", "limit", quarter, nq, threads=2, backend="tiktoken"),
+    ]
+    if not args.no_hf:
+        configs += [
+            C("hf-w1", "packcli --tokenizer-backend hf --workers 1 (N/4 input)", "packcli", quarter, nq,
+              ["--workers", "1", "--tokenizer-backend", "hf"]),
+            C("hf-w2", "packcli --tokenizer-backend hf --workers 2 (N/4 input)", "packcli", quarter, nq,
+              ["--workers", "2", "--tokenizer-backend", "hf"]),
+            C("limit-1", "limit: HF encode_batch_fast, 1 thread (N/4 input)", "limit", quarter, nq, threads=1),
+            C("limit-2", "limit: HF encode_batch_fast, 2 threads (N/4 input)", "limit", quarter, nq, threads=2),
+        ]
+    baselines = []
+    if not args.no_baselines:
+        path, n = (quarter, nq) if args.baseline_input == "quarter" else (full, nf)
+        suffix = " (N/4 input)" if args.baseline_input == "quarter" else ""
+        for key, module, name, hint in (
+            ("datasets", "datasets", "datasets map + group_texts (run_clm)", "pip install datasets"),
+            ("trl", "trl", f"datasets map + trl.pack_dataset({args.trl_strategy})", "pip install torch==2.13.0 trl"),
+        ):
+            missing = have(module)
+            if missing:
+                print(f"{name}: skipped, {module} does not import ({missing}); {hint}", flush=True)
+            else:
+                baselines.append(C(key, name + suffix, key, path, n))
+    return configs, baselines
+
+
 def run_all(args, workdir: Path, tokens: int, repeats: int) -> None:
     import platform
 
     meta = build_corpus(workdir, Path(args.data), args.tokenizer, tokens)
-    full, quarter = meta["full"]["path"], meta["quarter"]["path"]
-    n_full, n_quarter = meta["full"]["tokens"], meta["quarter"]["tokens"]
-
-    configs = [
-        Config("limit: encode_batch_fast, all cores", "limit", full),
-        Config("packcli bin parquet", "packcli", full),
-        Config("packcli bin npy", "packcli", full, ["--format", "npy"]),
-        Config("packcli concat parquet", "packcli", full, ["--mode", "concat"]),
-        Config("packcli concat npy", "packcli", full, ["--mode", "concat", "--format", "npy"]),
-        Config("limit: encode_batch_fast, 1 thread", "limit", full, threads=1, group="scaling"),
-        Config("packcli bin parquet --workers 1", "packcli", full, ["--workers", "1"], group="scaling"),
-        Config("packcli bin parquet --workers 2", "packcli", full, ["--workers", "2"], group="scaling"),
-        Config("packcli bin parquet, N/4 input", "packcli", quarter, group="memory"),
-    ]
-    baselines = []
-    if not args.no_baselines:
-        missing = have("datasets")
-        if missing:
-            print(f"datasets baseline skipped: {missing}  (pip install datasets)", flush=True)
-        else:
-            baselines.append(Config("datasets map + group_texts (run_clm)", "datasets", full, group="baseline"))
-        missing = have("trl")
-        if missing:
-            print(f"TRL baseline skipped: {missing}  (pip install torch==2.13.0 trl)", flush=True)
-        else:
-            baselines.append(Config(f"datasets map + trl.pack_dataset({args.trl_strategy})", "trl", full, group="baseline"))
-
+    configs, baselines = make_configs(args, meta)
     scratch = workdir / "scratch"
     scratch.mkdir(exist_ok=True)
     print(
-        f"machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, python {platform.python_version()}; "
+        f"machine: {os.cpu_count()} cores, {platform.machine()}, python {platform.python_version()}; "
         f"seq_len {args.seq_len}; {repeats} round(s)",
         flush=True,
     )
+    conversion = Config("conversion", "encodings -> flat int32", "conversion", meta["quarter"]["path"], 0)
     loads = []
     for round_no in range(1, repeats + 1):
         wait_for_quiet(args.max_load, args.max_wait)
@@ -453,89 +570,98 @@ def run_all(args, workdir: Path, tokens: int, repeats: int) -> None:
         print(f"round {round_no}/{repeats} (load {loads[-1]:.2f})", flush=True)
         for config in todo:
             r = config.run(args, scratch)
-            n = n_quarter if config.corpus == quarter else n_full
+            seconds = r["out"]["encode_s"] if config.kind == "limit" else r["wall"]
             print(
-                f"  {config.name:<44} {r['wall']:8.1f} s  {tps(n, r['wall']) / 1e6:6.2f} M tok/s  "
-                f"rss {max(r['maxrss_mb'], r['tree_mb']):7.0f} MB",
+                f"  {config.name:<62} {r['wall']:7.1f} s wall  {config.tokens / seconds / 1e6:6.2f} M tok/s  "
+                f"cpu {r['cpu']:7.1f} s  rss {max(r['maxrss_mb'], r['tree_mb']):7.0f} MB",
                 flush=True,
             )
-    loads.append(load_average())
-
+            loads.append(load_average())
+    if not args.no_hf:
+        conversion.run(args, scratch)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(
             {"meta": meta, "seq_len": args.seq_len, "loads": loads,
-             "configs": {c.name: c.runs for c in configs + baselines}}, indent=2))
-    report(args, meta, configs, baselines, loads)
+             "configs": {c.key: {"name": c.name, "runs": c.runs} for c in configs + baselines + [conversion]}}, indent=2))
+    report(args, meta, configs, baselines, loads, conversion)
 
 
-def report(args, meta: dict, configs: list[Config], baselines: list[Config], loads: list[float]) -> None:
-    by_name = {c.name: c for c in configs + baselines}
-    n_full, n_quarter = meta["full"]["tokens"], meta["quarter"]["tokens"]
-
-    def rate(c: Config) -> float:
-        return tps(n_quarter if c.group == "memory" else n_full, c.best["wall"])
-
-    limit = by_name["limit: encode_batch_fast, all cores"]
-    limit_rate = tps(n_full, limit.best["out"]["encode_s"])
-    limit1 = by_name["limit: encode_batch_fast, 1 thread"]
-    limit1_rate = tps(n_full, limit1.best["out"]["encode_s"])
-    reference = by_name["packcli bin parquet"]
-
+def report(args, meta, configs, baselines, loads, conversion) -> None:
+    c = {x.key: x for x in configs + baselines}
+    limit = c["limit"]
     print()
     print(
-        f"corpus: {n_full:,} tokens ({meta['full']['documents']:,} documents, {meta['full']['bytes'] / MB:,.0f} MB JSONL), "
-        f"seq_len {args.seq_len}, {len(reference.runs)} round(s), best wall time of each; 1-min load {min(loads):.2f}-{max(loads):.2f}"
+        f"corpus: {meta['full']['tokens']:,} tokens = 4N ({meta['full']['documents']:,} documents, "
+        f"{meta['full']['bytes'] / MB:,.0f} MB JSONL); N/4 input: {meta['quarter']['tokens']:,} tokens; "
+        f"seq_len {args.seq_len}; best wall time of {len(limit.runs)} round(s); 1-min load {min(loads):.2f}-{max(loads):.2f}"
     )
+
+    def ratio_to(x: Config) -> str:
+        if x.kind == "limit":
+            ref = c["limit"] if x.tokens == limit.tokens else c.get("limit-2", c["limit-tt-2"])
+            return "1.00" if x is limit else f"{x.rate / c['limit'].rate:.2f} of limit" if x.tokens == limit.tokens else ""
+        if x.kind == "packcli":
+            return f"{x.rate / limit.rate:.2f} of limit" if x.tokens == limit.tokens else ""
+        ref = c["bin-parquet" if x.tokens == limit.tokens else "bin-parquet-q"]
+        return f"{x.rate / ref.rate:.2f} of packcli"
+
     rows = []
-    for c in configs + baselines:
-        if c.kind == "limit":
-            r = tps(n_full, c.best["out"]["encode_s"])
-            base = limit_rate if c is limit else limit1_rate
-            vs = "1.00 (limit)" if c is limit else f"{r / limit_rate:.2f} of limit"
-            note = f"encode only; load {c.best['out']['load_s']:.1f} s + read {c.best['out']['read_s']:.1f} s apart"
-        elif c.kind == "packcli":
-            r = rate(c)
-            if c.group == "scaling":
-                vs = f"{r / limit_rate:.2f} of limit"
-            else:
-                vs = f"{r / limit_rate:.2f} of limit"
-            t = c.best["out"].get("timings", {})
-            note = "in-process {total:.1f} s: read {read:.1f}, tokenize {tokenize:.1f}, pack {pack:.1f}, write {write:.1f}".format(**t) if t else ""
+    for x in configs + baselines:
+        b = x.best
+        if x.kind == "limit":
+            note = f"encode loop only; load {b['out']['load_s']:.1f} s, json read {b['out']['read_s']:.1f} s not counted"
+        elif x.kind == "packcli":
+            t = b["out"].get("timings", {})
+            note = f"backend {b.get('backend')}; in-process {t.get('total', 0):.1f} s: read {t.get('read', 0):.1f}, " \
+                   f"tokenize {t.get('tokenize', 0):.1f}, pack {t.get('pack', 0):.1f}, write {t.get('write', 0):.1f}"
         else:
-            r = rate(c)
-            vs = f"{r / rate(reference):.2f} of packcli bin parquet"
-            note = f"{c.best['out'].get('rows', 0):,} rows"
-        rows.append((c.name, f"{r / 1e6:.2f}", vs, f"{c.peak_mb:,.0f}", f"{c.best['wall']:.1f}", note))
-    headers = ("configuration", "M tokens/s", "ratio", "peak RSS MB", "wall s", "notes")
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+            note = (f"{b['out'].get('rows', 0):,} rows; work in-process {b['out'].get('work_s', 0):.1f} s; "
+                    f"largest process {max(r['maxrss_mb'] for r in x.runs):,.0f} MB")
+        rows.append((x.name, f"{x.rate / 1e6:.2f}", ratio_to(x), f"{x.peak_mb:,.0f}", f"{b['wall']:.1f}", f"{b['cpu']:.1f}", note))
+    headers = ("configuration", "M tok/s", "ratio", "peak RSS MB", "wall s", "CPU s", "notes")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print("| " + " | ".join(v.ljust(w) for v, w in zip(row, widths)) + " |")
+    for r in rows:
+        print("| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |")
 
     print()
     print("targets:")
     checks = []
-    for name in ("packcli bin parquet", "packcli bin npy", "packcli concat parquet", "packcli concat npy"):
-        ratio = rate(by_name[name]) / limit_rate
-        checks.append((f"{name}: >= 0.9x the limit's tokens/s", ratio >= 0.9, f"{ratio:.2f}x"))
-    peak = reference.peak_mb
-    checks.append(("peak RSS, default options: < 1 GB", peak < 1024, f"{peak:,.0f} MB"))
-    small = by_name["packcli bin parquet, N/4 input"].peak_mb
-    growth = peak / small - 1
-    checks.append((f"peak RSS growth, input x{n_full / n_quarter:.1f}: < 20%", growth < 0.2, f"{small:,.0f} -> {peak:,.0f} MB ({growth:+.0%})"))
-    w1, w2 = by_name["packcli bin parquet --workers 1"], by_name["packcli bin parquet --workers 2"]
-    scaling = rate(w2) / rate(w1)
-    checks.append((
-        "--workers 2 >= 1.7x --workers 1", scaling >= 1.7,
-        f"{scaling:.2f}x (tokenizer alone, 2 threads / 1 thread: {limit_rate / limit1_rate:.2f}x)",
-    ))
+    for prefix, label in (("", "default backend"), ("hf-", "--tokenizer-backend hf")):
+        for mode in ("bin", "concat"):
+            for fmt in ("parquet", "npy"):
+                x = c.get(f"{prefix}{mode}-{fmt}")
+                if x:
+                    ratio = x.rate / limit.rate
+                    checks.append((f"packcli {mode} {fmt} ({label}) >= 0.9x the limit", ratio >= 0.9, f"{ratio:.2f}x"))
+    big, small = c["bin-parquet"], c["bin-parquet-q"]
+    checks.append(("peak RSS, default options, < 1 GB", big.peak_mb < 1024, f"{big.peak_mb:,.0f} MB"))
+    growth = big.peak_mb / small.peak_mb - 1
+    checks.append((f"peak RSS growth for {big.tokens / small.tokens:.1f}x the input < 20%", growth < 0.2,
+                   f"{small.peak_mb:,.0f} -> {big.peak_mb:,.0f} MB ({growth:+.0%})"))
+    for w1, w2, l1, l2, label in (("w1", "w2", "limit-tt-1", "limit-tt-2", "default backend"),
+                                  ("hf-w1", "hf-w2", "limit-1", "limit-2", "--tokenizer-backend hf")):
+        if w1 in c:
+            scaling = c[w2].rate / c[w1].rate
+            checks.append((f"--workers 2 >= 1.7x --workers 1 ({label})", scaling >= 1.7,
+                           f"{scaling:.2f}x (the tokenizer alone, 2 threads / 1 thread: {c[l2].rate / c[l1].rate:.2f}x)"))
     for b in baselines:
-        faster = rate(reference) / rate(b)
-        smaller = b.peak_mb / reference.peak_mb
-        checks.append((f"packcli beats {b.name}", faster > 1 and smaller > 1, f"{faster:.1f}x the tokens/s, {smaller:.1f}x less peak RSS"))
+        ref = c["bin-parquet" if b.tokens == limit.tokens else "bin-parquet-q"]
+        faster, smaller = ref.rate / b.rate, b.peak_mb / ref.peak_mb
+        checks.append((f"packcli bin parquet beats {b.name}", faster > 1 and smaller > 1,
+                       f"{faster:.1f}x the tokens/s, {smaller:.1f}x less peak RSS"))
     for what, ok, detail in checks:
         print(f"  [{'PASS' if ok else 'MISS'}] {what}: {detail}")
+    if conversion.runs:
+        o = conversion.runs[-1]["out"]
+        n = o["tokens"]
+        print(
+            f"\nencodings -> flat int32 ({n:,} tokens, GIL held, best of 3 per batch): "
+            f"generator over e.ids (before) {o['generator_s'] / n * 1e9:.0f} ns/token, "
+            f"chained e.ids (encode_texts now) {o['chain_s'] / n * 1e9:.0f} ns/token, "
+            f"Encoding.merge {o['merge_s'] / n * 1e9:.0f} ns/token; HF encode itself {o['encode_s'] / n * 1e9:.0f} ns/token"
+        )
 
 
 if __name__ == "__main__":
