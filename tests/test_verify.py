@@ -31,6 +31,21 @@ def tamper_npy(out, shard, column, edit):
     array = np.load(path)
     edit(array)
     np.save(path, array)
+    _fix_checksum(out, shard)
+
+
+def tamper_parquet(out, shard, column, edit):
+    """The same for a list<int32> column of a Parquet shard; `edit` changes the row lists."""
+    path = out / shard
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    edit(values)
+    index = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(index, column, pa.array(values, type=pa.list_(pa.int32()))), path)
+    _fix_checksum(out, shard)
+
+
+def _fix_checksum(out, shard):
     manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["shards"]:
         if entry["path"] == shard:
@@ -96,15 +111,11 @@ def test_truncated_shard_file(output):
 
 def test_altered_file_with_a_lying_checksum_is_still_caught(output):
     out = output("parquet")
-    path = out / "shard-00000.parquet"
-    table = pq.read_table(path)
-    ids = table.column("input_ids").to_pylist()
-    ids[2][1] = 250 if ids[2][1] != 250 else 251  # inside a segment: its label no longer matches
-    table = table.set_column(0, "input_ids", pa.array(ids, type=pa.list_(pa.int32())))
-    pq.write_table(table, path)
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["shards"][0]["checksum"] = checksum(path)
-    (out / "manifest.json").write_text(json.dumps(manifest))
+
+    def edit(ids):
+        ids[2][1] = 250 if ids[2][1] != 250 else 251  # inside a segment: its label no longer matches
+
+    tamper_parquet(out, "shard-00000.parquet", "input_ids", edit)
     expect_failure(out, "shard-00000.parquet row 2", "label at position 1")
 
 
@@ -200,15 +211,11 @@ def test_cu_seqlens_not_starting_at_0(output):
 
 def test_flipped_label_in_parquet(output):
     out = output("parquet")
-    path = out / "shard-00001.parquet"
-    table = pq.read_table(path)
-    labels = table.column("labels").to_pylist()
-    labels[6][-1] = 5 if labels[6][-1] != 5 else 6
-    table = table.set_column(1, "labels", pa.array(labels, type=pa.list_(pa.int32())))
-    pq.write_table(table, path)
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["shards"][1]["checksum"] = checksum(path)
-    (out / "manifest.json").write_text(json.dumps(manifest))
+
+    def edit(labels):
+        labels[6][-1] = 5 if labels[6][-1] != 5 else 6
+
+    tamper_parquet(out, "shard-00001.parquet", "labels", edit)
     expect_failure(out, "shard-00001.parquet row 6", "label at position 31")
 
 
