@@ -256,6 +256,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
             resume.check_resumable(out_dir, identity)
             if (out_dir / "manifest.json").is_file():
                 batches.close()
+                getattr(setup.encoder, "close", lambda: None)()
                 return _finished_report(out_dir)
             done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
@@ -263,6 +264,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
             _write_output(out_dir, resume.save_run, out_dir, identity)
     except BaseException:
         batches.close()
+        getattr(setup.encoder, "close", lambda: None)()
         raise
 
     settings = opts.settings(setup.pad_id)
@@ -285,7 +287,14 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     # Three stages at once: reading (a thread), tokenizing (a thread; the tokenizers release
     # the GIL) and packing + writing here, so batch k is written while k+1 is tokenized.
-    tokenized = prefetch(map(tokenize, itertools.chain([] if first is None else [first], batches)))
+    def tokenize_all():
+        try:
+            for batch in itertools.chain([] if first is None else [first], batches):
+                yield tokenize(batch)
+        finally:
+            batches.close()  # in the thread that iterates it
+
+    tokenized = prefetch(tokenize_all())
     try:
         with _signals_raise():
             tracker = InputProgress(paths)
@@ -312,7 +321,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     summary = stats.summary()
     report = {
         "documents": {
-            "read": counters.sequences_in + bad.total,
+            "read": bad.records_seen,
             "skipped": bad.total,
             "skipped_by_reason": dict(bad.counts),
             "skipped_examples": list(bad.examples),
@@ -387,7 +396,10 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
 def prefetch(iterator, depth: int = 2):
     """Run an iterator in a thread, so reading the next batch overlaps tokenizing this one
-    (the tokenizers release the GIL); items and the first error arrive in order."""
+    (the tokenizers release the GIL); items and the first error arrive in order.
+
+    Closing the returned generator stops the thread and waits for it; the iterator is
+    closed by the thread that runs it, never while another thread is inside it."""
     import queue
     import threading
 
@@ -395,24 +407,28 @@ def prefetch(iterator, depth: int = 2):
     stop = threading.Event()
     end = object()
 
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
-            for item in iterator:
-                while not stop.is_set():
-                    try:
-                        items.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            items.put((end, None))
-        except BaseException as exc:  # handed to the consumer, raised there
-            items.put((end, exc))
+            try:
+                for item in iterator:
+                    if not put((item, None)):
+                        return
+                put((end, None))
+            except BaseException as exc:  # handed to the consumer, raised there
+                put((end, exc))
         finally:
-            getattr(iterator, "close", lambda: None)()  # a generator upstream stops its own thread
+            getattr(iterator, "close", lambda: None)()
 
-    thread = threading.Thread(target=produce, name="packcli-reader", daemon=True)
+    thread = threading.Thread(target=produce, name="packcli-prefetch", daemon=True)
     thread.start()
     try:
         while True:
@@ -424,6 +440,7 @@ def prefetch(iterator, depth: int = 2):
             yield item
     finally:
         stop.set()
+        thread.join()
 
 
 class InputProgress:

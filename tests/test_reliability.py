@@ -211,18 +211,27 @@ def test_signals_stop_cleanly(tmp_path, big_corpus, word_tokenizer, sig, code):
 
 
 def test_resume_refuses_other_options_or_inputs(tmp_path, big_corpus, word_tokenizer):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(big_corpus.read_bytes())
     out = tmp_path / "out"
-    start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, after_first_shard, signal.SIGKILL)
-    other = pack_command(big_corpus, out, word_tokenizer, "--resume")
+    start_and_stop(pack_command(corpus, out, word_tokenizer), out, after_first_shard, signal.SIGKILL)
+
+    def resume_with(command):
+        refused = subprocess.run(command, capture_output=True, text=True)
+        assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+        return refused.stderr
+
+    other = pack_command(corpus, out, word_tokenizer, "--resume")
     other[other.index("--seq-len") + 1] = "256"
-    refused = subprocess.run(other, capture_output=True, text=True)
-    assert refused.returncode == 1 and "refusing to resume: --seq-len (256 vs 128)" in refused.stderr
-    changed = tmp_path / "changed.jsonl"
-    changed.write_bytes(big_corpus.read_bytes() + b'{"text": "w1"}\n')
-    os.replace(changed, tmp_path / "corpus.jsonl")
-    moved = pack_command(tmp_path / "corpus.jsonl", out, word_tokenizer, "--resume")
-    refused = subprocess.run(moved, capture_output=True, text=True)
-    assert refused.returncode == 1 and "refusing to resume" in refused.stderr
+    assert "refusing to resume: --seq-len (256 vs 128)" in resume_with(other)
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_bytes(corpus.read_bytes())
+    assert "the list of input files differs" in resume_with(pack_command(renamed, out, word_tokenizer, "--resume"))
+    data = bytearray(corpus.read_bytes())  # same size, one word changed near the end
+    at = data.rindex(b"w1")
+    data[at : at + 2] = b"w2"
+    corpus.write_bytes(bytes(data))
+    assert f"input {corpus} (changed since)" in resume_with(pack_command(corpus, out, word_tokenizer, "--resume"))
     assert not (out / "manifest.json").exists()
 
 
