@@ -224,12 +224,17 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def use_workers(workers: int | None) -> None:
+    """Tokenizer threads: the Rust thread pool reads these once, when it starts."""
+    if workers is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(workers)
+        os.environ["RAYON_RS_NUM_CPUS"] = str(workers)
+
+
 def run_pack(opts: PackOptions, progress=None) -> dict:
     """Pack the inputs into opts.output; returns the report. Raises PackcliError."""
     opts.validate()
-    if opts.workers is not None:
-        os.environ["RAYON_NUM_THREADS"] = str(opts.workers)
-        os.environ["RAYON_RS_NUM_CPUS"] = str(opts.workers)
+    use_workers(opts.workers)
     started = time.perf_counter()
     timer = Timer()
 
@@ -256,7 +261,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
             resume.check_resumable(out_dir, identity)
             if (out_dir / "manifest.json").is_file():
                 batches.close()
-                getattr(setup.encoder, "close", lambda: None)()
+                setup.close()
                 return _finished_report(out_dir)
             done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
@@ -264,7 +269,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
             _write_output(out_dir, resume.save_run, out_dir, identity)
     except BaseException:
         batches.close()
-        getattr(setup.encoder, "close", lambda: None)()
+        setup.close()
         raise
 
     settings = opts.settings(setup.pad_id)
@@ -316,7 +321,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     finally:
         tokenized.close()
         batches.close()
-        getattr(setup.encoder, "close", lambda: None)()
+        setup.close()
 
     summary = stats.summary()
     report = {
@@ -354,8 +359,8 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
     total = time.perf_counter() - started
     report["timings"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(total, 4)}
     dropped_remainder = counters.remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
-    tokenized = summary["real_tokens"] + counters.overlong_tokens_lost + dropped_remainder
-    report["tokens_per_second"] = tokenized / total if total > 0 else 0.0
+    tokens_seen = summary["real_tokens"] + counters.overlong_tokens_lost + dropped_remainder
+    report["tokens_per_second"] = tokens_seen / total if total > 0 else 0.0
 
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -532,6 +537,10 @@ class TokenSetup:
     tokenizer: object = None
     encoder: object = None
     backend_reason: str | None = None
+
+    def close(self) -> None:
+        """The tiktoken encoder's thread pool (the HF encoder has nothing to close)."""
+        getattr(self.encoder, "close", lambda: None)()
 
 
 def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch) -> None:

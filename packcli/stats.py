@@ -118,20 +118,24 @@ class WhatIfOptions:
     workers: int | None = None
     on_bad_record: str = "fail"
 
-    def validate(self) -> None:
+    def pack_options(self, seq_len: int):
+        """pack's own options for these inputs, so checks, messages and tokens are pack's."""
         from packcli.pipeline import PackOptions
 
+        return PackOptions(
+            inputs=list(self.inputs), output="", tokenizer=self.tokenizer, seq_len=seq_len,
+            text_field=self.text_field, buffer_size=self.buffer_size, overlong=self.overlong,
+            bos=self.bos, eos=self.eos, eos_token=self.eos_token, workers=self.workers,
+            on_bad_record=self.on_bad_record,
+        )
+
+    def validate(self) -> None:
         if not self.seq_lens:
             raise PackcliError("--seq-len is needed for raw input (repeat it to compare several)", usage=True)
         if self.batch_size < 1:
             raise PackcliError(f"--batch-size must be at least 1, not {self.batch_size}", usage=True)
-        for seq_len in self.seq_lens:  # pack's own checks, so the messages are the same
-            PackOptions(
-                inputs=list(self.inputs), output="", tokenizer=self.tokenizer, seq_len=seq_len,
-                text_field=self.text_field, buffer_size=self.buffer_size, overlong=self.overlong,
-                bos=self.bos, eos=self.eos, eos_token=self.eos_token, workers=self.workers,
-                on_bad_record=self.on_bad_record,
-            ).validate()
+        for seq_len in self.seq_lens:
+            self.pack_options(seq_len).validate()
 
 
 @dataclass
@@ -148,32 +152,22 @@ class Corpus:
 
 
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
-    """Read and tokenize with pack's own code and rules (BOS/EOS, bad records)."""
-    import os
+    """Read and tokenize with pack's own setup and sequence builder (BOS/EOS, bad records)."""
+    from packcli import reading
+    from packcli.pipeline import READ_BATCH, _setup_tokens, use_workers
 
-    from packcli import reading, tokenizing
-    from packcli.pipeline import READ_BATCH
-
-    if opts.workers is not None:
-        os.environ["RAYON_NUM_THREADS"] = str(opts.workers)
-        os.environ["RAYON_RS_NUM_CPUS"] = str(opts.workers)
+    use_workers(opts.workers)
     started = time.perf_counter()
+    pack_opts = opts.pack_options(opts.seq_lens[0])
     paths = reading.expand_inputs(opts.inputs)
-    tokenizer = tokenizing.load_tokenizer(opts.tokenizer)
-    add_bos = tokenizing.adds_bos_by_default(tokenizer) if opts.bos is None else opts.bos
-    specials = tokenizing.resolve_special_ids(
-        tokenizer, eos_token=opts.eos_token, pad_id=None, need_eos=opts.eos, need_bos=add_bos
-    )
-    bos_id = specials.bos_id if add_bos else None
-    eos_id = specials.eos_id if opts.eos else None
+    setup = _setup_tokens(pack_opts)
     bad = reading.BadRecords()
     chunks, first_longer = [], {}
     batches = reading.read_batches(
-        paths, {opts.text_field: "text"}, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+        paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
     )
     for batch in batches:
-        flat, lengths = tokenizing.encode_texts(tokenizer, batch.columns[opts.text_field])
-        _, lengths = tokenizing.add_boundary_tokens(flat, lengths, bos_id, eos_id)
+        lengths = setup.builder.build(batch).lengths
         chunks.append(lengths.astype(np.int64))
         for seq_len in opts.seq_lens:
             if seq_len not in first_longer and (lengths > seq_len).any():
@@ -187,11 +181,11 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
         raise PackcliError(f"no documents in the input{skipped}")
     return Corpus(
         lengths=lengths,
-        documents_read=len(lengths) + bad.total,
+        documents_read=bad.records_seen,
         skipped=dict(bad.counts),
         first_longer_than=first_longer,
         seconds=time.perf_counter() - started,
-        bos=add_bos,
+        bos=setup.add_bos,
         eos=opts.eos,
     )
 
