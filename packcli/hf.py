@@ -114,6 +114,8 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
+    from packcli.shards import int32_array
+
     seq_len = rows.seq_len
     columns = {name: getattr(rows, name) for name in TRAIN_COLUMNS}
     if attention_mask:
@@ -123,18 +125,14 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
     for start in range(0, max(len(rows), 1), chunk):
         part = rows.slice(start, min(start + chunk, len(rows)))
         n = len(part)
-        fixed_offsets = pa.array(np.arange(0, (n + 1) * seq_len, seq_len, dtype=np.int32))
+        fixed_offsets = int32_array(np.arange(0, (n + 1) * seq_len, seq_len, dtype=np.int32))
         arrays = {
-            name: pa.ListArray.from_arrays(
-                fixed_offsets, pa.array(np.ascontiguousarray(values[start : start + n], dtype=np.int32).reshape(-1))
-            )
+            name: pa.ListArray.from_arrays(fixed_offsets, int32_array(values[start : start + n].reshape(-1)))
             for name, values in columns.items()
         }
         if cu_seqlens:
-            arrays["cu_seqlens"] = pa.ListArray.from_arrays(
-                pa.array(part.cu_offsets.astype(np.int32)), pa.array(np.asarray(part.cu_seqlens, dtype=np.int32))
-            )
-            arrays["num_segments"] = pa.array(np.asarray(part.num_segments, dtype=np.int32))
+            arrays["cu_seqlens"] = pa.ListArray.from_arrays(int32_array(part.cu_offsets), int32_array(part.cu_seqlens))
+            arrays["num_segments"] = int32_array(part.num_segments)
         tables.append(pa.table(arrays))
     return datasets.Dataset(InMemoryTable(pa.concat_tables(tables)))
 

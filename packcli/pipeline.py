@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -231,6 +231,28 @@ def use_workers(workers: int | None) -> None:
         os.environ["RAYON_RS_NUM_CPUS"] = str(workers)
 
 
+def _workers_used(opts: PackOptions, processes: int) -> dict:
+    """For the report: what tokenized (nothing does for token ids given as input)."""
+    from packcli.workers import available_cores
+
+    if processes:
+        return {"kind": "processes", "count": processes}
+    if opts.input_kind == "ids":
+        return {"kind": "none", "count": 0}
+    return {"kind": "threads", "count": opts.workers or available_cores()}
+
+
+def _worker_processes(opts: PackOptions) -> int:
+    """How many tokenizer processes to fork: --workers (default: every core the run may use),
+    or 0 to tokenize in this process (one worker, token ids given as input, or no fork)."""
+    from packcli import workers
+
+    if opts.input_kind == "ids" or opts.tokenizer is None:
+        return 0
+    count = opts.workers if opts.workers is not None else workers.available_cores()
+    return count if count > 1 and workers.can_fork() else 0
+
+
 def run_pack(opts: PackOptions, progress=None) -> dict:
     """Pack the inputs into opts.output; returns the report. Raises PackcliError."""
     opts.validate()
@@ -245,14 +267,19 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
 
     paths = reading.expand_inputs(opts.inputs)
     setup = _setup_tokens(opts)
+    cleanup = ExitStack()  # closed last-in first-out: the tokenizing, reading, workers, encoder
+    cleanup.callback(setup.close)
     bad = reading.BadRecords()
-    batches = prefetch(timer.timed_iter("read", reading.read_batches(
+    records = reading.read_batches(
         paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
-    )))
+    )
+    cleanup.callback(records.close)
+    processes = _worker_processes(opts)
     try:
-        first = next(batches, None)
-        with timer.stage("tokenize"):
-            _choose_backend(opts, setup, first)  # before the output is touched: a refusal leaves it as it was
+        with timer.stage("read"):
+            first = next(records, None)
+        with timer.stage("tokenize"):  # before the output is touched: a refusal leaves it as it was
+            _choose_backend(opts, setup, first, threads=1 if processes else opts.workers)
         rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
         out_dir = Path(opts.output)
         identity = resume.run_identity(_resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
@@ -260,25 +287,52 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         if opts.resume and _has_entries(out_dir):
             resume.check_resumable(out_dir, identity)
             if (out_dir / "manifest.json").is_file():
-                batches.close()
-                setup.close()
+                cleanup.close()
                 return _finished_report(out_dir)
             done_shards = resume.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
             prepare_output(out_dir, opts.overwrite)
             _write_output(out_dir, resume.save_run, out_dir, identity)
-    except BaseException:
-        batches.close()
-        setup.close()
-        raise
 
-    settings = opts.settings(setup.pad_id)
-    counters = Counters()
-    stats = RowStats(opts.seq_len)
-    packer = make_packer(settings, counters)
-    writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size, done_shards)
-    builder = setup.builder
-    check_pad = opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id)
+        settings = opts.settings(setup.pad_id)
+        counters = Counters()
+        stats = RowStats(opts.seq_len)
+        packer = make_packer(settings, counters)
+        writer = ShardWriter(out_dir, opts.format, opts.seq_len, rows_per_shard, setup.vocab_size, done_shards)
+        builder = setup.builder
+        check_pad = opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id)
+
+        pool = None
+        if processes and first is not None:
+            from packcli.workers import WorkerPool
+
+            pool = WorkerPool(builder.build, processes)  # it forks: before any thread of ours starts
+            cleanup.callback(pool.close)
+        batches = prefetch(timer.timed_iter("read", records))
+        cleanup.callback(batches.close)
+        batches_with_first = itertools.chain([] if first is None else [first], batches)
+
+        def tokenize_here():  # in a thread: the tokenizers release the GIL for most of their work
+            try:
+                for batch in batches_with_first:
+                    with timer.stage("tokenize"):
+                        sequences = builder.build(batch)
+                    yield batch, sequences
+            finally:
+                batches.close()  # in the thread that iterates it
+
+        def tokenize_in_workers():
+            for batch, sequences, seconds in pool.map(batches_with_first, ahead=2 * pool.workers):
+                timer.seconds["tokenize"] += seconds
+                yield batch, sequences
+
+        # Three stages at once: reading (a thread), tokenizing (a thread, or worker processes)
+        # and packing + writing here, so batch k is written while the next ones are tokenized.
+        tokenized = tokenize_in_workers() if pool is not None else prefetch(tokenize_here())
+        cleanup.callback(tokenized.close)
+    except BaseException:
+        cleanup.close()
+        raise
 
     def write(blocks):
         for rows in timer.timed_iter("pack", blocks):
@@ -286,20 +340,6 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
                 stats.add(rows)
                 _write_output(out_dir, writer.add, rows)
 
-    def tokenize(batch):
-        with timer.stage("tokenize"):
-            return batch, builder.build(batch)
-
-    # Three stages at once: reading (a thread), tokenizing (a thread; the tokenizers release
-    # the GIL) and packing + writing here, so batch k is written while k+1 is tokenized.
-    def tokenize_all():
-        try:
-            for batch in itertools.chain([] if first is None else [first], batches):
-                yield tokenize(batch)
-        finally:
-            batches.close()  # in the thread that iterates it
-
-    tokenized = prefetch(tokenize_all())
     try:
         with _signals_raise():
             tracker = InputProgress(paths)
@@ -319,9 +359,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         writer.abort()
         raise
     finally:
-        tokenized.close()
-        batches.close()
-        setup.close()
+        cleanup.close()
 
     summary = stats.summary()
     report = {
@@ -336,6 +374,7 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         "algorithm": opts.algorithm if opts.mode == "bin" else None,
         "tokenizer_backend": setup.backend,
         "tokenizer_backend_reason": setup.backend_reason,
+        "workers": _workers_used(opts, processes),
         "overlong": {
             "policy": settings.overlong if opts.mode == "bin" else "none (concat mode crosses rows)",
             "count": counters.overlong,
@@ -543,7 +582,7 @@ class TokenSetup:
         getattr(self.encoder, "close", lambda: None)()
 
 
-def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch) -> None:
+def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: int | None) -> None:
     """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
     of the actual input), else HF; plain text and prompt/completion only."""
     if opts.input_kind not in ("text", "prompt"):
@@ -557,7 +596,7 @@ def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch) -> None:
         for name in setup.builder.fields:
             sample += first_batch.columns[name]
     setup.encoder = fastbpe.make_encoder(
-        setup.tokenizer, opts.tokenizer_backend, sample, threads=opts.workers, fingerprint=setup.fingerprint
+        setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint
     )
     setup.builder.encode = setup.encoder.encode_batch
     setup.backend, setup.backend_reason = setup.encoder.backend, setup.encoder.reason

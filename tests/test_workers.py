@@ -1,0 +1,124 @@
+"""Worker processes: order kept, errors carried back, and output independent of their number."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import random_texts, write_jsonl
+from packcli.errors import PackcliError
+from packcli.workers import WorkerPool, can_fork
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
+
+
+class FakeBatch:
+    def __init__(self, n: int):
+        self.n = n
+
+    def location(self, i: int) -> str:
+        return f"input.jsonl:{self.n * 10 + i + 1}"
+
+
+def test_results_come_back_in_order_from_other_processes():
+    pool = WorkerPool(lambda batch: (batch.n * batch.n, os.getpid()), 3)
+    try:
+        out = list(pool.map((FakeBatch(n) for n in range(50)), ahead=6))
+    finally:
+        pool.close()
+    assert [batch.n for batch, _, _ in out] == list(range(50))
+    assert [square for _, (square, _), _ in out] == [n * n for n in range(50)]
+    assert os.getpid() not in {pid for _, (_, pid), _ in out}
+    assert all(seconds >= 0 for _, _, seconds in out)
+
+
+def test_an_error_in_a_worker_is_raised_here_unchanged():
+    def build(batch):
+        if batch.n == 7:
+            raise PackcliError(f"{batch.location(2)}: bad record", usage=True)
+        return batch.n
+
+    pool = WorkerPool(build, 2)
+    try:
+        with pytest.raises(PackcliError, match=r"^input.jsonl:73: bad record$") as caught:
+            list(pool.map((FakeBatch(n) for n in range(20)), ahead=4))
+    finally:
+        pool.close()
+    assert caught.value.usage
+
+
+def test_a_dead_worker_is_one_clear_error():
+    pool = WorkerPool(lambda batch: os._exit(3) if batch.n == 2 else batch.n, 2)
+    try:
+        with pytest.raises(PackcliError, match="worker process died.*--workers"):
+            list(pool.map((FakeBatch(n) for n in range(10)), ahead=4))
+    finally:
+        pool.close()
+
+
+CHAT = [
+    [{"role": "user", "content": "Hi? ✓"}, {"role": "assistant", "content": "Hello, <|im_end|> there."}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4"}],
+]
+
+
+def _records(kind: str, n: int) -> list[dict]:
+    texts = random_texts(n, seed=3, max_words=40)
+    texts = [t + (" naïve 日本 👍🏽" if i % 7 == 0 else "") for i, t in enumerate(texts)]
+    if kind == "text":
+        return [{"text": t} for t in texts]
+    if kind == "prompt":
+        return [{"q": t[: len(t) // 2], "a": t[len(t) // 2 :]} for t in texts]
+    return [{"messages": CHAT[i % 2]} for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("text", ()),
+        ("text", ("--tokenizer-backend", "hf", "--mode", "concat")),
+        ("prompt", ("--prompt-field", "q", "--completion-field", "a", "--format", "npy")),
+        ("chat", ("--messages-field", "messages")),
+    ],
+)
+def test_output_is_byte_identical_for_any_number_of_workers(tmp_path, packed, kind, options):
+    # several read batches (1024 records each), so each worker gets some
+    path = write_jsonl(tmp_path / "in.jsonl", _records(kind, 2600 if kind != "chat" else 1300))
+    common = ("--tokenizer", "packcli:demo", "--seq-len", 256, "--buffer-size", 500, *options)
+    outs = {w: packed(path, *common, "--workers", w) for w in (1, 2, 3)}
+    for w in (2, 3):
+        files = sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file() and p.name != "report.json")
+        assert files and files == sorted(
+            p.relative_to(outs[w]) for p in outs[w].rglob("*") if p.is_file() and p.name != "report.json"
+        )
+        for name in files:
+            assert (outs[1] / name).read_bytes() == (outs[w] / name).read_bytes(), name
+    reports = {w: json.loads((outs[w] / "report.json").read_text()) for w in outs}
+    assert reports[1]["workers"] == {"kind": "threads", "count": 1}
+    assert reports[3]["workers"] == {"kind": "processes", "count": 3}
+    assert reports[3]["timings"]["tokenize"] > 0
+    assert len({r["tokenizer_backend"] for r in reports.values()}) == 1
+
+
+def test_a_bad_record_found_in_a_worker_names_its_line(tmp_path, cli):
+    # a template whose render of a conversation's start is not a prefix of the whole
+    # conversation: packcli cannot find the assistant turn in record 1500 (batch 2)
+    template = tmp_path / "reversed.jinja"
+    template.write_text(
+        "{% for message in messages|reverse %}{{ message['role'] + ':\n' + message['content'] + '\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'assistant:\n' }}{% endif %}"
+    )
+    records = [{"messages": [{"role": "assistant", "content": f"answer {i}"}]} for i in range(1499)]
+    records.append({"messages": CHAT[0]})
+    path = write_jsonl(tmp_path / "chat.jsonl", records)
+    out = tmp_path / "out"
+    result = cli("pack", path, "-o", out, "--tokenizer", "packcli:demo", "--seq-len", 128,
+                 "--messages-field", "messages", "--chat-template", template, "--workers", 2)
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}:1500: the chat template does not render turn 1" in lines[0]
+    assert not (out / "manifest.json").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".shard-")]
