@@ -94,7 +94,7 @@ def pack(
     rows_per_shard: Annotated[Optional[int], typer.Option(help="Rows per shard. (default: about 32M tokens per shard)", show_default=False)] = None,
     shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (deterministic, by --seed).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for --shuffle.")] = 0,
-    workers: Annotated[Optional[int], typer.Option(help="Tokenizer processes (forked; 1: a thread of this process). (default: all cores)", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)", show_default=False)] = None,
     tokenizer_backend: Annotated[str, typer.Option(help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")] = "auto",
     on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,

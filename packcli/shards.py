@@ -93,7 +93,7 @@ class _ParquetShard:
             [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")] + [("num_segments", pa.int32())]
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
-        # two thirds of its time on packed token rows (scripts/bench_pipeline.py --write)
+        # two thirds of its time on packed token rows (docs/format.md)
         self.writer = pq.ParquetWriter(str(tmp_path), self.schema, compression="zstd", use_dictionary=False)
 
     def write(self, rows: Rows) -> None:

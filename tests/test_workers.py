@@ -98,7 +98,9 @@ def test_output_is_byte_identical_for_any_number_of_workers(tmp_path, packed, ki
             assert (outs[1] / name).read_bytes() == (outs[w] / name).read_bytes(), name
     reports = {w: json.loads((outs[w] / "report.json").read_text()) for w in outs}
     assert reports[1]["workers"] == {"kind": "threads", "count": 1}
-    assert reports[3]["workers"] == {"kind": "processes", "count": 3}
+    # the HF tokenizer runs on its own threads; tiktoken and chat templates on processes
+    kind = "threads" if "hf" in options else "processes"
+    assert reports[3]["workers"] == {"kind": kind, "count": 3}
     assert reports[3]["timings"]["tokenize"] > 0
     assert len({r["tokenizer_backend"] for r in reports.values()}) == 1
 
