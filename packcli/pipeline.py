@@ -625,7 +625,7 @@ def _setup_tokens(opts: PackOptions) -> TokenSetup:
         builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
         return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
 
-    tokenizer = tokenizing.load_tokenizer(opts.tokenizer)
+    tokenizer = tokenizing.load_tokenizer(opts.tokenizer, via_transformers=kind == "chat")
     if kind == "chat":
         add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
     else:

@@ -40,13 +40,21 @@ def resolve_tokenizer_path(spec: str) -> str:
     return spec
 
 
-def load_tokenizer(spec: str):
-    """A fast (Rust-backed) tokenizer: a local directory, a tokenizer.json file or a Hub name."""
+def load_tokenizer(spec: str, *, via_transformers: bool = False):
+    """A fast (Rust-backed) tokenizer: a local directory, a tokenizer.json file or a Hub name.
+
+    A local tokenizer.json that transformers would use unchanged loads as a `TokenizerFile`,
+    without importing transformers (3-4 s of every run). Everything else, and every call
+    with `via_transformers=True` (chat templates, decoding), loads through transformers."""
+    location = resolve_tokenizer_path(spec)
+    if not via_transformers:
+        plain = _plain_tokenizer_file(Path(location))
+        if plain is not None:
+            return plain
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import transformers
 
-    location = resolve_tokenizer_path(spec)
     try:
         if location.endswith(".json") and Path(location).is_file():
             tokenizer = _load_tokenizer_file(Path(location), transformers.PreTrainedTokenizerFast)
@@ -65,11 +73,93 @@ def load_tokenizer(spec: str):
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise PackcliError(f"tokenizer {spec!r} has no fast (Rust) version; packcli needs one")
-    # Lengths are packcli's business (--seq-len, --overlong): a tokenizer.json that
-    # truncates or pads would silently cut or fill documents.
+    _no_length_changes(backend)
+    return tokenizer
+
+
+def _no_length_changes(backend) -> None:
+    """Lengths are packcli's business (--seq-len, --overlong): a tokenizer.json that
+    truncates or pads would silently cut or fill documents."""
     backend.no_truncation()
     backend.no_padding()
-    return tokenizer
+
+
+# tokenizer_config.json keys that do not change how transformers builds the tokenizer from
+# tokenizer.json. Anything else (add_bos_token, add_prefix_space, legacy, a model-specific
+# class...) may rewrite its post-processor or pre-tokenizer, so it goes through transformers.
+_PLAIN_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
+_PLAIN_KEYS = {
+    "backend", "tokenizer_class", "model_max_length", "clean_up_tokenization_spaces", "model_input_names",
+    "padding_side", "truncation_side", "chat_template", "added_tokens_decoder", "errors",
+}
+_SPECIAL_KEYS = ("eos_token", "bos_token", "pad_token", "unk_token")
+
+
+class TokenizerFile:
+    """The part of a transformers fast tokenizer packcli uses outside chat templates, over a
+    bare `tokenizers.Tokenizer`."""
+
+    def __init__(self, backend, specials: dict[str, str | None]):
+        self.backend_tokenizer = backend
+        for key in _SPECIAL_KEYS:
+            token = specials.get(key)
+            setattr(self, key, token)
+            setattr(self, key + "_id", None if token is None else backend.token_to_id(token))
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int | None]:
+        return [self.backend_tokenizer.token_to_id(t) for t in tokens]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+
+def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
+    """A TokenizerFile when `location` (a directory or a tokenizer.json) is one transformers
+    would load unchanged; None when it must go through transformers."""
+    import json
+
+    if location.is_dir():
+        file, config_path = location / "tokenizer.json", location / "tokenizer_config.json"
+        if not config_path.is_file() or any((location / n).exists() for n in ("special_tokens_map.json", "added_tokens.json")):
+            return None
+    elif location.name.endswith(".json") and location.is_file():
+        file, config_path = location, location.with_name("tokenizer_config.json")
+    else:
+        return None
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    if not file.is_file() or not isinstance(config, dict) or config.get("tokenizer_class") not in _PLAIN_CLASSES:
+        return None
+    if set(config) - _PLAIN_KEYS - set(_SPECIAL_KEYS):
+        return None
+    specials: dict[str, str | None] = {}
+    for key in _SPECIAL_KEYS:
+        value = config.get(key)
+        if isinstance(value, dict):  # AddedToken serialised as a dict
+            value = value.get("content")
+        if value is not None and not isinstance(value, str):
+            return None
+        specials[key] = value
+    from tokenizers import Tokenizer
+
+    try:
+        backend = Tokenizer.from_file(str(file))
+    except Exception:  # let transformers report it, in its words
+        return None
+    added = {t.content: (i, t.special) for i, t in backend.get_added_tokens_decoder().items()}
+    # transformers adds a special token the file lacks, which would change ids and the fingerprint
+    if any(token is not None and not added.get(token, (None, False))[1] for token in specials.values()):
+        return None
+    for index, token in (config.get("added_tokens_decoder") or {}).items():
+        if not (isinstance(token, dict) and str(index).isdigit() and added.get(token.get("content"), (None,))[0] == int(index)):
+            return None
+    _no_length_changes(backend)
+    return TokenizerFile(backend, specials)
 
 
 def _named_tokenizer_class(directory: Path, transformers):

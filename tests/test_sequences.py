@@ -18,7 +18,7 @@ EOT = "<|endoftext|>"
 
 @pytest.fixture(scope="module")
 def demo():
-    return load_tokenizer(str(BUNDLED_DIR))
+    return load_tokenizer(str(BUNDLED_DIR), via_transformers=True)  # decode
 
 
 def learned_text_per_segment(rows, tokenizer) -> list[str]:

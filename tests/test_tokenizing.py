@@ -41,7 +41,7 @@ def test_encode_texts_equals_the_tokenizer(word_tokenizer):
 
 
 def test_bundled_tokenizer_loads_offline():
-    tokenizer = load_tokenizer(BUNDLED_NAME)
+    tokenizer = load_tokenizer(BUNDLED_NAME, via_transformers=True)
     assert tokenizer.eos_token == "<|endoftext|>" and tokenizer.chat_template
     ids = resolve_special_ids(tokenizer, eos_token=None, pad_id=None, need_eos=True, need_bos=False)
     assert ids.pad_id == ids.eos_id == tokenizer.eos_token_id
@@ -77,3 +77,49 @@ def test_tokenizer_json_truncation_is_switched_off(tmp_path, word_tokenizer):
     backend.save(str(directory / "tokenizer.json"))
     flat, lengths = encode_texts(load_tokenizer(str(directory)), ["w1 w2 w3 w4 w5"])
     assert lengths.tolist() == [5]
+
+
+@pytest.mark.parametrize("name", ["demo_tokenizer", "word_tokenizer", "big_tokenizer", "no_eos_tokenizer", "bos_tokenizer"])
+def test_tokenizer_file_is_what_transformers_loads(request, name):
+    from packcli.tokenizing import TokenizerFile, adds_bos_by_default
+
+    path = str(request.getfixturevalue(name))
+    light, full = load_tokenizer(path), load_tokenizer(path, via_transformers=True)
+    assert isinstance(light, TokenizerFile) and not isinstance(full, TokenizerFile)
+    assert len(light) == len(full)
+    assert fingerprint(light) == fingerprint(full)
+    for key in ("eos_token", "bos_token", "pad_token", "unk_token"):
+        assert getattr(light, key) == getattr(full, key), key
+        assert getattr(light, key + "_id") == getattr(full, key + "_id"), key
+    assert adds_bos_by_default(light) == adds_bos_by_default(full)
+    texts = ["w1 w2 w3 w999", "", "Hello <|endoftext|> naïve 日本 </s> <s>", "  spaced\n\tout  "]
+    for text in texts:
+        for special in (True, False):
+            assert light.encode(text, add_special_tokens=special) == full.encode(text, add_special_tokens=special)
+    tokens = ["</s>", "<s>", "<pad>", "[UNK]", "<|endoftext|>", "w5", "not-a-token"]
+    assert [i if i is not None else full.unk_token_id for i in light.convert_tokens_to_ids(tokens)] == [
+        i if i is not None else full.unk_token_id for i in full.convert_tokens_to_ids(tokens)
+    ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"add_bos_token": True},
+        {"tokenizer_class": "LlamaTokenizer"},
+        {"add_prefix_space": True},
+        {"eos_token": "w7"},  # in the vocabulary but not a special added token: transformers would add it
+    ],
+)
+def test_configs_transformers_would_change_go_through_transformers(tmp_path, word_tokenizer, change):
+    import json
+    import shutil
+
+    from packcli.tokenizing import TokenizerFile
+
+    path = tmp_path / "tok"
+    shutil.copytree(word_tokenizer, path)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    (path / "tokenizer_config.json").write_text(json.dumps({**config, **change}))
+    assert isinstance(load_tokenizer(str(word_tokenizer)), TokenizerFile)
+    assert not isinstance(load_tokenizer(str(path)), TokenizerFile)
