@@ -542,7 +542,8 @@ def _histogram_runs(groups, n_groups, n_rows, capacity):
     run_start = np.zeros(capacity + 2, dtype=np.int64)
     for length in range(1, capacity + 1):
         run_start[length + 1] = run_start[length] + runs_per_length[length]
-    runs = np.empty((run_start[capacity + 1], 3), dtype=np.int64)
+    # int32 fields, four to a run (16 bytes): rows < 2**31 (MAX_SEQUENCES), offsets < capacity
+    runs = np.empty((run_start[capacity + 1], 4), dtype=np.int32)
     next_run = run_start.copy()
     for first_row in range(n_rows):
         g = group_of_first_row[first_row]
@@ -568,9 +569,9 @@ def _histogram_runs(groups, n_groups, n_rows, capacity):
 @njit(cache=True)
 def _runs_to_placement(lengths, capacity, run_start, runs, row, offset):
     """Sequence i of length L takes the next free slot of L's runs: one sequential pass
-    with all per-length state (next row, rows left in the run, offset, next run) on one
-    cache line, so the pass costs about as much as copying the arrays."""
-    state = np.zeros((capacity + 1, 4), dtype=np.int64)
+    with all per-length state (next row, rows left in the run, offset, next run) in 16
+    bytes, so the pass costs about as much as copying the arrays."""
+    state = np.zeros((capacity + 1, 4), dtype=np.int32)
     for length in range(1, capacity + 1):
         r = run_start[length]
         if r < run_start[length + 1]:
@@ -641,13 +642,27 @@ def _as_lengths(lengths, capacity: int) -> np.ndarray:
         raise PackcliError(f"{array.size} sequences in one packing call; at most {MAX_SEQUENCES}")
     if array.dtype.kind not in "iu":
         raise PackcliError(f"lengths must be integers, got dtype {array.dtype}")
-    if array.min() < 1 or array.max() > capacity:  # two fast passes; locate only on error
-        i = int(np.flatnonzero((array < 1) | (array > capacity))[0])
-        value = int(array[i])
+    given, array = array, np.ascontiguousarray(array, dtype=np.int64)
+    smallest, largest = _min_max(array)  # one pass; locate the culprit only on error
+    if smallest < 1 or largest > capacity or given.dtype == np.uint64 and given.max() > MAX_CAPACITY:  # wrapped
+        i = int(np.flatnonzero((given < 1) | (given > capacity))[0])
+        value = int(given[i])
         if value < 1:
             raise PackcliError(f"sequence {i} has length {value}; lengths must be at least 1")
         raise PackcliError(f"sequence {i} has length {value}, more than the capacity {capacity}")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    return array
+
+
+@njit(cache=True)
+def _min_max(values):
+    smallest = largest = values[0]
+    for i in range(1, values.shape[0]):
+        v = values[i]
+        if v < smallest:
+            smallest = v
+        elif v > largest:
+            largest = v
+    return smallest, largest
 
 
 def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0) -> Placement:
