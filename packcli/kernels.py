@@ -656,12 +656,9 @@ def _as_lengths(lengths, capacity: int) -> np.ndarray:
 @njit(cache=True)
 def _min_max(values):
     smallest = largest = values[0]
-    for i in range(1, values.shape[0]):
-        v = values[i]
-        if v < smallest:
-            smallest = v
-        elif v > largest:
-            largest = v
+    for i in range(values.shape[0]):  # branch-free, so that it vectorises
+        smallest = min(smallest, values[i])
+        largest = max(largest, values[i])
     return smallest, largest
 
 
