@@ -171,6 +171,13 @@ def test_length_over_capacity_names_the_sequence():
         pack_lengths([10, 20, 5000, 6000], 4096)
 
 
+def test_huge_unsigned_length_is_named_as_given():
+    # int64 conversion would wrap 2**63 + 5 to a negative number
+    lengths = np.array([3, 2**63 + 5], dtype=np.uint64)
+    with pytest.raises(PackcliError, match=rf"^sequence 1 has length {2**63 + 5}, more than the capacity 8$"):
+        pack_lengths(lengths, 8)
+
+
 @pytest.mark.parametrize("bad", [0, -3])
 def test_length_below_one(bad):
     with pytest.raises(PackcliError, match=rf"sequence 1 has length {bad}; lengths must be at least 1"):
