@@ -25,6 +25,7 @@ MAX_SEQ_LEN = 1 << 20
 DEFAULT_BUFFER_SIZE = 100_000
 SHARD_TOKENS = 1 << 25
 READ_BATCH = 1024
+SAMPLE_CHARS = 1 << 18  # of the input's first batch, encoded both ways before --tokenizer-backend auto picks tiktoken
 OWNED_PREFIXES = ("shard-", ".shard-", "manifest.json", ".manifest.json", "report.json", ".report.json", ".packcli-run.json")
 
 
@@ -598,8 +599,13 @@ def _choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: 
 
     sample: list[str] = []
     if first_batch is not None:
-        for name in setup.builder.fields:
-            sample += first_batch.columns[name]
+        texts = [text for name in setup.builder.fields for text in first_batch.columns[name]]
+        size = 0
+        for text in texts:  # whole texts, up to SAMPLE_CHARS: the check runs before any worker starts
+            if size >= SAMPLE_CHARS:
+                break
+            sample.append(text)
+            size += len(text)
     setup.encoder = fastbpe.make_encoder(
         setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint
     )

@@ -12,6 +12,7 @@ is built by the same deterministic function, and results are consumed in submiss
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -82,15 +83,21 @@ class WorkerPool:
         self.workers = workers
         # Each worker encodes on its own single thread: the HF tokenizer's Rust thread pool
         # does not survive a fork, and the workers are the parallelism.
-        with _environment(TOKENIZERS_PARALLELISM="false", RAYON_NUM_THREADS="1", RAYON_RS_NUM_CPUS="1"):
-            self._pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("fork"), initializer=_init_worker
-            )
-            try:
-                self._pool.submit(os.getpid).result()  # forks every worker now
-            except BaseException:
-                self.close()
-                raise
+        # gc.freeze: the workers' garbage collector leaves the objects inherited from here
+        # alone, so their pages stay shared with this process instead of being copied.
+        gc.freeze()
+        try:
+            with _environment(TOKENIZERS_PARALLELISM="false", RAYON_NUM_THREADS="1", RAYON_RS_NUM_CPUS="1"):
+                self._pool = ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context("fork"), initializer=_init_worker
+                )
+                try:
+                    self._pool.submit(os.getpid).result()  # forks every worker now
+                except BaseException:
+                    self.close()
+                    raise
+        finally:
+            gc.unfreeze()
 
     def map(self, batches, ahead: int):
         """(batch, build(batch), seconds the worker spent) in the order of `batches`, with at

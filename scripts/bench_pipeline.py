@@ -654,6 +654,11 @@ def report(args, meta, configs, baselines, loads, conversion) -> None:
                 if x:
                     ratio = x.rate / limit.rate
                     checks.append((f"packcli {mode} {fmt} ({label}) >= 0.9x the limit", ratio >= 0.9, f"{ratio:.2f}x"))
+    for key in ("bin-parquet", "concat-npy"):  # issue 9: the auto backend against the HF limit
+        x = c[key]
+        if x.best.get("backend") == "tiktoken":
+            ratio = x.rate / limit.rate
+            checks.append((f"{x.name} with the auto backend (tiktoken) >= 2.5x the HF limit", ratio >= 2.5, f"{ratio:.2f}x"))
     big, small = c["bin-parquet"], c["bin-parquet-q"]
     checks.append(("peak memory (PSS sum), default options, < 1 GB", big.peak_mb < 1024,
                    f"{big.peak_mb:,.0f} MB (RSS sum, shared pages counted per process: {big.peak_rss_sum_mb:,.0f} MB)"))
