@@ -247,9 +247,10 @@ def _worker_processes(opts: PackOptions, backend: str) -> int:
     """How many tokenizer processes to fork, or 0 to tokenize in this process.
 
     Processes for the tiktoken backend and chat templates, which hold the GIL for much of
-    their work (two threads: 1.5x one, two processes: 1.97x). The HF tokenizer encodes a
-    batch on its own Rust threads at full speed (2.0x on two), and one process of it on
-    W threads beat W processes of one thread each (111 s against 102 s on the benchmark)."""
+    their work (tiktoken: two threads 1.50x one, two processes 1.97x). The HF tokenizer
+    encodes a batch on its own Rust threads (1.6x-1.8x on two in docs/benchmarks.md), and
+    two one-thread processes of it were slower on the 50M-token benchmark (111 s) than
+    one process on two threads (102 s, measured the session before)."""
     from packcli import workers
 
     if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind != "chat"):

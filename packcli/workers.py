@@ -1,8 +1,8 @@
 """Tokenizing on forked worker processes, with results taken back in input order.
 
-Why processes: both tokenizers hold the GIL for part of every call (the text going in, the
-ids coming out), so on this project's 2-core machine two threads encoded 1.5x faster than
-one while two processes ran 1.97x (docs/benchmarks.md). Why fork: the workers inherit the
+Why processes: tiktoken holds the GIL for part of every call (the text going in, the ids
+coming out), so on this project's 2-core machine two threads of it encoded 1.50x faster
+than one while two processes ran 1.97x (docs/benchmarks.md); chat templates are Python. Why fork: the workers inherit the
 loaded tokenizer, the tiktoken conversion and the sequence builder, so they start in
 milliseconds and only record batches and token arrays cross the pipes.
 
