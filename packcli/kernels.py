@@ -7,8 +7,8 @@ Public API (the only names other modules use):
 
     @dataclass(frozen=True)
     class Placement:
-        row: np.ndarray     # int64 [n]: row of each sequence; rows are numbered 0..n_rows-1
-        offset: np.ndarray  # int64 [n]: first token of the sequence inside its row
+        row: np.ndarray     # int32 [n]: row of each sequence; rows are numbered 0..n_rows-1
+        offset: np.ndarray  # int32 [n]: first token of the sequence inside its row
         n_rows: int
 
     def pack_lengths(lengths, capacity, algorithm="bfd", seed=0) -> Placement
@@ -21,8 +21,8 @@ the order they were placed; same input, algorithm and seed give the same Placeme
 Rows are numbered in the order they were opened. No algorithm here is randomised, so
 ``seed`` is accepted (the CLI passes it through) but currently changes nothing.
 
-Each algorithm is a private ``@njit(cache=True)`` kernel over plain int64 arrays that
-trusts its input; ``pack_lengths`` is the only place that validates. The algorithms,
+Each algorithm is a private ``@njit(cache=True)`` kernel over plain arrays (int64
+lengths in, int32 row and offset out) that trusts its input; ``pack_lengths`` is the only place that validates. The algorithms,
 their tie-breaking rules and their costs are described in docs/kernels.md.
 """
 
@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import config as numba_config
 from numba import njit
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 from packcli.errors import PackcliError
 
@@ -68,26 +70,24 @@ _WORD_SHIFT = 5
 _WORD_MASK = 31
 _FULL_WORD = 0xFFFFFFFF
 
-# 2**k % 37 is distinct for k in 0..31, so a single power of two maps to its exponent.
-_BIT_INDEX_MOD37 = np.zeros(37, dtype=np.int64)
-for _k in range(32):
-    _BIT_INDEX_MOD37[(1 << _k) % 37] = _k
-del _k
+if numba_config.DISABLE_JIT:  # the intrinsics below only exist in compiled code
 
+    def _lowest_bit(word):
+        return (int(word) & -int(word)).bit_length() - 1
 
-@njit(cache=True, inline="always")
-def _lowest_bit(word):
-    return _BIT_INDEX_MOD37[(word & -word) % 37]
+    def _highest_bit(word):
+        return int(word).bit_length() - 1
 
+else:
+    # One tzcnt/lzcnt instruction each; measured against a mod-37 table lookup, bfd was
+    # 7-65% faster in interleaved rounds on 1M lognormal lengths.
+    @njit(cache=True, inline="always")
+    def _lowest_bit(word):
+        return trailing_zeros(word)
 
-@njit(cache=True, inline="always")
-def _highest_bit(word):
-    word |= word >> 1
-    word |= word >> 2
-    word |= word >> 4
-    word |= word >> 8
-    word |= word >> 16
-    return _BIT_INDEX_MOD37[(word - (word >> 1)) % 37]
+    @njit(cache=True, inline="always")
+    def _highest_bit(word):
+        return 63 - leading_zeros(word)
 
 
 @njit(cache=True)
@@ -349,7 +349,7 @@ def _ffd_kernel(lengths, capacity, row, offset):
             target = _room_tree_leftmost(tree, level_starts, length)
             if target == n_rows:
                 n_rows += 1
-            slots[k] = (target << _SLOT_SHIFT) | (capacity - tree[target])
+            slots[k] = (np.int64(target) << _SLOT_SHIFT) | (capacity - tree[target])
             k += 1
             _room_tree_take(tree, level_starts, target, length)
     _slots_to_placement(lengths, slots, starts, row, offset)
@@ -672,10 +672,11 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
         raise PackcliError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     capacity = _as_capacity(capacity)
     lengths = _as_lengths(lengths, capacity)
-    # Outputs are allocated here by numpy, which asks for huge pages on large arrays:
-    # first-touch page faults are a visible share of the cost on virtual machines.
-    row = np.empty(lengths.shape[0], dtype=np.int64)
-    offset = np.empty(lengths.shape[0], dtype=np.int64)
+    # int32 is enough (rows < MAX_SEQUENCES, offsets < MAX_CAPACITY) and halves what the
+    # kernels write. Fresh output pages are faulted in on first write, which on this VM
+    # cost about as much per 1M lengths as a whole histogram packer when they were int64.
+    row = np.empty(lengths.shape[0], dtype=np.int32)
+    offset = np.empty(lengths.shape[0], dtype=np.int32)
     if algorithm == "nf":
         n_rows = _nf_kernel(lengths, capacity, row, offset)
     elif algorithm == "ff":

@@ -144,7 +144,7 @@ class BinPacker:
         tokens, labels, starts, lengths, ids = _gather(self.chunks)
         self.chunks, self.buffered = [], 0
         placed = pack_lengths(lengths, self.s.seq_len, algorithm=self.s.algorithm, seed=self.s.seed)
-        row_of = placed.row
+        row_of = placed.row.astype(np.int64)  # rows_out is added below: no int32 wrap
         if self.s.shuffle:
             row_of = window_rng(self.s.seed, self.counters.windows).permutation(placed.n_rows)[row_of]
         self.counters.windows += 1

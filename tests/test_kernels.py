@@ -42,7 +42,7 @@ def rows_of(placement: Placement, lengths) -> list[list[tuple[int, int, int]]]:
 def assert_valid(placement: Placement, lengths, capacity: int) -> None:
     """The contract every algorithm promises."""
     n = len(lengths)
-    assert placement.row.dtype == np.int64 and placement.offset.dtype == np.int64
+    assert placement.row.dtype == np.int32 and placement.offset.dtype == np.int32
     assert placement.row.shape == (n,) and placement.offset.shape == (n,)
     if n == 0:
         assert placement.n_rows == 0
@@ -123,8 +123,8 @@ def test_api_constants():
 def test_empty(algorithm, empty):
     placement = pack_lengths(empty, 16, algorithm)
     assert placement.n_rows == 0
-    assert placement.row.shape == (0,) and placement.row.dtype == np.int64
-    assert placement.offset.shape == (0,) and placement.offset.dtype == np.int64
+    assert placement.row.shape == (0,) and placement.row.dtype == np.int32
+    assert placement.offset.shape == (0,) and placement.offset.dtype == np.int32
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -330,8 +330,8 @@ def test_histogram_cap_on_sequences_per_row(case, max_per_row):
     lengths, capacity = case
     array = np.asarray(lengths, dtype=np.int64)
     for longest_first in (False, True):
-        row = np.empty(len(lengths), dtype=np.int64)
-        offset = np.empty(len(lengths), dtype=np.int64)
+        row = np.empty(len(lengths), dtype=np.int32)
+        offset = np.empty(len(lengths), dtype=np.int32)
         n_rows = _histogram_kernel(array, capacity, longest_first, max_per_row, row, offset)
         placement = Placement(row=row, offset=offset, n_rows=int(n_rows))
         assert_valid(placement, lengths, capacity)
