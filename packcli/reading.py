@@ -33,14 +33,7 @@ import zstandard
 
 from packcli.errors import PackcliError
 
-try:  # faster, and rejects lone surrogates itself; optional, json is the fallback
-    import orjson
-
-    _loads: Callable[[str], Any] = orjson.loads
-    _LOADS_REJECTS_SURROGATES = True
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-    _LOADS_REJECTS_SURROGATES = False
+import orjson
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 FieldKind = Literal["text", "ids", "messages", "any"]
@@ -420,7 +413,7 @@ def _lines(stream, compression: str | None, source: str) -> Iterator[bytes]:
 def _malformed(text: str) -> _Bad:
     """Parse again, off the hot path, to turn the parser's complaint into a one-line problem."""
     try:
-        _loads(text)
+        json.loads(text)
     except RecursionError:
         return _Bad("malformed JSON", "malformed JSON (nested too deeply)")
     except json.JSONDecodeError as e:
@@ -431,20 +424,32 @@ def _malformed(text: str) -> _Bad:
     return _Bad("malformed JSON", "malformed JSON")
 
 
-def _parse_line(raw: bytes, line_no: int, checks) -> list[Any]:
-    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):  # editors on Windows add a BOM
-        raw = raw[3:]
+def _parse_slowly(raw: bytes) -> Any:
+    """The stdlib's json, for what orjson refused: it accepts a little more (NaN, Infinity,
+    an escaped lone surrogate) and its complaints say where the problem is."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _Bad("invalid UTF-8", f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
     try:
-        record = _loads(text)
+        return json.loads(text)
     except (ValueError, RecursionError):
         raise _malformed(text.rstrip("\r\n")) from None  # without the newline the message is clearer
+
+
+def _parse_line(raw: bytes, line_no: int, checks) -> list[Any]:
+    """A record is what json.loads accepts. orjson reads the records it also accepts about
+    twice as fast (171k lines of Python source: 1.6 s of CPU against 3.2 s)."""
+    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):  # editors on Windows add a BOM
+        raw = raw[3:]
+    try:
+        record = orjson.loads(raw)  # checks UTF-8 and refuses lone surrogates itself
+        check_surrogates = False
+    except orjson.JSONDecodeError:
+        record = _parse_slowly(raw)
+        check_surrogates = True
     if type(record) is not dict:
         raise _Bad("not an object", f"record is {_describe(record)}, expected a JSON object")
-    check_surrogates = not _LOADS_REJECTS_SURROGATES
     values = []
     for name, kind, validate in checks:
         if name not in record:
