@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -342,10 +342,14 @@ def run_pack(opts: PackOptions, progress=None) -> dict:
         raise
 
     def write(blocks):
-        for rows in timer.timed_iter("pack", blocks):
-            with timer.stage("write"):
-                stats.add(rows)
-                _write_output(out_dir, writer.add, rows)
+        # Rows are built on a thread while the block before them is written here: the row
+        # kernel and pyarrow's compression both run without the GIL. This matters most at
+        # the end, when the last window is packed and written after all tokenizing is done.
+        with closing(prefetch(timer.timed_iter("pack", blocks), depth=1)) as built:
+            for rows in built:
+                with timer.stage("write"):
+                    stats.add(rows)
+                    _write_output(out_dir, writer.add, rows)
 
     try:
         with _signals_raise():

@@ -86,7 +86,7 @@ class Rows:
         return last_real_end.astype(np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # built on a thread while the previous block is written
 def _fill_rows(tokens, labels, has_labels, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
     input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
     out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
