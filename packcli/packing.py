@@ -20,7 +20,7 @@ MODES = ("bin", "concat")
 OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
 REMAINDER_POLICIES = ("pad", "drop")
 CONCAT_SHUFFLE_TOKENS = 1 << 24
-ROW_BLOCK_TOKENS = 1 << 21  # rows are built this many tokens at a time, so a window's rows never sit in memory at once
+ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) this many tokens at a time: one Parquet row group
 
 
 @dataclass
