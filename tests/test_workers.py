@@ -124,3 +124,23 @@ def test_a_bad_record_found_in_a_worker_names_its_line(tmp_path, cli):
     assert len(lines) == 1 and f"{path}:1500: the chat template does not render turn 1" in lines[0]
     assert not (out / "manifest.json").exists()
     assert not [p for p in out.iterdir() if p.name.startswith(".shard-")]
+
+
+@pytest.mark.parametrize("options", [("--mode", "bin"), ("--mode", "concat", "--format", "npy")])
+def test_tiktoken_shards_are_byte_identical_to_hf_shards(tmp_path, packed, options):
+    # The promise for the fast path, end to end: same shards, only the report's
+    # and manifest's backend differ. Texts with added tokens, unicode and long words.
+    records = _records("text", 2600)
+    records += [{"text": "x" * 3000 + " <|im_end|>" + " 𝔘𝔫𝔦𝔠𝔬𝔡𝔢\u200b  \t\n\n end"}, {"text": "<|im_end|><|im_end|>"}]
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    common = ("--tokenizer", "packcli:demo", "--seq-len", 256, "--buffer-size", 500, *options)
+    outs = {b: packed(path, *common, "--tokenizer-backend", b) for b in ("hf", "auto")}
+    backends = {b: json.loads((outs[b] / "report.json").read_text())["tokenizer_backend"] for b in outs}
+    assert backends == {"hf": "hf", "auto": "tiktoken"}
+    shards = sorted(p.name for p in outs["hf"].iterdir() if p.name.startswith("shard-"))
+    assert shards and shards == sorted(p.name for p in outs["auto"].iterdir() if p.name.startswith("shard-"))
+    for name in shards:
+        for file in sorted((outs["hf"] / name).rglob("*")) if (outs["hf"] / name).is_dir() else [outs["hf"] / name]:
+            relative = file.relative_to(outs["hf"])
+            if file.is_file():
+                assert file.read_bytes() == (outs["auto"] / relative).read_bytes(), relative
