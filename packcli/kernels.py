@@ -22,8 +22,9 @@ Rows are numbered in the order they were opened. No algorithm here is randomised
 ``seed`` is accepted (the CLI passes it through) but currently changes nothing.
 
 Each algorithm is a private ``@njit(cache=True)`` kernel over plain arrays (int64
-lengths in, int32 row and offset out) that trusts its input; ``pack_lengths`` is the only place that validates. The algorithms,
-their tie-breaking rules and their costs are described in docs/kernels.md.
+lengths in, int32 row and offset out) that trusts its input; ``pack_lengths`` is the
+only place that validates. The algorithms, their tie-breaking rules and their costs are
+described in docs/kernels.md.
 """
 
 from __future__ import annotations

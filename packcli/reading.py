@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
+import orjson
 import zstandard
 
 from packcli.errors import PackcliError
-
-import orjson
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 FieldKind = Literal["text", "ids", "messages", "any"]
