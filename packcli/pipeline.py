@@ -232,15 +232,20 @@ def use_workers(workers: int | None) -> None:
         os.environ["RAYON_RS_NUM_CPUS"] = str(workers)
 
 
-def _workers_used(opts: PackOptions, processes: int) -> dict:
-    """For the report: what tokenized (nothing does for token ids given as input)."""
+def _worker_count(opts: PackOptions) -> int:
+    """--workers, or the cores this process may use."""
     from packcli.workers import available_cores
 
+    return opts.workers if opts.workers is not None else available_cores()
+
+
+def _workers_used(opts: PackOptions, processes: int) -> dict:
+    """For the report: what tokenized (nothing does for token ids given as input)."""
     if processes:
         return {"kind": "processes", "count": processes}
     if opts.input_kind == "ids":
         return {"kind": "none", "count": 0}
-    return {"kind": "threads", "count": opts.workers or available_cores()}
+    return {"kind": "threads", "count": _worker_count(opts)}
 
 
 def _worker_processes(opts: PackOptions, backend: str) -> int:
@@ -251,12 +256,12 @@ def _worker_processes(opts: PackOptions, backend: str) -> int:
     encodes a batch on its own Rust threads (1.6x-1.8x on two in docs/benchmarks.md), and
     two one-thread processes of it were slower on the 50M-token benchmark (111 s) than
     one process on two threads (102 s, measured the session before)."""
-    from packcli import workers
+    from packcli.workers import can_fork
 
     if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind != "chat"):
         return 0
-    count = opts.workers if opts.workers is not None else workers.available_cores()
-    return count if count > 1 and workers.can_fork() else 0
+    count = _worker_count(opts)
+    return count if count > 1 and can_fork() else 0
 
 
 def run_pack(opts: PackOptions, progress=None) -> dict:
