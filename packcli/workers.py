@@ -2,9 +2,10 @@
 
 Why processes: tiktoken holds the GIL for part of every call (the text going in, the ids
 coming out), so on this project's 2-core machine two threads of it encoded 1.50x faster
-than one while two processes ran 1.97x (docs/benchmarks.md); chat templates are Python. Why fork: the workers inherit the
-loaded tokenizer, the tiktoken conversion and the sequence builder, so they start in
-milliseconds and only record batches and token arrays cross the pipes.
+than one while two processes ran 1.97x (docs/benchmarks.md); chat templates are Python.
+Why fork: the workers inherit the loaded tokenizer, the tiktoken conversion and the
+sequence builder, so they start in milliseconds and only record batches and token arrays
+cross the pipes.
 
 The output cannot depend on the number of workers: the reader cuts the batches, every batch
 is built by the same deterministic function, and results are consumed in submission order.
