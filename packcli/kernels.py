@@ -12,6 +12,7 @@ Public API (the only names other modules use):
         n_rows: int
 
     def pack_lengths(lengths, capacity, algorithm="bfd", seed=0) -> Placement
+    def bfd_rows_from_counts(counts, capacity) -> int        # bfd's row count, from counts
     def lower_bound_rows(lengths, capacity) -> int           # ceil(sum / capacity)
     def martello_toth_l2(lengths, capacity) -> int           # a tighter lower bound
 
@@ -44,7 +45,7 @@ DEFAULT_ALGORITHM = "bfd"
 # Room-indexed structures (bfd and the histogram packers) take O(capacity) memory, so a
 # mistyped capacity must fail with a message, not with a MemoryError.
 MAX_CAPACITY = 1 << 24
-# Row links are int32 (see _bfd_kernel); a call with more sequences must be split.
+# Rows are int32 in the outputs and in the runs; a call with more sequences must be split.
 MAX_SEQUENCES = (1 << 31) - 1
 
 # Graphcore's packers cap sequences per row (3 for BERT) because their attention masks had
@@ -358,55 +359,210 @@ def _ffd_kernel(lengths, capacity, row, offset):
 
 
 # --------------------------------------------------------------------------------------
-# Best fit decreasing
+# Runs: how bfd and the histogram packers hand out positions
+#
+# A run is `rows` rows, first_row, first_row + step, ..., each taking `copies` sequences of
+# one length side by side from `offset`: a grid of rows x copies slots. The runs of a
+# length, in order, list its slots, and the j-th sequence of length L in input order takes
+# the j-th slot of L, so one sequential pass places every sequence. Inside a run, bfd's
+# order is row by row (it fills a row before it moves on); the histogram packers are free
+# to choose, and walk the longer side of the grid first, which changes runs least often.
 # --------------------------------------------------------------------------------------
+
+_R_FIRST_ROW = 0
+_R_STEP = 1
+_R_ROWS = 2
+_R_OFFSET = 3
+_R_COPIES = 4
+_R_COLUMNS = 5
+
+# The placement pass keeps one 64-byte line of state per length. A position is one int64,
+# row << 32 | offset, so that stepping along a row (offset + length) or down the rows
+# (row + step) is the same addition of a delta.
+_P_POSITION = 0
+_P_DELTA = 1  # added after each sequence
+_P_LEFT = 2  # sequences left before the walk turns to the next row or copy
+_P_LINE = 3  # position where the current line of the grid started
+_P_LINE_DELTA = 4  # from one line of the grid to the next
+_P_LINE_LENGTH = 5
+_P_LINES_LEFT = 6
+_P_RUN = 7
+_P_COLUMNS = 8
+
+
+@njit(cache=True, inline="always")
+def _start_run(state, length, runs, r, rows_first):
+    rows = np.int64(runs[r, _R_ROWS])
+    copies = np.int64(runs[r, _R_COPIES])
+    row_delta = np.int64(runs[r, _R_STEP]) << 32
+    position = (np.int64(runs[r, _R_FIRST_ROW]) << 32) | runs[r, _R_OFFSET]
+    state[length, _P_POSITION] = position
+    state[length, _P_LINE] = position
+    if copies == 1 or (rows_first and rows >= copies):  # down the rows, then the next copy
+        state[length, _P_DELTA] = row_delta
+        state[length, _P_LINE_DELTA] = length
+        state[length, _P_LINE_LENGTH] = rows
+        state[length, _P_LINES_LEFT] = copies
+    else:  # along a row, then the next row
+        state[length, _P_DELTA] = length
+        state[length, _P_LINE_DELTA] = row_delta
+        state[length, _P_LINE_LENGTH] = copies
+        state[length, _P_LINES_LEFT] = rows
+    state[length, _P_LEFT] = state[length, _P_LINE_LENGTH]
+    state[length, _P_RUN] = r
+
+
+@njit(cache=True)
+def _runs_to_placement(lengths, capacity, run_begin, run_end, runs, rows_first, row, offset):
+    """One sequential pass. Moving to the next line of a run reads only the length's own
+    state line; only a new run reads the runs table (once per run, not per sequence).
+    rows_first: walk each run down its rows first when that side is the longer one."""
+    state = np.zeros((capacity + 1, _P_COLUMNS), dtype=np.int64)
+    for length in range(1, capacity + 1):
+        if run_begin[length] < run_end[length]:
+            _start_run(state, length, runs, run_begin[length], rows_first)
+    for i in range(lengths.shape[0]):
+        length = lengths[i]
+        position = state[length, _P_POSITION]
+        row[i] = position >> 32
+        offset[i] = position & 0xFFFFFFFF
+        state[length, _P_POSITION] = position + state[length, _P_DELTA]
+        state[length, _P_LEFT] -= 1
+        if state[length, _P_LEFT] == 0:
+            state[length, _P_LINES_LEFT] -= 1
+            if state[length, _P_LINES_LEFT] > 0:
+                line = state[length, _P_LINE] + state[length, _P_LINE_DELTA]
+                state[length, _P_LINE] = line
+                state[length, _P_POSITION] = line
+                state[length, _P_LEFT] = state[length, _P_LINE_LENGTH]
+            elif state[length, _P_RUN] + 1 < run_end[length]:
+                _start_run(state, length, runs, state[length, _P_RUN] + 1, rows_first)
+
+
+# --------------------------------------------------------------------------------------
+# Best fit decreasing
+#
+# Taken one sequence at a time, bfd costs a room search and a random row access per
+# sequence. But all sequences of one length L arrive together, and then best fit acts on
+# whole stacks: the smallest room r >= L gets L, then again (its new room r-L is now the
+# smallest that fits) until fewer than L tokens are left, i.e. floor(r/L) copies; then the
+# next row of the same stack, and so on up the rooms. So every row of a stack gets the same
+# number of copies, and only stack order (LIFO) tells rows apart. The kernel therefore
+# moves *segments* (runs of rows numbered by a constant step, bottom to top of a stack)
+# instead of rows: popping m rows off a stack and pushing them onto another reverses their
+# order, which flips the step. Each move is a run of the placement pass; its cost depends on
+# the number of segments, not of sequences, and the result is the sequence-by-sequence
+# bfd's exactly (tests compare it with tests/naive.py).
+# --------------------------------------------------------------------------------------
+
+_S_FIRST_ROW = 0  # bottom row of the segment in its stack
+_S_STEP = 1
+_S_ROWS = 2
+_S_BELOW = 3  # next segment down in the same room's stack
+_S_COLUMNS = 4
+
+
+@njit(cache=True)
+def _bfd_runs(counts, capacity, shortest, max_runs):
+    """Returns (run_begin, run_end, runs, n_rows), or n_rows == -1 if more than max_runs
+    runs are needed (the caller retries with a bigger table, as for the histogram
+    packers; every run places at least one sequence, so n runs always suffice)."""
+    runs = np.empty((max_runs, _R_COLUMNS), dtype=np.int32)
+    run_begin = np.zeros(capacity + 1, dtype=np.int64)
+    run_end = np.zeros(capacity + 1, dtype=np.int64)
+    # At most one segment is created per run.
+    segments = np.empty((max_runs, _S_COLUMNS), dtype=np.int64)
+    top = np.full(capacity + 1, -1, dtype=np.int64)
+    words, level_starts = _bitset_new(capacity + 1)
+    n_runs = 0
+    n_segments = 0
+    n_rows = 0
+    for length in range(capacity, shortest - 1, -1):
+        run_begin[length] = n_runs
+        remaining = counts[length]
+        while remaining > 0:
+            if n_runs == max_runs:
+                return run_begin, run_end, runs, -1
+            room = _bitset_next(words, level_starts, length)
+            if room < 0:  # new rows, each with as many copies as fit
+                room = capacity
+                copies = min(capacity // length, remaining)
+                n_moved = remaining // copies
+                first_row = n_rows
+                step = 1
+                n_rows += n_moved
+            else:  # the top rows of the best stack
+                copies = min(room // length, remaining)
+                source = top[room]
+                n_moved = min(segments[source, _S_ROWS], remaining // copies)
+                source_step = segments[source, _S_STEP]
+                first_row = segments[source, _S_FIRST_ROW] + source_step * (segments[source, _S_ROWS] - 1)
+                step = -source_step
+                segments[source, _S_ROWS] -= n_moved
+                if segments[source, _S_ROWS] == 0:
+                    top[room] = segments[source, _S_BELOW]
+                    if top[room] < 0:
+                        _bitset_remove(words, level_starts, room)
+            remaining -= n_moved * copies
+            runs[n_runs, _R_FIRST_ROW] = first_row
+            runs[n_runs, _R_STEP] = step
+            runs[n_runs, _R_ROWS] = n_moved
+            runs[n_runs, _R_OFFSET] = capacity - room
+            runs[n_runs, _R_COPIES] = copies
+            n_runs += 1
+            room -= copies * length
+            # A row with less room than the shortest sequence can never be chosen again.
+            if room < shortest:
+                continue
+            below = top[room]
+            if below >= 0:  # extend the segment on top when the rows continue it
+                below_rows = segments[below, _S_ROWS]
+                gap = first_row - (segments[below, _S_FIRST_ROW] + segments[below, _S_STEP] * (below_rows - 1))
+                if (gap == 1 or gap == -1) and (below_rows == 1 or gap == segments[below, _S_STEP]) and (
+                    n_moved == 1 or gap == step
+                ):
+                    segments[below, _S_STEP] = gap
+                    segments[below, _S_ROWS] = below_rows + n_moved
+                    continue
+            else:
+                _bitset_add(words, level_starts, room)
+            segments[n_segments, _S_FIRST_ROW] = first_row
+            segments[n_segments, _S_STEP] = step
+            segments[n_segments, _S_ROWS] = n_moved
+            segments[n_segments, _S_BELOW] = below
+            top[room] = n_segments
+            n_segments += 1
+        run_end[length] = n_runs
+    return run_begin, run_end, runs, n_rows
+
+
+@njit(cache=True)
+def _bfd_plan(counts, capacity, n):
+    """Runs and row count for n sequences with these length counts."""
+    shortest = 1
+    while counts[shortest] == 0:
+        shortest += 1
+    n_lengths = 0
+    for length in range(1, capacity + 1):
+        n_lengths += counts[length] > 0
+    max_runs = min(n, 16 * n_lengths + 1024)
+    while True:
+        run_begin, run_end, runs, n_rows = _bfd_runs(counts, capacity, shortest, max_runs)
+        if n_rows >= 0:
+            return run_begin, run_end, runs, n_rows
+        max_runs = min(n, 4 * max_runs)
 
 
 @njit(cache=True)
 def _bfd_kernel(lengths, capacity, row, offset):
-    """Rows are kept in one stack per remaining room, and a bitset over room values finds
-    the smallest room that fits in O(1) word reads, so each sequence costs O(1) instead of
-    a search over rows. Ties (equal room) go to the top of the stack: the row that most
-    recently reached that room (LIFO), which a stack gives for free."""
+    """Best fit decreasing; ties (equal room) go to the row that reached that room most
+    recently (LIFO). Histogram, then stacks of row segments, then one pass to place."""
     n = lengths.shape[0]
     if n == 0:
         return 0
     counts = _length_counts(lengths, capacity)
-    starts = _slot_starts(counts, capacity)
-    shortest = 1
-    while counts[shortest] == 0:
-        shortest += 1
-    slots = np.empty(n, dtype=np.int64)
-    # A row's fill is capacity - room and its room is the key it was found under, so the
-    # only per-row state is the stack link: one random access per sequence.
-    # int32 halves the one array that is accessed at random: it then fits in L2 cache.
-    below = np.empty(n, dtype=np.int32)  # next row down in the same room's stack
-    top = np.full(capacity + 1, -1, dtype=np.int32)
-    words, level_starts = _bitset_new(capacity + 1)
-    n_rows = 0
-    k = 0
-    for length in range(capacity, shortest - 1, -1):
-        for _ in range(counts[length]):
-            room = _bitset_next(words, level_starts, length)
-            if room < 0:
-                target = n_rows
-                n_rows += 1
-                room = capacity
-            else:
-                target = top[room]
-                top[room] = below[target]
-                if top[room] < 0:
-                    _bitset_remove(words, level_starts, room)
-            slots[k] = (np.int64(target) << _SLOT_SHIFT) | (capacity - room)
-            k += 1
-            room -= length
-            # A row with less room than the shortest sequence can never be chosen again.
-            if room >= shortest:
-                below[target] = top[room]
-                if below[target] < 0:
-                    _bitset_add(words, level_starts, room)
-                top[room] = target
-    _slots_to_placement(lengths, slots, starts, row, offset)
+    run_begin, run_end, runs, n_rows = _bfd_plan(counts, capacity, n)
+    _runs_to_placement(lengths, capacity, run_begin, run_end, runs, False, row, offset)
     return n_rows
 
 
@@ -525,27 +681,26 @@ def _histogram_strategies(counts, capacity, longest_first, max_per_row, max_grou
 
 @njit(cache=True)
 def _histogram_runs(groups, n_groups, n_rows, capacity):
-    """List the runs of each length: (first row, row count, offset).
+    """List the runs of each length (see _runs_to_placement).
 
-    Every (group, copy of a length in its pack) is a run: count consecutive rows that
-    all want a sequence of that length at the same offset. Groups are visited in row
-    order, so the earliest sequences of each length land in the lowest rows."""
+    Every (group, length in its pack) is a run: the group's rows, each with `repeat`
+    copies of that length side by side. Groups are visited in row order, so the earliest
+    sequences of each length land in the lowest rows."""
     group_of_first_row = np.full(n_rows, -1, dtype=np.int64)
-    runs_per_length = np.zeros(capacity + 2, dtype=np.int64)
+    runs_per_length = np.zeros(capacity + 1, dtype=np.int64)
     for g in range(n_groups):
         if groups[g, _G_ALIVE] == 0:
             continue
         group_of_first_row[groups[g, _G_FIRST_ROW]] = g
         node = g
         while node >= 0:
-            runs_per_length[groups[node, _G_LENGTH]] += groups[node, _G_REPEAT]
+            runs_per_length[groups[node, _G_LENGTH]] += 1
             node = groups[node, _G_PARENT]
-    run_start = np.zeros(capacity + 2, dtype=np.int64)
+    run_begin = np.zeros(capacity + 1, dtype=np.int64)
     for length in range(1, capacity + 1):
-        run_start[length + 1] = run_start[length] + runs_per_length[length]
-    # int32 fields, four to a run (16 bytes): rows < 2**31 (MAX_SEQUENCES), offsets < capacity
-    runs = np.empty((run_start[capacity + 1], 4), dtype=np.int32)
-    next_run = run_start.copy()
+        run_begin[length] = run_begin[length - 1] + runs_per_length[length - 1]
+    run_end = run_begin.copy()  # grows to the end of each length's runs
+    runs = np.empty((run_begin[capacity] + runs_per_length[capacity], _R_COLUMNS), dtype=np.int32)
     for first_row in range(n_rows):
         g = group_of_first_row[first_row]
         if g < 0:
@@ -557,42 +712,15 @@ def _histogram_runs(groups, n_groups, n_rows, capacity):
             length = groups[node, _G_LENGTH]
             repeat = groups[node, _G_REPEAT]
             end -= repeat * length
-            for copy in range(repeat):
-                r = next_run[length]
-                runs[r, 0] = first_row
-                runs[r, 1] = groups[g, _G_COUNT]
-                runs[r, 2] = end + copy * length
-                next_run[length] = r + 1
+            r = run_end[length]
+            runs[r, _R_FIRST_ROW] = first_row
+            runs[r, _R_STEP] = 1
+            runs[r, _R_ROWS] = groups[g, _G_COUNT]
+            runs[r, _R_OFFSET] = end
+            runs[r, _R_COPIES] = repeat
+            run_end[length] = r + 1
             node = groups[node, _G_PARENT]
-    return run_start, runs
-
-
-@njit(cache=True)
-def _runs_to_placement(lengths, capacity, run_start, runs, row, offset):
-    """Sequence i of length L takes the next free slot of L's runs: one sequential pass
-    with all per-length state (next row, rows left in the run, offset, next run) in 16
-    bytes, so the pass costs about as much as copying the arrays."""
-    state = np.zeros((capacity + 1, 4), dtype=np.int32)
-    for length in range(1, capacity + 1):
-        r = run_start[length]
-        if r < run_start[length + 1]:
-            state[length, 0] = runs[r, 0]
-            state[length, 1] = runs[r, 1]
-            state[length, 2] = runs[r, 2]
-            state[length, 3] = r + 1
-    for i in range(lengths.shape[0]):
-        length = lengths[i]
-        row[i] = state[length, 0]
-        offset[i] = state[length, 2]
-        state[length, 0] += 1
-        state[length, 1] -= 1
-        if state[length, 1] == 0:
-            r = state[length, 3]
-            if r < run_start[length + 1]:
-                state[length, 0] = runs[r, 0]
-                state[length, 1] = runs[r, 1]
-                state[length, 2] = runs[r, 2]
-                state[length, 3] = r + 1
+    return run_begin, run_end, runs
 
 
 @njit(cache=True)
@@ -612,8 +740,8 @@ def _histogram_kernel(lengths, capacity, longest_first, max_per_row, row, offset
         if n_groups >= 0:
             break
         max_groups *= 4
-    run_start, runs = _histogram_runs(groups, n_groups, n_rows, capacity)
-    _runs_to_placement(lengths, capacity, run_start, runs, row, offset)
+    run_begin, run_end, runs = _histogram_runs(groups, n_groups, n_rows, capacity)
+    _runs_to_placement(lengths, capacity, run_begin, run_end, runs, True, row, offset)
     return n_rows
 
 
@@ -692,6 +820,23 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
             lengths, capacity, longest_first, HISTOGRAM_MAX_SEQUENCES_PER_ROW, row, offset
         )
     return Placement(row=row, offset=offset, n_rows=int(n_rows))
+
+
+def bfd_rows_from_counts(counts, capacity: int) -> int:
+    """Rows bfd needs for counts[L] sequences of each length L (index 0 unused), without
+    the sequences: its row count depends on the counts alone. This is what lets a stream
+    packed in windows report, in bounded memory, what one window would have needed."""
+    capacity = _as_capacity(capacity)
+    counts = np.asarray(counts)
+    if counts.shape != (capacity + 1,) or counts.dtype.kind not in "iu":
+        raise PackcliError(f"counts must be {capacity + 1} integers (lengths 0..{capacity}), got {counts.dtype} {counts.shape}")
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if counts.min() < 0 or counts[0] != 0:
+        raise PackcliError("counts must be non-negative, with no sequence of length 0")
+    n = int(counts.sum())
+    if n == 0:
+        return 0
+    return int(_bfd_plan(counts, capacity, n)[3])
 
 
 def lower_bound_rows(lengths, capacity: int) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.kernels import bfd_rows_from_counts, pack_lengths
 from packcli.rows import IGNORE_INDEX, Rows, build_rows, cut_pieces
 from packcli.sequences import SequenceBatch
 
@@ -139,8 +139,6 @@ class BinPacker:
             yield from self._pack_window()
 
     def _pack_window(self):
-        from packcli.kernels import pack_lengths
-
         tokens, labels, starts, lengths, ids = _gather(self.chunks)
         self.chunks, self.buffered = [], 0
         placed = pack_lengths(lengths, self.s.seq_len, algorithm=self.s.algorithm, seed=self.s.seed)
@@ -295,63 +293,4 @@ def one_window_bfd_rows(counters: Counters, settings: PackSettings) -> int:
     run keeps (bounded memory) is enough."""
     if counters.length_histogram is None:
         return 0
-    return int(_bfd_rows_from_histogram(counters.length_histogram, settings.seq_len))
-
-
-@njit(cache=True)
-def _bfd_rows_from_histogram(histogram, capacity):
-    # open_rooms[r]: rows with r tokens free; tree: max over "has a row" flags, to find the
-    # smallest free room >= length in O(log capacity).
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, dtype=np.int8)
-    open_rooms = np.zeros(capacity + 1, dtype=np.int64)
-    rows = 0
-    for length in range(capacity, 0, -1):
-        remaining = histogram[length]
-        while remaining > 0:
-            room = _first_flag_at_least(tree, size, length, capacity)
-            if room < 0:
-                rows += 1
-                free = capacity - length
-                if free > 0:
-                    _add_room(open_rooms, tree, size, free, 1)
-                remaining -= 1
-                continue
-            # Items too big to fit twice go into `room`-sized rows all at once.
-            moved = min(remaining, open_rooms[room]) if room - length < length else 1
-            _add_room(open_rooms, tree, size, room, -moved)
-            if room - length > 0:
-                _add_room(open_rooms, tree, size, room - length, moved)
-            remaining -= moved
-    return rows
-
-
-@njit(cache=True)
-def _add_room(open_rooms, tree, size, room, count):
-    open_rooms[room] += count
-    node = size + room
-    tree[node] = 1 if open_rooms[room] > 0 else 0
-    node //= 2
-    while node >= 1:
-        tree[node] = max(tree[2 * node], tree[2 * node + 1])
-        node //= 2
-
-
-@njit(cache=True)
-def _first_flag_at_least(tree, size, low, capacity):
-    """Smallest index >= low whose flag is set, or -1."""
-    node = size + low
-    if tree[node]:
-        return low
-    # climb until a right sibling holds a flag, then descend leftmost
-    while node > 1:
-        if node % 2 == 0 and tree[node + 1]:
-            node += 1
-            while node < size:
-                node = 2 * node if tree[2 * node] else 2 * node + 1
-            index = node - size
-            return index if index <= capacity else -1
-        node //= 2
-    return -1
+    return bfd_rows_from_counts(counters.length_histogram, settings.seq_len)

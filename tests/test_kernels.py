@@ -19,14 +19,16 @@ from packcli.kernels import (
     _bitset_next,
     _bitset_prev,
     _bitset_remove,
+    _bfd_runs,
     _histogram_kernel,
     _histogram_strategies,
     _length_counts,
+    bfd_rows_from_counts,
     lower_bound_rows,
     martello_toth_l2,
     pack_lengths,
 )
-from tests.naive import REFERENCES
+from tests.naive import REFERENCES, best_fit_decreasing
 
 HISTOGRAM = ("spfhp", "lpfhp")
 
@@ -87,8 +89,13 @@ FIXED = [
     ("lpfhp", [7, 5, 2, 2], 10, [0, 1, 0, 1], [0, 0, 7, 5], 2),
     ("spfhp", [7, 5, 2, 2], 10, [0, 1, 1, 1], [0, 0, 5, 7], 2),
     # New rows take as many copies of a length as fit: two rows of [3, 3, 3], then [3].
-    ("lpfhp", [3] * 7, 10, [0, 1, 0, 1, 0, 1, 2], [0, 0, 3, 3, 6, 6, 0], 3),
-    ("spfhp", [3] * 7, 10, [0, 1, 0, 1, 0, 1, 2], [0, 0, 3, 3, 6, 6, 0], 3),
+    # A run of identical rows is handed out along its longer side first: here along a
+    # row (3 copies > 2 rows); below down the rows (3 rows > 2 copies). bfd always fills
+    # a row first, as it would one sequence at a time.
+    ("lpfhp", [3] * 7, 10, [0, 0, 0, 1, 1, 1, 2], [0, 3, 6, 0, 3, 6, 0], 3),
+    ("spfhp", [3] * 7, 10, [0, 0, 0, 1, 1, 1, 2], [0, 3, 6, 0, 3, 6, 0], 3),
+    ("lpfhp", [5] * 6, 10, [0, 1, 2, 0, 1, 2], [0, 0, 0, 5, 5, 5], 3),
+    ("bfd", [5] * 6, 10, [0, 0, 1, 1, 2, 2], [0, 5, 0, 5, 0, 5], 3),
 ]
 
 
@@ -348,6 +355,58 @@ def test_histogram_strategies_report_a_full_table():
         assert n_groups > 1
         assert _histogram_strategies(counts, 10, longest_first, 0, n_groups)[1:] == (n_groups, n_rows)
         assert _histogram_strategies(counts, 10, longest_first, 0, n_groups - 1)[1] == -1
+
+
+def test_bfd_plan_reports_a_full_table():
+    # Like the histogram packers, bfd retries with a bigger runs table when it is full.
+    lengths = np.array([7, 5, 2, 2, 9, 1, 1, 3, 3, 3], dtype=np.int64)
+    counts = _length_counts(lengths, 10)
+    begin, end, _, n_rows = _bfd_runs(counts, 10, 1, 100)
+    n_runs = int(end.max())
+    assert n_runs > 1 and n_rows == best_fit_decreasing(lengths.tolist(), 10)[2]
+    assert _bfd_runs(counts, 10, 1, n_runs)[3] == n_rows
+    assert _bfd_runs(counts, 10, 1, n_runs - 1)[3] == -1
+
+
+def test_bfd_matches_reference_when_whole_stacks_move():
+    # Few distinct lengths: many rows share a room, so the kernel moves, splits, reverses
+    # and joins segments of rows; the reference places one sequence at a time.
+    rng = np.random.default_rng(0)
+    for capacity, choices in ((100, [7, 19, 33, 41, 60]), (64, [3, 5, 32, 33]), (1000, [1, 2, 999, 500, 250])):
+        lengths = rng.choice(choices, size=2000)
+        placement = pack_lengths(lengths, capacity, "bfd")
+        assert as_tuple(placement) == best_fit_decreasing(lengths.tolist(), capacity)
+
+
+# ---------------------------------------------------------------------------------------
+# bfd's row count from length counts alone (what --buffer-size windows cost)
+# ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 64).flatmap(lambda cap: st.tuples(st.just(cap), st.lists(st.integers(1, cap), max_size=200))))
+def test_bfd_rows_from_counts_equal_the_reference(case):
+    capacity, lengths = case
+    counts = np.bincount(np.array(lengths, dtype=np.int64), minlength=capacity + 1)
+    assert bfd_rows_from_counts(counts, capacity) == best_fit_decreasing(lengths, capacity)[2]
+
+
+@pytest.mark.parametrize(
+    "counts, capacity, message",
+    [
+        ([0, 1, 2], 3, "counts must be 4 integers"),
+        ([0.0, 1.0, 2.0], 2, "counts must be 3 integers"),
+        ([0, -1, 2], 2, "non-negative"),
+        ([1, 1, 2], 2, "no sequence of length 0"),
+    ],
+)
+def test_bfd_rows_from_counts_rejects_bad_counts(counts, capacity, message):
+    with pytest.raises(PackcliError, match=message):
+        bfd_rows_from_counts(np.array(counts), capacity)
+
+
+def test_bfd_rows_from_counts_of_nothing():
+    assert bfd_rows_from_counts(np.zeros(11, dtype=np.int64), 10) == 0
 
 
 @settings(max_examples=100, deadline=None)
