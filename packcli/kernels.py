@@ -595,8 +595,9 @@ def _histogram_strategies(counts, capacity, longest_first, max_per_row, max_grou
     Lengths are taken longest first. Each step puts length L into a whole group of rows:
     longest_first (LPFHP) picks the fullest group that fits (smallest room >= L) and puts
     as many copies of L into each row as fit; otherwise (SPFHP) it picks the emptiest group
-    (largest room) and puts one copy per row, spreading short sequences evenly. If the
-    group has more rows than there are sequences left, it splits. If no group fits, new
+    (largest room) and puts one copy per row, spreading short sequences evenly (the
+    steps that would pick the same rows again are taken in one). If the group has more
+    rows than there are sequences left, it splits. If no group fits, new
     rows are opened with as many copies of L each as fit. Equal room: LIFO stack.
 
     Returns n_groups == -1 if more than max_groups groups are needed: growing the table
@@ -645,8 +646,16 @@ def _histogram_strategies(counts, capacity, longest_first, max_per_row, max_grou
                     per_row = min(room // length, remaining)
                     if max_per_row > 0:
                         per_row = min(per_row, max_per_row - groups[old, _G_SIZE])
-                else:
+                elif remaining < groups[old, _G_COUNT]:
                     per_row = 1
+                else:
+                    # One copy per row, one step at a time, would pick these rows again as
+                    # long as they stay the emptiest (equal room: they are the latest on
+                    # the stack) and L fits: take all those steps at once.
+                    floor_room = max(_bitset_prev(words, level_starts, room), length)
+                    per_row = min(1 + (room - floor_room) // length, remaining // groups[old, _G_COUNT])
+                    if max_per_row > 0:
+                        per_row = min(per_row, max_per_row - groups[old, _G_SIZE])
                 n_extended = min(groups[old, _G_COUNT], remaining // per_row)
                 groups[new, _G_FIRST_ROW] = groups[old, _G_FIRST_ROW]
                 groups[new, _G_COUNT] = n_extended

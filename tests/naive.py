@@ -9,6 +9,7 @@ the specification the kernels in packcli/kernels.py implement with fast structur
 - ffd: like ff, but sequences are taken longest first, equal lengths by increasing index.
 - bfd: order as ffd; the row with the least room >= length; among rows with equal room,
        the one that received a sequence most recently (LIFO); else a new row.
+- spfhp / lpfhp: see histogram_packer below; groups of identical rows, one step at a time.
 """
 
 from __future__ import annotations
@@ -71,9 +72,87 @@ def best_fit_decreasing(lengths, capacity):
     return row, offset, len(fills)
 
 
+def histogram_packer(lengths, capacity, longest_first, max_per_row=0):
+    """The histogram packers, one group and one copy at a time.
+
+    Lengths are taken longest first. A group is a list of identical rows (lowest first);
+    groups wait in one LIFO stack per room. Each step takes, for length L, the group with
+    the least room >= L (lpfhp, as many copies per row as fit) or with the most room if L
+    fits (spfhp, one copy per row); the lowest rows of the group get the copies, the rest
+    stay where they were. If no group fits, new rows are opened with as many copies as fit.
+    Then the j-th sequence of length L takes the j-th slot of L: groups by first row, and
+    inside a group its rows x copies of L, down the rows first if there are at least as
+    many rows as copies, else row by row."""
+    counts = [0] * (capacity + 1)
+    for length in lengths:
+        counts[length] += 1
+    shortest = min(lengths, default=capacity)
+    stacks = {}  # room -> list of groups; a group: {"rows", "room", "pack"}
+    groups, n_rows = [], 0
+
+    def push(group):
+        full = max_per_row and len(group["pack"]) >= max_per_row
+        if group["room"] >= shortest and not full:
+            stacks.setdefault(group["room"], []).append(group)
+
+    for length in range(capacity, 0, -1):
+        remaining = counts[length]
+        while remaining:
+            rooms = [r for r, stack in stacks.items() if stack and r >= length]
+            room = (min(rooms) if longest_first else max(r for r, s in stacks.items() if s)) if rooms else None
+            if room is not None and room >= length:
+                old = stacks[room].pop()
+                per_row = min(room // length, remaining) if longest_first else 1
+                if max_per_row:
+                    per_row = min(per_row, max_per_row - len(old["pack"]))
+                taken = min(len(old["rows"]), remaining // per_row)
+                new = {"rows": old["rows"][:taken], "room": room - per_row * length, "pack": old["pack"] + [length] * per_row}
+                old["rows"] = old["rows"][taken:]
+                if old["rows"]:
+                    stacks[room].append(old)
+                else:
+                    groups = [g for g in groups if g is not old]
+            else:
+                per_row = min(capacity // length, remaining, max_per_row or capacity)
+                taken = remaining // per_row
+                new = {"rows": list(range(n_rows, n_rows + taken)), "room": capacity - per_row * length, "pack": [length] * per_row}
+                n_rows += taken
+            remaining -= taken * per_row
+            groups.append(new)
+            push(new)
+
+    slots = {length: [] for length in range(capacity + 1)}
+    for group in sorted(groups, key=lambda g: g["rows"][0]):
+        pack, rows = group["pack"], group["rows"]
+        for length in dict.fromkeys(pack):  # each length once, in pack order
+            first = pack.index(length)
+            offset = sum(pack[:first])
+            copies = pack.count(length)
+            grid = [(row, offset + c * length) for row in rows for c in range(copies)]
+            if len(rows) >= copies:
+                grid = [(row, offset + c * length) for c in range(copies) for row in rows]
+            slots[length] += grid
+    taken = {length: 0 for length in range(capacity + 1)}
+    row, offset = [0] * len(lengths), [0] * len(lengths)
+    for i, length in enumerate(lengths):
+        row[i], offset[i] = slots[length][taken[length]]
+        taken[length] += 1
+    return row, offset, n_rows
+
+
+def spfhp(lengths, capacity):
+    return histogram_packer(lengths, capacity, longest_first=False)
+
+
+def lpfhp(lengths, capacity):
+    return histogram_packer(lengths, capacity, longest_first=True)
+
+
 REFERENCES = {
     "nf": next_fit,
     "ff": first_fit,
     "ffd": first_fit_decreasing,
     "bfd": best_fit_decreasing,
+    "spfhp": spfhp,
+    "lpfhp": lpfhp,
 }

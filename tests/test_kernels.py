@@ -28,7 +28,7 @@ from packcli.kernels import (
     martello_toth_l2,
     pack_lengths,
 )
-from tests.naive import REFERENCES, best_fit_decreasing
+from tests.naive import REFERENCES, best_fit_decreasing, histogram_packer
 
 HISTOGRAM = ("spfhp", "lpfhp")
 
@@ -342,6 +342,7 @@ def test_histogram_cap_on_sequences_per_row(case, max_per_row):
         n_rows = _histogram_kernel(array, capacity, longest_first, max_per_row, row, offset)
         placement = Placement(row=row, offset=offset, n_rows=int(n_rows))
         assert_valid(placement, lengths, capacity)
+        assert as_tuple(placement) == histogram_packer(lengths, capacity, longest_first, max_per_row)
         if lengths:
             assert np.bincount(row).max() <= max_per_row
 
@@ -368,14 +369,16 @@ def test_bfd_plan_reports_a_full_table():
     assert _bfd_runs(counts, 10, 1, n_runs - 1)[3] == -1
 
 
-def test_bfd_matches_reference_when_whole_stacks_move():
-    # Few distinct lengths: many rows share a room, so the kernel moves, splits, reverses
-    # and joins segments of rows; the reference places one sequence at a time.
+@pytest.mark.parametrize("algorithm", ["bfd", *HISTOGRAM])
+def test_matches_reference_when_whole_stacks_move(algorithm):
+    # Few distinct lengths: many rows share a room, so bfd moves, splits, reverses and
+    # joins segments of rows, and spfhp takes several one-copy steps at once; the
+    # references place one sequence (bfd) or one copy per row (histogram) at a time.
     rng = np.random.default_rng(0)
     for capacity, choices in ((100, [7, 19, 33, 41, 60]), (64, [3, 5, 32, 33]), (1000, [1, 2, 999, 500, 250])):
         lengths = rng.choice(choices, size=2000)
-        placement = pack_lengths(lengths, capacity, "bfd")
-        assert as_tuple(placement) == best_fit_decreasing(lengths.tolist(), capacity)
+        placement = pack_lengths(lengths, capacity, algorithm)
+        assert as_tuple(placement) == REFERENCES[algorithm](lengths.tolist(), capacity)
 
 
 # ---------------------------------------------------------------------------------------
