@@ -417,7 +417,9 @@ def _runs_to_placement(lengths, capacity, run_begin, run_end, runs, rows_first, 
     """One sequential pass. Moving to the next line of a run reads only the length's own
     state line; only a new run reads the runs table (once per run, not per sequence).
     rows_first: walk each run down its rows first when that side is the longer one."""
-    state = np.zeros((capacity + 1, _P_COLUMNS), dtype=np.int64)
+    # Only the lines of lengths that occur are written (and read): zeroing all of them
+    # would touch 64 bytes per possible length, 512 KB at 8192, on every call.
+    state = np.empty((capacity + 1, _P_COLUMNS), dtype=np.int64)
     for length in range(1, capacity + 1):
         if run_begin[length] < run_end[length]:
             _start_run(state, length, runs, run_begin[length], rows_first)
