@@ -200,7 +200,7 @@ def bench_windows(title: str, lengths: np.ndarray, capacity: int, repeats: int, 
     for algorithm in WINDOW_ALGORITHMS:
         whole = pack_lengths(lengths, capacity, algorithm).n_rows
         for window in (*windows, n):
-            seconds = best_time(lambda: pack_in_windows(lengths, capacity, algorithm, window), repeats)
+            seconds = best_time(lambda a=algorithm, k=window: pack_in_windows(lengths, capacity, a, k), repeats)
             rows = pack_in_windows(lengths, capacity, algorithm, window)
             label = f"{window:,}" + (" (all)" if window == n else "")
             print(

@@ -14,12 +14,12 @@ from packcli.kernels import (
     DEFAULT_ALGORITHM,
     MAX_CAPACITY,
     Placement,
+    _bfd_runs,
     _bitset_add,
     _bitset_new,
     _bitset_next,
     _bitset_prev,
     _bitset_remove,
-    _bfd_runs,
     _histogram_kernel,
     _histogram_strategies,
     _length_counts,
@@ -362,7 +362,7 @@ def test_bfd_plan_reports_a_full_table():
     # Like the histogram packers, bfd retries with a bigger runs table when it is full.
     lengths = np.array([7, 5, 2, 2, 9, 1, 1, 3, 3, 3], dtype=np.int64)
     counts = _length_counts(lengths, 10)
-    begin, end, _, n_rows = _bfd_runs(counts, 10, 1, 100)
+    _, end, _, n_rows = _bfd_runs(counts, 10, 1, 100)
     n_runs = int(end.max())
     assert n_runs > 1 and n_rows == best_fit_decreasing(lengths.tolist(), 10)[2]
     assert _bfd_runs(counts, 10, 1, n_runs)[3] == n_rows
