@@ -23,6 +23,7 @@ from packcli.kernels import (
     _histogram_kernel,
     _histogram_strategies,
     _length_counts,
+    _radix_order,
     bfd_rows_from_counts,
     lower_bound_rows,
     martello_toth_l2,
@@ -410,6 +411,14 @@ def test_bfd_rows_from_counts_rejects_bad_counts(counts, capacity, message):
 
 def test_bfd_rows_from_counts_of_nothing():
     assert bfd_rows_from_counts(np.zeros(11, dtype=np.int64), 10) == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 2**40), max_size=300))
+def test_radix_order_sorts_like_a_stable_argsort(keys):
+    """How the histogram packers put their live groups in row order."""
+    array = np.array(keys, dtype=np.int64)
+    assert _radix_order(array).tolist() == np.argsort(array, kind="stable").tolist()
 
 
 @settings(max_examples=100, deadline=None)
