@@ -7,11 +7,11 @@ TRL's pack_dataset(strategy="bfd") when TRL is installed.
 Speed is the best of a few repeats after a warm-up (numba compiles on first call), for
 pack_lengths as callers use it (validation and output allocation included), in CPU time
 of the process (the wall time of the same call is printed too). Within a set, the repeats
-are taken in rounds (one call of every algorithm and of np.sort per round). Machines are noisy, so every speed
-is also printed as a ratio against np.sort of the same lengths, timed in the same run:
-"x sort" = sort time / packing time. Efficiency is the row count and its gap to the lower
-bound ceil(total/capacity) ("LB") and to the Martello-Toth L2 bound ("L2"), which is the
-honest bound when many sequences are longer than capacity/2.
+are taken in rounds (one call of every algorithm and of np.sort per round). Machines are
+noisy, so every speed is also printed as a ratio against np.sort of the same lengths,
+timed in the same run: "x sort" = sort time / packing time. Efficiency is the row count
+and its gap to the lower bound ceil(total/capacity) ("LB") and to the Martello-Toth L2
+bound ("L2"), which is the honest bound when many sequences are longer than capacity/2.
 """
 
 from __future__ import annotations
@@ -118,12 +118,14 @@ def best_times_interleaved(functions: dict, repeats: int) -> dict:
     both in np.sort and in every kernel); taking the repeats of one function back to back
     puts all of them in one phase, while rounds spread every function over the whole set."""
     best = {name: (float("inf"), float("inf")) for name in functions}
+    # Each function's result is kept until its next call returns, as a caller's variable
+    # is, so that a call cannot reuse the memory of the one before (as in best_time).
+    results = {}
     for _ in range(repeats):
         for name, function in functions.items():
             cpu, wall = time.process_time(), time.perf_counter()
-            result = function()  # kept until the call returns, as a caller's variable is
+            results[name] = function()
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            del result
             if cpu < best[name][0]:
                 best[name] = (max(cpu, 1e-9), wall)
     return best
