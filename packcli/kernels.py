@@ -189,14 +189,38 @@ def _length_counts(lengths, capacity):
     return counts
 
 
+@njit(cache=True)
+def _shortest_length(counts):
+    shortest = 1
+    while counts[shortest] == 0:
+        shortest += 1
+    return shortest
+
+
+@njit(cache=True)
+def _first_table_size(counts, capacity):
+    """First size of a table that grows with the distinct lengths (bfd's runs, the
+    histogram packers' groups): measured 3 to 9 entries per distinct length on lognormal
+    lengths. Rows of an np.empty table that are never written cost nothing, so the guess
+    is generous; a caller whose table fills retries with one 4x bigger (growing a table
+    inside the loop makes numba take ~20 s to compile the function)."""
+    n_lengths = 0
+    for length in range(1, capacity + 1):
+        n_lengths += counts[length] > 0
+    return 16 * n_lengths + 1024
+
+
 # --------------------------------------------------------------------------------------
-# Decreasing order without an index array
+# Decreasing order without an index array (ffd)
 #
-# bfd and ffd visit sequences longest first, ties by input index. Looking lengths and
-# outputs up through an order array costs three cache misses per sequence on large inputs,
-# so instead the main loop walks lengths from capacity down to 1 and records each
-# placement as the next "slot" of its length (sequential writes); a final pass in input
-# order hands the j-th sequence of length L the j-th slot of L. Same result, no scatter.
+# ffd visits sequences longest first, ties by input index. Looking lengths and outputs up
+# through an order array costs three cache misses per sequence on large inputs, so
+# instead the main loop walks lengths from capacity down to 1 and records each placement
+# as the next "slot" of its length (sequential writes); a final pass in input order hands
+# the j-th sequence of length L the j-th slot of L. Same result, no scatter. bfd and the
+# histogram packers follow the same rule with runs of slots (below): their decisions come
+# in whole rows and stacks, ffd's one sequence at a time, where a run per decision would
+# cost more than a slot.
 # --------------------------------------------------------------------------------------
 
 # A slot packs (row, offset) into one int64: offset < capacity <= 2**24.
@@ -465,10 +489,11 @@ _S_COLUMNS = 4
 
 
 @njit(cache=True)
-def _bfd_runs(counts, capacity, shortest, max_runs):
+def _bfd_runs(counts, capacity, max_runs):
     """Returns (run_begin, run_end, runs, n_rows), or n_rows == -1 if more than max_runs
     runs are needed (the caller retries with a bigger table, as for the histogram
     packers; every run places at least one sequence, so n runs always suffice)."""
+    shortest = _shortest_length(counts)
     runs = np.empty((max_runs, _R_COLUMNS), dtype=np.int32)
     run_begin = np.zeros(capacity + 1, dtype=np.int64)
     run_end = np.zeros(capacity + 1, dtype=np.int64)
@@ -541,15 +566,9 @@ def _bfd_runs(counts, capacity, shortest, max_runs):
 @njit(cache=True)
 def _bfd_plan(counts, capacity, n):
     """Runs and row count for n sequences with these length counts."""
-    shortest = 1
-    while counts[shortest] == 0:
-        shortest += 1
-    n_lengths = 0
-    for length in range(1, capacity + 1):
-        n_lengths += counts[length] > 0
-    max_runs = min(n, 16 * n_lengths + 1024)
+    max_runs = min(n, _first_table_size(counts, capacity))
     while True:
-        run_begin, run_end, runs, n_rows = _bfd_runs(counts, capacity, shortest, max_runs)
+        run_begin, run_end, runs, n_rows = _bfd_runs(counts, capacity, max_runs)
         if n_rows >= 0:
             return run_begin, run_end, runs, n_rows
         max_runs = min(n, 4 * max_runs)
@@ -602,12 +621,9 @@ def _histogram_strategies(counts, capacity, longest_first, max_per_row, max_grou
     rows than there are sequences left, it splits. If no group fits, new
     rows are opened with as many copies of L each as fit. Equal room: LIFO stack.
 
-    Returns n_groups == -1 if more than max_groups groups are needed: growing the table
-    inside the loop makes numba take ~20 s to compile this function, so the caller
-    retries with a bigger table instead (rare, and this phase costs milliseconds)."""
-    shortest = 1
-    while counts[shortest] == 0:
-        shortest += 1
+    Returns n_groups == -1 if more than max_groups groups are needed (see
+    _first_table_size)."""
+    shortest = _shortest_length(counts)
     groups = np.empty((max_groups, _G_COLUMNS), dtype=np.int32)  # all values < 2**31
     n_groups = 0
     n_rows = 0
@@ -774,12 +790,7 @@ def _histogram_kernel(lengths, capacity, longest_first, max_per_row, row, offset
     if lengths.shape[0] == 0:
         return 0
     counts = _length_counts(lengths, capacity)
-    n_lengths = 0
-    for length in range(1, capacity + 1):
-        n_lengths += counts[length] > 0
-    # Measured: 3 to 9 groups per distinct length on lognormal lengths. Rows of the table
-    # that are never written cost no memory traffic, so the first guess is generous.
-    max_groups = 16 * n_lengths + 1024
+    max_groups = _first_table_size(counts, capacity)
     while True:
         groups, n_groups, n_rows = _histogram_strategies(counts, capacity, longest_first, max_per_row, max_groups)
         if n_groups >= 0:

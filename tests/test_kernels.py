@@ -363,11 +363,11 @@ def test_bfd_plan_reports_a_full_table():
     # Like the histogram packers, bfd retries with a bigger runs table when it is full.
     lengths = np.array([7, 5, 2, 2, 9, 1, 1, 3, 3, 3], dtype=np.int64)
     counts = _length_counts(lengths, 10)
-    _, end, _, n_rows = _bfd_runs(counts, 10, 1, 100)
+    _, end, _, n_rows = _bfd_runs(counts, 10, 100)
     n_runs = int(end.max())
     assert n_runs > 1 and n_rows == best_fit_decreasing(lengths.tolist(), 10)[2]
-    assert _bfd_runs(counts, 10, 1, n_runs)[3] == n_rows
-    assert _bfd_runs(counts, 10, 1, n_runs - 1)[3] == -1
+    assert _bfd_runs(counts, 10, n_runs)[3] == n_rows
+    assert _bfd_runs(counts, 10, n_runs - 1)[3] == -1
 
 
 @pytest.mark.parametrize("algorithm", ["bfd", *HISTOGRAM])
