@@ -18,6 +18,7 @@ import numpy as np
 
 from packcli.errors import PackcliError
 from packcli.rows import Rows
+from packcli.sequences import SequenceBatch
 
 
 @dataclass
@@ -79,14 +80,55 @@ def pack_sequences(
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
-    `labels`, if given, holds one label per token (-100 where nothing is learned); without
-    it every token is learned. `buffer_size` packs windows of that many sequences (all in
-    one window by default). Same inputs and settings give the same rows as `packcli pack`.
+    `labels`, if given, holds one label per token: the token itself, or -100 where nothing
+    is learned; without it every token is learned. `buffer_size` packs windows of that many
+    segments (one plan over all of them by default). Same inputs and settings give the same
+    rows as `packcli pack`: the planner and the row kernel are the same code.
     """
-    from packcli.kernels import ALGORITHMS
-    from packcli.packing import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, Counters, PackSettings, Placement, make_packer
+    from packcli.ingest import IngestCounts, Segmenter
+    from packcli.plan import PlanSettings, gather_rows, plan_rows
     from packcli.report import RowStats, no_packing_baseline
-    from packcli.sequences import SequenceBatch
+    from packcli.spill import Spill
+
+    _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)
+    tokens, lengths, flat_labels = _flatten(sequences, labels)
+    counts = IngestCounts()
+    segmenter = Segmenter(seq_len, mode, overlong, None, counts, track_owners=True)
+    seqs = SequenceBatch(tokens, lengths, flat_labels)
+    seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}")
+    spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
+    settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed)
+    plan = plan_rows(seg_lengths, settings)
+    blocks = list(gather_rows(spill, plan, seq_len, pad_id))
+    rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
+    stats = RowStats(seq_len)
+    for block in blocks:
+        stats.add(block)
+    summary = stats.summary()
+    report = {
+        **summary,
+        "no_packing": no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], seq_len),
+        "overlong": {
+            "policy": overlong if mode == "bin" else None,
+            "count": counts.overlong,
+            "tokens_lost": counts.overlong_tokens_lost,
+            "dropped_without_labels": counts.no_labels_dropped,
+        },
+    }
+    if mode == "concat":
+        report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
+    placement = {
+        "sequence": segmenter.owners[plan.source],
+        "row": plan.row,
+        "offset": plan.offset,
+        "length": plan.piece_len,
+    }
+    return PackedSequences(rows=rows, placement=placement, report=report)
+
+
+def _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size) -> None:
+    from packcli.kernels import ALGORITHMS
+    from packcli.options import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
 
     for name, value, allowed in (
         ("algorithm", algorithm, ALGORITHMS),
@@ -98,8 +140,11 @@ def pack_sequences(
             raise PackcliError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     if seq_len < 1:
         raise PackcliError(f"seq_len must be at least 1, not {seq_len}")
-    if mode == "concat" and shuffle:
-        raise PackcliError("shuffle with mode='concat' is not supported here: shuffle the rows yourself")
+    if buffer_size is not None and buffer_size < 1:
+        raise PackcliError(f"buffer_size must be at least 1, not {buffer_size}")
+
+
+def _flatten(sequences, labels):
     arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
     if any(len(a) == 0 for a in arrays):
         raise PackcliError(f"sequence {next(i for i, a in enumerate(arrays) if len(a) == 0)} is empty")
@@ -109,36 +154,11 @@ def pack_sequences(
         raise PackcliError("token ids must be between 0 and 2^31-1")
     flat_labels = None
     if labels is not None:
-        label_arrays = [np.asarray(l, dtype=np.int64).reshape(-1) for l in labels]
-        if len(label_arrays) != len(arrays) or any(len(l) != len(a) for l, a in zip(label_arrays, arrays)):
+        label_arrays = [np.asarray(lab, dtype=np.int64).reshape(-1) for lab in labels]
+        if len(label_arrays) != len(arrays) or any(len(lab) != len(a) for lab, a in zip(label_arrays, arrays)):
             raise PackcliError("labels must have one label per token of every sequence")
         flat_labels = (np.concatenate(label_arrays) if label_arrays else np.zeros(0)).astype(np.int32)
-    batch = SequenceBatch(tokens.astype(np.int32), lengths, flat_labels)
-
-    settings = PackSettings(
-        seq_len=seq_len, pad_id=pad_id, mode=mode, algorithm=algorithm, overlong=overlong,
-        remainder=remainder, buffer_size=buffer_size or max(1, len(arrays)), shuffle=shuffle, seed=seed,
-    )
-    counters, placement, stats = Counters(), Placement(), RowStats(seq_len)
-    packer = make_packer(settings, counters, placement)
-    blocks = [*packer.add(batch, lambda i: f"sequence {i}"), *packer.finish()]
-    rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
-    for block in blocks:
-        stats.add(block)
-    summary = stats.summary()
-    report = {
-        **summary,
-        "no_packing": no_packing_baseline(counters.unpacked_rows, summary["real_tokens"], seq_len),
-        "overlong": {
-            "policy": overlong if mode == "bin" else None,
-            "count": counters.overlong,
-            "tokens_lost": counters.overlong_tokens_lost,
-            "dropped_without_labels": counters.no_labels_dropped,
-        },
-    }
-    if mode == "concat":
-        report["remainder"] = {"policy": remainder, "tokens": counters.remainder_tokens}
-    return PackedSequences(rows=rows, placement=placement.arrays(), report=report)
+    return tokens.astype(np.int32), lengths, flat_labels
 
 
 def _empty_rows(seq_len: int) -> Rows:

@@ -84,7 +84,7 @@ def pack(
     mode: Annotated[str, typer.Option(help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.")] = "bin",
     algorithm: Annotated[str, typer.Option(help="Bin packer: nf, ff, ffd, bfd, spfhp, lpfhp.")] = "bfd",
     remainder: Annotated[str, typer.Option(help="concat mode: pad or drop the last partial row.")] = "pad",
-    buffer_size: Annotated[int, typer.Option(help="Sequences packed together per window (bounds memory).")] = 100_000,
+    buffer_size: Annotated[Optional[int], typer.Option(help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)", show_default=False)] = None,
     overlong: Annotated[Optional[str], typer.Option(help="Sequences longer than --seq-len: split, truncate, drop or error. (default: split for plain text, truncate for SFT/chat)", show_default=False)] = None,
     bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Put BOS first. (default: as the tokenizer does)", show_default=False)] = None,
     eos: Annotated[bool, typer.Option("--eos/--no-eos", help="Append EOS to every document.")] = True,
@@ -99,12 +99,14 @@ def pack(
     on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --output (same inputs and options).")] = False,
+    tmp_dir: Annotated[Optional[str], typer.Option(help="Where the token spill goes (about the output's size). (default: inside --output)", show_default=False)] = None,
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
     with _errors(debug):
-        from packcli.pipeline import PackOptions, run_pack
+        from packcli.options import PackOptions
+        from packcli.pipeline import run_pack
 
         options = PackOptions(
             inputs=list(inputs), output=output, tokenizer=tokenizer, seq_len=seq_len, text_field=text_field,
@@ -113,7 +115,7 @@ def pack(
             mode=mode, algorithm=algorithm, remainder=remainder, buffer_size=buffer_size, overlong=overlong,
             bos=bos, eos=eos, eos_token=eos_token, pad_id=pad_id, format=format, rows_per_shard=rows_per_shard,
             shuffle=shuffle, seed=seed, workers=workers, tokenizer_backend=tokenizer_backend, on_bad_record=on_bad_record, overwrite=overwrite,
-            resume=resume,
+            resume=resume, tmp_dir=tmp_dir,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)
@@ -166,7 +168,7 @@ def stats(
     seq_len: Annotated[Optional[list[int]], typer.Option("--seq-len", help="Raw input: tokens per row; repeat to compare several.", show_default=False)] = None,
     text_field: Annotated[str, typer.Option(help="Raw input: field holding plain text.")] = "text",
     batch_size: Annotated[int, typer.Option(help="Raw input: batch size of the pad-to-longest baseline.")] = 8,
-    buffer_size: Annotated[int, typer.Option(help="Raw input: sequences packed together per window, as for pack.")] = 100_000,
+    buffer_size: Annotated[Optional[int], typer.Option(help="Raw input: sequences packed together per window, as for pack. (default: one plan)", show_default=False)] = None,
     overlong: Annotated[Optional[str], typer.Option(help="Raw input: sequences longer than --seq-len: split, truncate, drop or error. (default: split)", show_default=False)] = None,
     bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Raw input: put BOS first. (default: as the tokenizer does)", show_default=False)] = None,
     eos: Annotated[bool, typer.Option("--eos/--no-eos", help="Raw input: append EOS to every document.")] = True,

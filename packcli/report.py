@@ -162,7 +162,7 @@ def render_table(report: dict, title: str):
     if "timings" in report:
         t = report["timings"]
         lines.append(("time", f"{t['total']:.2f} s, {report['tokens_per_second']:,.0f} tokens/s"))
-        stages = ("read", "tokenize", "pack", "write")
+        stages = [name for name in ("read", "tokenize", "spill", "plan", "write") if name in t]
         lines.append(("  by stage", ", ".join(f"{name} {t[name]:.2f}" for name in stages)))
     for name, value in lines:
         table.add_row(name, value)

@@ -87,7 +87,7 @@ class Rows:
 
 
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
-def _fill_rows(tokens, labels, has_labels, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
+def _fill_rows(tokens, learned, masked, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
     input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
     out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
     positions = np.zeros((n_rows, seq_len), dtype=np.int32)
@@ -99,10 +99,13 @@ def _fill_rows(tokens, labels, has_labels, starts, lengths, row_of, offset_of, n
         s = starts[i]
         n = lengths[i]
         for j in range(n):
-            input_ids[r, o + j] = tokens[s + j]
+            t = np.int32(tokens[s + j])
+            input_ids[r, o + j] = t
             positions[r, o + j] = j
             if j > 0:
-                out_labels[r, o + j] = labels[s + j] if has_labels else tokens[s + j]
+                k = s + j
+                if not masked or (learned[k >> 3] >> (k & 7)) & 1:
+                    out_labels[r, o + j] = t
         num_segments[r] += 1
         if o + n > fill[r]:
             fill[r] = o + n
@@ -129,16 +132,15 @@ def _fill_rows(tokens, labels, has_labels, starts, lengths, row_of, offset_of, n
     return input_ids, out_labels, positions, cu_seqlens, cu_offsets, num_segments
 
 
-def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
-    """Rows from placed pieces of `tokens` (flat int32); `labels` is None for plain text,
-    else a flat int32 array aligned with `tokens` (-100 where nothing is learned)."""
-    has_labels = labels is not None
-    label_array = labels if has_labels else np.empty(0, dtype=np.int32)
+def fill_rows(tokens, learned, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
+    """Rows from placed pieces of `tokens` (a flat id array of any integer dtype); `learned`
+    is None when every token is learned, else packed bits (little bit order), one per token."""
+    masked = learned is not None
     return Rows(
         *_fill_rows(
             tokens,
-            label_array,
-            has_labels,
+            learned if masked else np.zeros(1, dtype=np.uint8),
+            masked,
             np.asarray(starts, dtype=np.int64),
             np.asarray(lengths, dtype=np.int64),
             np.asarray(row_of, dtype=np.int64),
@@ -148,6 +150,32 @@ def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, 
             pad_id,
         )
     )
+
+
+def learned_bits(tokens: np.ndarray, labels: np.ndarray, where=lambda i: f"token {i}") -> np.ndarray:
+    """Labels as one learned bit per token. A label is its token or -100 (SPEC: labels are
+    unshifted), so nothing else is representable; anything else is refused."""
+    labels = np.asarray(labels)
+    learned = labels != IGNORE_INDEX
+    wrong = learned & (labels != tokens)
+    if wrong.any():
+        from packcli.errors import PackcliError
+
+        i = int(np.argmax(wrong))
+        raise PackcliError(
+            f"{where(i)}: label {int(labels[i])} is neither its token {int(tokens[i])} nor -100 "
+            "(labels are the input ids, unshifted, with -100 where nothing is learned)"
+        )
+    return learned
+
+
+def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
+    """Rows from placed pieces of `tokens`; `labels` is None for plain text, else a flat array
+    aligned with `tokens` (-100 where nothing is learned)."""
+    bits = None
+    if labels is not None:
+        bits = np.packbits(learned_bits(tokens, labels), bitorder="little")
+    return fill_rows(tokens, bits, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id)
 
 
 @njit(cache=True)

@@ -110,7 +110,7 @@ class WhatIfOptions:
     seq_lens: list[int]
     text_field: str = "text"
     batch_size: int = DEFAULT_BATCH_SIZE
-    buffer_size: int = 100_000
+    buffer_size: int | None = None
     overlong: str | None = None
     bos: bool | None = None
     eos: bool = True
@@ -120,7 +120,7 @@ class WhatIfOptions:
 
     def pack_options(self, seq_len: int):
         """pack's own options for these inputs, so checks, messages and tokens are pack's."""
-        from packcli.pipeline import PackOptions
+        from packcli.options import PackOptions
 
         return PackOptions(
             inputs=list(self.inputs), output="", tokenizer=self.tokenizer, seq_len=seq_len,
@@ -154,13 +154,14 @@ class Corpus:
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     """Read and tokenize with pack's own setup and sequence builder (BOS/EOS, bad records)."""
     from packcli import reading
-    from packcli.pipeline import READ_BATCH, _setup_tokens, use_workers
+    from packcli.ingest import READ_BATCH, use_workers
+    from packcli.tokensetup import setup_tokens
 
     use_workers(opts.workers)
     started = time.perf_counter()
     pack_opts = opts.pack_options(opts.seq_lens[0])
     paths = reading.expand_inputs(opts.inputs)
-    setup = _setup_tokens(pack_opts)
+    setup = setup_tokens(pack_opts)
     bad = reading.BadRecords()
     chunks, first_longer = [], {}
     batches = reading.read_batches(
@@ -219,7 +220,7 @@ def what_if(
     seq_len: int,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    buffer_size: int = 100_000,
+    buffer_size: int | None = None,
     overlong: str | None = None,
     first_longer: tuple[str, int] | None = None,
 ) -> dict:
@@ -263,8 +264,9 @@ def what_if(
     _warm_up_packers()
     for algorithm in ALGORITHMS:
         started, rows = time.perf_counter(), 0
-        for start in range(0, len(sequences), buffer_size):
-            rows += pack_lengths(sequences[start : start + buffer_size], seq_len, algorithm).n_rows
+        window = buffer_size or max(1, len(sequences))
+        for start in range(0, len(sequences), window):
+            rows += pack_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
         methods.append(entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin"))
     # concat joins whole documents (no overlong policy) and pads the last row.
     concat_rows = -(-int(lengths.sum()) // seq_len)

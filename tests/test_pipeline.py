@@ -287,7 +287,7 @@ def test_json_report_has_the_spec_fields(corpus, cli, tmp_path, word_tokenizer):
                 "efficiency", "lower_bound_rows", "sequences_per_row", "fill_per_row", "label_tokens",
                 "no_packing", "timings", "tokens_per_second"):
         assert key in report, key
-    assert set(report["timings"]) == {"read", "tokenize", "pack", "write", "total"}
+    assert set(report["timings"]) == {"read", "tokenize", "spill", "plan", "write", "total"}
     on_disk = json.loads((tmp_path / "o" / "report.json").read_text())
     assert on_disk["rows"] == report["rows"] and on_disk["real_tokens"] == report["real_tokens"]
     assert report["padding_tokens"] == report["rows"] * 64 - report["real_tokens"]

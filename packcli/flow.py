@@ -1,0 +1,104 @@
+"""Plumbing shared by the stages: per-stage timers, a prefetching thread, signals."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+class Timer:
+    """Busy time per stage, so the report shows where a run spends it. Reading, tokenizing
+    and spilling run at the same time, so those stages add up to more than their span."""
+
+    STAGES = ("read", "tokenize", "spill", "plan", "write")
+
+    def __init__(self):
+        self.seconds = {name: 0.0 for name in self.STAGES}
+
+    @contextmanager
+    def stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def timed_iter(self, name: str, iterator):
+        iterator = iter(iterator)
+        while True:
+            with self.stage(name):
+                item = next(iterator, None)
+            if item is None:
+                return
+            yield item
+
+
+def prefetch(iterator, depth: int = 2):
+    """Run an iterator in a thread, so reading the next batch overlaps tokenizing this one
+    (the tokenizers release the GIL); items and the first error arrive in order.
+
+    Closing the returned generator stops the thread and waits for it; the iterator is
+    closed by the thread that runs it, never while another thread is inside it."""
+    import queue
+    import threading
+
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            try:
+                for item in iterator:
+                    if not put((item, None)):
+                        return
+                put((end, None))
+            except BaseException as exc:  # handed to the consumer, raised there
+                put((end, exc))
+        finally:
+            getattr(iterator, "close", lambda: None)()
+
+    thread = threading.Thread(target=produce, name="packcli-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = items.get()
+            if item is end:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def signals_raise():
+    """SIGTERM stops a run like Ctrl-C does: temporary files removed, no manifest."""
+    import signal
+    import threading
+
+    from packcli.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Interrupted(signal.Signals(signum).name, signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

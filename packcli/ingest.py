@@ -1,0 +1,268 @@
+"""Read and tokenize: input records -> token sequences -> segments -> the spill.
+
+Reading runs on a thread and tokenizing on another thread or on forked worker processes,
+so batch k is spilled while the next ones are read and tokenized. Results are taken in
+input order whatever the number of workers. `--overlong` is applied here, so the spill
+holds exactly the segments the planner places, and nothing in memory grows with the corpus
+but one length per segment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from packcli.errors import PackcliError
+from packcli.flow import Timer, prefetch
+from packcli.options import PackOptions
+from packcli.rows import IGNORE_INDEX, cut_pieces, learned_bits
+from packcli.sequences import SequenceBatch
+from packcli.tokensetup import TokenSetup, choose_backend
+
+READ_BATCH = 1024
+
+
+@dataclass
+class IngestCounts:
+    """What the report says about sequences before they became rows."""
+
+    sequences_in: int = 0
+    unpacked_rows: int = 0  # rows if every sequence were padded to seq_len on its own
+    overlong: int = 0
+    overlong_tokens_lost: int = 0
+    no_labels_dropped: int = 0
+    special_token_records: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Segmenter:
+    """Turns tokenized sequences into the segments the planner places (SPEC section 4):
+    applies `--overlong` in bin mode, checks labels and an explicit `--pad-id`, counts."""
+
+    def __init__(
+        self, seq_len: int, mode: str, overlong: str, refuse_pad: int | None, counts: IngestCounts,
+        track_owners: bool = False,
+    ):
+        self.seq_len, self.mode, self.overlong = seq_len, mode, overlong
+        self.refuse_pad, self.counts = refuse_pad, counts
+        self.owners: np.ndarray | None = np.zeros(0, dtype=np.int64) if track_owners else None
+
+    def __call__(self, seqs: SequenceBatch, location) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(tokens, segment lengths, learned flags or None) of one batch, in input order."""
+        tokens, lengths = seqs.tokens, seqs.lengths
+        self.counts.sequences_in += len(lengths)
+        self.counts.special_token_records += getattr(seqs, "special_token_records", 0)
+        if self.refuse_pad is not None:
+            _refuse_pad_in_data(tokens, lengths, self.refuse_pad, location)
+        learned = None
+        if seqs.labels is not None:
+            starts = np.cumsum(lengths) - lengths
+            learned = learned_bits(tokens, seqs.labels, lambda i: location(_owner(starts, i)))
+        first = self.counts.sequences_in - len(lengths)
+        owner = np.arange(first, first + len(lengths), dtype=np.int64)
+        if self.mode == "concat":
+            self.counts.overlong += int((lengths > self.seq_len).sum())
+            self.counts.unpacked_rows += int(((lengths + self.seq_len - 1) // self.seq_len).sum())
+        else:
+            tokens, lengths, learned, kept = self._overlong(tokens, lengths, learned, location)
+            owner = owner[kept]
+            self.counts.unpacked_rows += len(lengths)
+        if self.owners is not None:
+            self.owners = np.concatenate([self.owners, owner])
+        return tokens, lengths, learned
+
+    def _overlong(self, tokens, lengths, learned, location):
+        seq_len = self.seq_len
+        long = lengths > seq_len
+        if not long.any():
+            return tokens, lengths, learned, np.arange(len(lengths))
+        self.counts.overlong += int(long.sum())
+        starts = np.cumsum(lengths) - lengths
+        if self.overlong == "error":
+            first = int(np.argmax(long))
+            raise PackcliError(
+                f"{location(first)}: sequence has {int(lengths[first]):,} tokens, more than "
+                f"--seq-len {seq_len:,} (--overlong error; use split, truncate or drop)"
+            )
+        if self.overlong == "split":
+            _, pieces, owner = cut_pieces(starts, lengths, seq_len, aligned=False)
+            return tokens, pieces, learned, owner
+        if self.overlong == "truncate":
+            kept = np.minimum(lengths, seq_len)
+            self.counts.overlong_tokens_lost += int((lengths - kept).sum())
+            if learned is not None:  # a cut sequence left with nothing to learn is dropped
+                keep = ~long | _learns_after_first(learned, starts, kept)
+                self.counts.no_labels_dropped += int((~keep).sum())
+                self.counts.overlong_tokens_lost += int(kept[~keep].sum())
+                kept = np.where(keep, kept, 0)
+        else:  # drop
+            self.counts.overlong_tokens_lost += int(lengths[long].sum())
+            kept = np.where(long, 0, lengths)
+        mask = (np.arange(len(tokens)) - np.repeat(starts, lengths)) < np.repeat(kept, lengths)
+        learned = learned[mask] if learned is not None else None
+        return tokens[mask], kept[kept > 0], learned, np.flatnonzero(kept > 0)
+
+
+def _owner(starts: np.ndarray, token_index: int) -> int:
+    return int(np.searchsorted(starts, token_index, side="right")) - 1
+
+
+def _learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Whether each span keeps a learned token once its first token (a segment start) is masked."""
+    total = np.concatenate([[0], np.cumsum(learned)])
+    return (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0
+
+
+def _refuse_pad_in_data(tokens, lengths, pad_id: int, location) -> None:
+    """An explicit --pad-id promises padding can be told from data by its id alone."""
+    hits = np.flatnonzero(tokens == pad_id)
+    if len(hits):
+        ends = np.cumsum(lengths)
+        index = int(np.searchsorted(ends, hits[0], side="right"))
+        raise PackcliError(
+            f"{location(index)}: --pad-id {pad_id} occurs in the data; choose an id that does not "
+            "(or leave --pad-id out to pad with EOS)"
+        )
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def use_workers(workers: int | None) -> None:
+    """Tokenizer threads: the Rust thread pool reads these once, when it starts."""
+    if workers is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(workers)
+        os.environ["RAYON_RS_NUM_CPUS"] = str(workers)
+
+
+def worker_count(opts: PackOptions) -> int:
+    """--workers, or the cores this process may use."""
+    from packcli.workers import available_cores
+
+    return opts.workers if opts.workers is not None else available_cores()
+
+
+def worker_processes(opts: PackOptions, backend: str) -> int:
+    """How many tokenizer processes to fork, or 0 to tokenize in this process.
+
+    Processes for the tiktoken backend and chat templates, which hold the GIL for much of
+    their work (tiktoken: two threads 1.50x one, two processes 1.97x). The HF tokenizer
+    encodes a batch on its own Rust threads, faster than one-thread processes of it
+    (docs/benchmarks.md)."""
+    from packcli.workers import can_fork
+
+    if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind != "chat"):
+        return 0
+    count = worker_count(opts)
+    return count if count > 1 and can_fork() else 0
+
+
+def workers_used(opts: PackOptions, processes: int) -> dict:
+    """For the report: what tokenized (nothing does for token ids given as input)."""
+    if processes:
+        return {"kind": "processes", "count": processes}
+    if opts.input_kind == "ids":
+        return {"kind": "none", "count": 0}
+    return {"kind": "threads", "count": worker_count(opts)}
+
+
+class TokenStream:
+    """(record batch, sequence batch) pairs in input order.
+
+    Created before the output directory is touched: it reads the first batch and picks
+    the tokenizer backend on it, so a refusal leaves the output as it was. Iterating
+    forks the workers (before any thread of ours starts) and starts the threads."""
+
+    def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad, timer: Timer):
+        from packcli import reading
+
+        self.opts, self.setup, self.timer = opts, setup, timer
+        self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
+        self.cleanup.callback(setup.close)
+        try:
+            self.records = reading.read_batches(
+                paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+            )
+            self.cleanup.callback(self.records.close)
+            forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken
+            with timer.stage("read"):
+                self.first = next(self.records, None)
+            with timer.stage("tokenize"):
+                choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
+            self.processes = worker_processes(opts, setup.backend)
+        except BaseException:
+            self.cleanup.close()
+            raise
+
+    def __iter__(self):
+        timer, builder = self.timer, self.setup.builder
+        pool = None
+        if self.processes and self.first is not None:
+            from packcli.workers import WorkerPool
+
+            pool = WorkerPool(builder.build, self.processes)  # it forks: before any thread of ours starts
+            self.cleanup.callback(pool.close)
+        batches = prefetch(timer.timed_iter("read", self.records))
+        self.cleanup.callback(batches.close)
+        with_first = itertools.chain([] if self.first is None else [self.first], batches)
+
+        def here():  # in a thread: the tokenizers release the GIL for most of their work
+            try:
+                for batch in with_first:
+                    with timer.stage("tokenize"):
+                        sequences = builder.build(batch)
+                    yield batch, sequences
+            finally:
+                batches.close()  # in the thread that iterates it
+
+        def in_workers():
+            for batch, sequences, seconds in pool.map(with_first, ahead=2 * pool.workers):
+                timer.seconds["tokenize"] += seconds
+                yield batch, sequences
+
+        tokenized = in_workers() if pool is not None else prefetch(here())
+        self.cleanup.callback(tokenized.close)
+        yield from tokenized
+
+    def close(self) -> None:
+        self.cleanup.close()
+
+
+class InputProgress:
+    """Bytes of the input done so far, and in all, for the progress bar's ETA (None for stdin)."""
+
+    def __init__(self, paths: list[str]):
+        self.sizes = {p: os.path.getsize(p) for p in paths if p != "-"}
+        self.total = sum(self.sizes.values()) if "-" not in paths else None
+        self.finished: set[str] = set()
+        self.current: str | None = None
+        self.done_before = 0
+
+    def update(self, batch) -> tuple[int, int | None]:
+        source = batch.source
+        if source != self.current:
+            if self.current in self.sizes and self.current not in self.finished:
+                self.finished.add(self.current)
+                self.done_before += self.sizes[self.current]
+            self.current = source
+        return self.done_before + batch.source_bytes, self.total
+
+
+def segments(stream: TokenStream, segmenter: Segmenter, paths: list[str], progress=None):
+    """(tokens, lengths, learned) per batch, in input order, with the progress bar fed."""
+    tracker = InputProgress(paths)
+    for batch, sequences in stream:
+        yield segmenter(sequences, batch.location)
+        if progress is not None:
+            progress(len(sequences.lengths), int(sequences.lengths.sum()), *tracker.update(batch))
+
+
+def masked_labels(learned: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Labels from learned flags (for tests and the API): the token, or -100."""
+    return np.where(learned, tokens, IGNORE_INDEX).astype(np.int32)

@@ -1,0 +1,124 @@
+"""The tokenizer side of a run: special ids, the sequence builder and the encoder backend.
+
+`setup_tokens` loads what the input kind needs; `choose_backend` then picks tiktoken
+where it is provably identical to the HF tokenizer on the run's own first batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packcli.errors import PackcliError
+from packcli.options import PackOptions
+
+SAMPLE_CHARS = 1 << 18  # of the input's first batch, encoded both ways before --tokenizer-backend auto picks tiktoken
+
+
+@dataclass
+class TokenSetup:
+    builder: object
+    vocab_size: int | None
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int
+    add_bos: bool
+    fingerprint: str | None
+    backend: str
+    tokenizer: object = None
+    encoder: object = None
+    backend_reason: str | None = None
+
+    def close(self) -> None:
+        """The tiktoken encoder's thread pool (the HF encoder has nothing to close)."""
+        getattr(self.encoder, "close", lambda: None)()
+
+
+def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: int | None) -> None:
+    """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
+    of the actual input), else HF; plain text and prompt/completion only."""
+    if opts.input_kind not in ("text", "prompt"):
+        if opts.input_kind == "chat":
+            setup.backend_reason = "chat templates are tokenized by transformers"
+        return
+    from packcli import fastbpe
+
+    sample: list[str] = []
+    if first_batch is not None:
+        texts = [text for name in setup.builder.fields for text in first_batch.columns[name]]
+        size = 0
+        for text in texts:  # whole texts, up to SAMPLE_CHARS: the check runs before any worker starts
+            if size >= SAMPLE_CHARS:
+                break
+            sample.append(text)
+            size += len(text)
+    setup.encoder = fastbpe.make_encoder(
+        setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint
+    )
+    setup.builder.encode = setup.encoder.encode_batch
+    setup.backend, setup.backend_reason = setup.encoder.backend, setup.encoder.reason
+
+
+def setup_tokens(opts: PackOptions) -> TokenSetup:
+    """The tokenizer, special ids and the sequence builder for the input kind."""
+    from packcli import sequences, tokenizing
+
+    kind = opts.input_kind
+    if opts.tokenizer is None:  # ids input with numbers for EOS and pad
+        eos_id = _int_option("--eos-token", opts.eos_token) if opts.eos_token is not None else None
+        if opts.eos and eos_id is None:
+            raise PackcliError("without --tokenizer, give the EOS id as --eos-token N (or pass --no-eos)")
+        pad_id = opts.pad_id if opts.pad_id is not None else eos_id
+        if pad_id is None:
+            raise PackcliError("without --tokenizer, give --pad-id N")
+        if opts.bos:
+            raise PackcliError("--bos needs --tokenizer (without one there is no BOS id)")
+        bounds = sequences.Boundaries(None, eos_id if opts.eos else None)
+        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
+        return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
+
+    tokenizer = tokenizing.load_tokenizer(opts.tokenizer, via_transformers=kind == "chat")
+    if kind == "chat":
+        add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
+    else:
+        add_bos = tokenizing.adds_bos_by_default(tokenizer) if opts.bos is None else opts.bos
+    specials = tokenizing.resolve_special_ids(
+        tokenizer, eos_token=opts.eos_token, pad_id=opts.pad_id, need_eos=opts.eos, need_bos=add_bos
+    )
+    vocab_size = len(tokenizer)
+    bounds = sequences.Boundaries(specials.bos_id if add_bos else None, specials.eos_id if opts.eos else None)
+
+    def encode(texts):
+        return tokenizing.encode_texts(tokenizer, texts)
+
+    if kind == "text":
+        builder = sequences.TextSequences(opts.text_field or "text", encode, bounds)
+    elif kind == "prompt":
+        builder = sequences.PromptCompletionSequences(opts.prompt_field, opts.completion_field, encode, bounds)
+    elif kind == "chat":
+        template = _read_template(opts.chat_template) if opts.chat_template else None
+        roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
+        builder = sequences.ChatSequences(opts.messages_field, tokenizer, template, roles, bounds)
+    else:
+        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
+    return TokenSetup(
+        builder, vocab_size, specials.eos_id, specials.bos_id, specials.pad_id, add_bos,
+        tokenizing.fingerprint(tokenizer), "hf" if kind != "ids" else "none", tokenizer,
+    )
+
+
+def _int_option(flag: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise PackcliError(f"{flag} must be a token id (a number) when there is no --tokenizer, not {value!r}", usage=True) from None
+    if number < 0:
+        raise PackcliError(f"{flag} must be a token id (>= 0), not {number}", usage=True)
+    return number
+
+
+def _read_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PackcliError(f"cannot read --chat-template {path}: {getattr(exc, 'strerror', None) or exc}") from exc
