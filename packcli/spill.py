@@ -27,7 +27,7 @@ TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
 COMPLETE_FILE = "complete.json"
-RELEASE_BYTES = 1 << 28  # mapped spill pages are dropped from this process after this many bytes are gathered
+RELEASE_BYTES = 1 << 24  # mapped spill pages are dropped from this process after this many bytes are gathered
 
 
 class SpillWriter:

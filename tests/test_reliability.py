@@ -278,3 +278,20 @@ def test_fuzz_records_never_crash(tmp_path_factory, cli, word_tokenizer, lines, 
         assert_incomplete(directory / "o")
     else:
         verify_dir(directory / "o")
+
+
+def test_kill_9_with_one_plan_then_resume_reuses_the_spill(tmp_path, big_corpus, word_tokenizer):
+    def command(out, *extra):
+        return [part for part in pack_command(big_corpus, out, word_tokenizer, *extra) if part not in ("--buffer-size", "5000")]
+
+    whole = tmp_path / "whole"
+    subprocess.run(command(whole), check=True, capture_output=True)
+    out = tmp_path / "out"
+    killed = start_and_stop(command(out), out, after_first_shard, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    assert (out / ".packcli-spill" / "complete.json").is_file()  # shards come after the whole spill
+    resumed = subprocess.run(command(out, "--resume", "--json"), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["spill"]["reused"] is True
+    verify_dir(out)
+    assert shard_bytes(out) == shard_bytes(whole)

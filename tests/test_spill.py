@@ -1,0 +1,187 @@
+"""The token spill: round trips, completeness, reuse by --resume, cleanup, a full disk,
+and memory that does not grow with the corpus."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import random_texts, write_jsonl
+from packcli import ingest, pipeline
+from packcli.errors import PackcliError
+from packcli.spill import COMPLETE_FILE, Spill, SpillWriter, open_complete
+from packcli.verify import verify_dir
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 30), min_size=1, max_size=6), min_size=1, max_size=6), st.booleans())
+def test_round_trip_in_any_number_of_appends(batches, masked):
+    import tempfile
+
+    rng = np.random.default_rng(len(batches))
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = SpillWriter(Path(tmp) / "s", np.dtype(np.uint16), masked)
+        all_tokens, all_flags, all_lengths = [], [], []
+        for lengths in batches:
+            n = sum(lengths)
+            tokens = rng.integers(0, 60_000, size=n).astype(np.int32)
+            flags = rng.random(n) < 0.5
+            writer.append(tokens, np.array(lengths), flags if masked else None)
+            all_tokens.append(tokens)
+            all_flags.append(flags)
+            all_lengths += lengths
+        spill = writer.finish({"run_id": "x"})
+        tokens = np.concatenate(all_tokens)
+        assert spill.tokens.tolist() == tokens.tolist()
+        assert spill.lengths.tolist() == all_lengths
+        assert spill.starts().tolist() == (np.cumsum(all_lengths) - all_lengths).tolist()
+        if masked:
+            bits = np.unpackbits(spill.learned, bitorder="little")[: len(tokens)].astype(bool)
+            assert bits.tolist() == np.concatenate(all_flags).tolist()
+        else:
+            assert spill.learned is None
+        spill.close()
+        again = open_complete(Path(tmp) / "s", "x")
+        assert again is not None and again.tokens.tolist() == tokens.tolist()
+        again.close()
+
+
+def test_incomplete_or_foreign_spills_are_not_reused(tmp_path):
+    writer = SpillWriter(tmp_path / "s", np.dtype(np.int32), False)
+    writer.append(np.arange(5, dtype=np.int32), np.array([2, 3]), None)
+    writer.abort()
+    assert open_complete(tmp_path / "s", "run") is None  # never finished
+    writer = SpillWriter(tmp_path / "s", np.dtype(np.int32), False)
+    writer.append(np.arange(5, dtype=np.int32), np.array([2, 3]), None)
+    writer.finish({"run_id": "run"}).close()
+    assert open_complete(tmp_path / "s", "other run") is None
+    record = json.loads((tmp_path / "s" / COMPLETE_FILE).read_text())
+    record["tokens"] = 6  # the files do not hold what the record says
+    (tmp_path / "s" / COMPLETE_FILE).write_text(json.dumps(record))
+    assert open_complete(tmp_path / "s", "run") is None
+    with pytest.raises(PackcliError, match="does not match its record"):
+        Spill.open(tmp_path / "s")
+
+
+def spill_dirs(*places: Path) -> list[str]:
+    return [p.name for place in places if place.exists() for p in place.iterdir() if "spill" in p.name]
+
+
+def test_spill_is_removed_on_success_and_sized_in_the_report(tmp_path, packed, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(300)])
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
+    report = json.loads((out / "report.json").read_text())
+    assert report["spill"]["bytes"] > 2 * report["real_tokens"]  # uint16 tokens, plus the lengths
+    assert report["buffer"]["plan"] == "global" and report["buffer"]["windows"] == 1
+    assert spill_dirs(out) == []
+    tmp = tmp_path / "scratch"
+    tmp.mkdir()
+    elsewhere = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64, "--tmp-dir", tmp)
+    assert spill_dirs(elsewhere, tmp) == []
+    assert (out / "shard-00000.parquet").read_bytes() == (elsewhere / "shard-00000.parquet").read_bytes()
+
+
+def test_resume_reuses_a_complete_spill(tmp_path, cli, packed, word_tokenizer, monkeypatch):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(500)])
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 64, "--rows-per-shard", 20, "--format", "npy")
+    fresh = packed(path, *options)
+    out = tmp_path / "interrupted"
+    real = pipeline._plan_and_write
+
+    def stop_after_a_shard(job, spill, outcome, writer, *args, **kwargs):
+        from packcli.plan import gather_rows, plan_window
+
+        plan = plan_window(spill.lengths, job.opts.plan_settings(), 0, True)
+        for rows in gather_rows(spill, plan, job.opts.seq_len, job.setup.pad_id):
+            writer.add(rows)
+            if (out / "shard-00000").exists():
+                raise KeyboardInterrupt
+        raise AssertionError("the run should have been stopped")
+
+    monkeypatch.setattr(pipeline, "_plan_and_write", stop_after_a_shard)
+    stopped = cli("pack", path, "-o", out, *options)
+    assert stopped.exit_code == 130 and not (out / "manifest.json").exists()
+    assert (out / ".packcli-spill" / COMPLETE_FILE).is_file()
+    monkeypatch.setattr(pipeline, "_plan_and_write", real)
+
+    def no_tokenizing(self):
+        raise AssertionError("a resumed run with a complete spill must not read or tokenize again")
+
+    monkeypatch.setattr(ingest.TokenStream, "__iter__", no_tokenizing)
+    resumed = cli("pack", path, "-o", out, *options, "--resume", "--json")
+    assert resumed.exit_code == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["spill"]["reused"] is True
+    verify_dir(out)
+    assert spill_dirs(out) == []
+    for shard in sorted(fresh.glob("shard-*")):
+        for f in sorted(shard.iterdir()):
+            assert f.read_bytes() == (out / shard.name / f.name).read_bytes(), f"{shard.name}/{f.name}"
+    fresh_report = json.loads((fresh / "report.json").read_text())
+    for key in ("documents", "overlong", "rows", "real_tokens", "label_tokens", "no_packing"):
+        assert report[key] == fresh_report[key], key
+
+
+def _limit_file_size(limit: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_full_disk_while_spilling_is_one_line_and_no_manifest(tmp_path, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(3000, max_words=200)])
+    out = tmp_path / "o"
+    command = [sys.executable, "-m", "packcli", "pack", str(path), "-o", str(out), "--tokenizer", str(word_tokenizer),
+               "--seq-len", "256", "--format", "npy"]
+    # The input is ~1.4 MB; a 200 kB limit lets the small files through and stops the spill.
+    result = subprocess.run(command, capture_output=True, text=True, preexec_fn=_limit_file_size(200_000))
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "writing the token spill" in lines[0] and "File too large" in lines[0], result.stderr
+    assert not (out / "manifest.json").exists()
+
+
+def _peak_rss_kb(command: list[str]) -> int:
+    script = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    return int(subprocess.run([sys.executable, "-c", script, *command], check=True, capture_output=True, text=True).stdout)
+
+
+def _long_documents(path: Path, documents: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2000, 6000, size=documents)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = rng.integers(4, 60_000, size=int(offsets[-1])).astype(np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    pq.write_table(pa.table({"ids": ids}), path, row_group_size=256)
+    return path
+
+
+def test_memory_does_not_grow_with_the_corpus(tmp_path):
+    """4x the tokens (long pre-tokenized documents) and the peak RSS stays flat: the tokens
+    live in the spill; memory holds a few bytes per sequence."""
+    peaks = []
+    for name, documents in (("small", 600), ("large", 2400)):
+        corpus = _long_documents(tmp_path / f"{name}.parquet", documents, seed=documents)
+        command = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(tmp_path / name), "--ids-field", "ids",
+                   "--eos-token", "2", "--pad-id", "0", "--seq-len", "8192", "--format", "npy", "--workers", "1"]
+        peaks.append(_peak_rss_kb(command))
+    small, large = peaks
+    # The large corpus holds 24M more tokens (96 MB as int32) than the small one; a window
+    # in memory would add at least that. Allowed: 10% and 12 MB of noise.
+    assert large <= small * 1.10 + 12_000, peaks
