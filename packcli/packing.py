@@ -11,14 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packcli.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
 from packcli.errors import PackcliError
 from packcli.kernels import bfd_rows_from_counts, pack_lengths
 from packcli.rows import IGNORE_INDEX, Rows, build_rows, cut_pieces
 from packcli.sequences import SequenceBatch
 
-MODES = ("bin", "concat")
-OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
-REMAINDER_POLICIES = ("pad", "drop")
 CONCAT_SHUFFLE_TOKENS = 1 << 24
 ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) this many tokens at a time: one Parquet row group
 

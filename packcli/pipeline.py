@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packcli import __version__
+from packcli.choices import BAD_RECORD_POLICIES, TOKENIZER_BACKENDS
 from packcli.errors import PackcliError
 
 FORMAT_VERSION = 1
-BAD_RECORD_POLICIES = ("fail", "skip")
 MAX_SEQ_LEN = 1 << 20
 DEFAULT_BUFFER_SIZE = 100_000
 SHARD_TOKENS = 1 << 25
@@ -59,6 +59,7 @@ class PackOptions:
     workers: int | None = None
     tokenizer_backend: str = "auto"
     on_bad_record: str = "fail"
+    parse_special_tokens: bool = False
     overwrite: bool = False
     resume: bool = False
 
@@ -104,7 +105,7 @@ class PackOptions:
         choice("remainder", self.remainder, REMAINDER_POLICIES)
         choice("format", self.format, FORMATS)
         choice("on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
-        choice("tokenizer-backend", self.tokenizer_backend, ("auto", "hf", "tiktoken"))
+        choice("tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
         if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
             raise usage(
                 "--tokenizer-backend tiktoken does not apply to "
