@@ -14,6 +14,9 @@ from typing import Annotated, Optional
 import typer
 
 from packcli import __version__
+from packcli.choices import (
+    ALGORITHMS, BAD_RECORD_POLICIES, FORMATS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, ROLES, TOKENIZER_BACKENDS,
+)
 from packcli.errors import PackcliError
 
 app = typer.Typer(
@@ -24,8 +27,57 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-Debug = Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")]
-Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
+INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
+
+
+def _one_of(names: tuple[str, ...]) -> str:
+    """The metavar of a choice option: its values, as --help shows them."""
+    return "<" + "|".join(names) + ">"
+
+
+def _option(*decls: str, panel: str, help: str, **kwargs):
+    kwargs.setdefault("show_default", False)
+    return typer.Option(*decls, help=help, rich_help_panel=panel, **kwargs)
+
+
+Debug = Annotated[bool, _option("--debug", panel=RUN, help="Show the full traceback on errors.")]
+Json = Annotated[bool, _option("--json", panel=OUTPUT, help="Print the report as JSON on stdout.")]
+
+# pack's input options: how records are read and tokenized. `stats` on raw input takes every
+# one of them, with these very definitions, so the two commands see the same sequences.
+# Values are checked by PackOptions.validate, which names the option (exit 2).
+Tokenizer = Annotated[Optional[str], _option(panel=TOKENIZATION, help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.")]
+TextField = Annotated[Optional[str], _option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")]
+PromptField = Annotated[Optional[str], _option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
+CompletionField = Annotated[Optional[str], _option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
+MessagesField = Annotated[Optional[str], _option(panel=INPUT, help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.")]
+ChatTemplate = Annotated[Optional[str], _option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")]
+TrainOn = Annotated[str, _option(panel=INPUT, show_default=True, help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).")]
+IdsField = Annotated[Optional[str], _option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
+LabelsField = Annotated[Optional[str], _option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")]
+OnBadRecord = Annotated[str, _option(panel=INPUT, show_default=True, metavar=_one_of(BAD_RECORD_POLICIES), help="fail: stop at the first bad record; skip: count it and go on.")]
+TokenizerBackend = Annotated[str, _option(panel=TOKENIZATION, show_default=True, metavar=_one_of(TOKENIZER_BACKENDS), help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")]
+ParseSpecialTokens = Annotated[bool, _option("--parse-special-tokens", panel=TOKENIZATION, help="Special-token strings inside record text become special tokens. (default: record text is always ordinary text)")]
+Bos = Annotated[Optional[bool], _option("--bos/--no-bos", panel=TOKENIZATION, help="Put BOS first. (default: as the tokenizer does)")]
+Eos = Annotated[bool, _option("--eos/--no-eos", panel=TOKENIZATION, show_default=True, help="Append EOS to every document.")]
+EosToken = Annotated[Optional[str], _option(panel=TOKENIZATION, help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).")]
+PadId = Annotated[Optional[int], _option(panel=TOKENIZATION, help="Padding token id. (default: the tokenizer's pad, else EOS)")]
+BufferSize = Annotated[Optional[int], _option(panel=PACKING, help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)")]
+Overlong = Annotated[Optional[str], _option(panel=PACKING, metavar=_one_of(OVERLONG_POLICIES), help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)")]
+Workers = Annotated[Optional[int], _option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)")]
+
+INPUT_OPTIONS = (
+    "tokenizer", "text_field", "prompt_field", "completion_field", "messages_field", "chat_template", "train_on",
+    "ids_field", "labels_field", "on_bad_record", "tokenizer_backend", "parse_special_tokens", "bos", "eos",
+    "eos_token", "pad_id", "buffer_size", "overlong", "workers",
+)
+
+
+def _pack_options(inputs: list[str], arguments: dict, **own):
+    """PackOptions from a command's arguments (its input options, taken by name) and its own options."""
+    from packcli.options import PackOptions
+
+    return PackOptions(inputs=list(inputs), **{name: arguments[name] for name in INPUT_OPTIONS}, **own)
 
 
 def _version(value: bool) -> None:
@@ -70,52 +122,49 @@ def _stdout():
 @app.command()
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet), directories, globs, or - for JSONL on stdin.", show_default=False)],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output directory.", show_default=False)],
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per row.", show_default=False)],
-    tokenizer: Annotated[Optional[str], typer.Option(help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.", show_default=False)] = None,
-    text_field: Annotated[Optional[str], typer.Option(help="Field holding plain text; every token is learned. (default: text)", show_default=False)] = None,
-    prompt_field: Annotated[Optional[str], typer.Option(help="SFT: field of the prompt (its tokens get label -100).", show_default=False)] = None,
-    completion_field: Annotated[Optional[str], typer.Option(help="SFT: field of the completion (learned, with EOS).", show_default=False)] = None,
-    messages_field: Annotated[Optional[str], typer.Option(help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.", show_default=False)] = None,
-    chat_template: Annotated[Optional[str], typer.Option(help="Chat: a Jinja template file to use instead of the tokenizer's.", show_default=False)] = None,
-    train_on: Annotated[str, typer.Option(help="Chat: roles whose turns are learned, comma-separated (system, user, assistant, tool).")] = "assistant",
-    ids_field: Annotated[Optional[str], typer.Option(help="Already tokenized input: field with a list of token ids.", show_default=False)] = None,
-    labels_field: Annotated[Optional[str], typer.Option(help="With --ids-field: field with the labels (-100 = not learned).", show_default=False)] = None,
-    mode: Annotated[str, typer.Option(help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.")] = "bin",
-    algorithm: Annotated[str, typer.Option(help="Bin packer: nf, ff, ffd, bfd, spfhp, lpfhp.")] = "bfd",
-    remainder: Annotated[str, typer.Option(help="concat mode: pad or drop the last partial row.")] = "pad",
-    buffer_size: Annotated[Optional[int], typer.Option(help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)", show_default=False)] = None,
-    overlong: Annotated[Optional[str], typer.Option(help="Sequences longer than --seq-len: split, truncate, drop or error. (default: split for plain text, truncate for SFT/chat)", show_default=False)] = None,
-    bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Put BOS first. (default: as the tokenizer does)", show_default=False)] = None,
-    eos: Annotated[bool, typer.Option("--eos/--no-eos", help="Append EOS to every document.")] = True,
-    eos_token: Annotated[Optional[str], typer.Option(help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).", show_default=False)] = None,
-    pad_id: Annotated[Optional[int], typer.Option(help="Padding token id. (default: the tokenizer's pad, else EOS)", show_default=False)] = None,
-    format: Annotated[str, typer.Option("--format", help="Shard format: parquet or npy.")] = "parquet",
-    rows_per_shard: Annotated[Optional[int], typer.Option(help="Rows per shard. (default: about 32M tokens per shard)", show_default=False)] = None,
-    shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle rows (deterministic, by --seed).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for --shuffle.")] = 0,
-    workers: Annotated[Optional[int], typer.Option(help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)", show_default=False)] = None,
-    tokenizer_backend: Annotated[str, typer.Option(help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")] = "auto",
-    on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --output (same inputs and options).")] = False,
-    tmp_dir: Annotated[Optional[str], typer.Option(help="Where the token spill goes (about the output's size). (default: inside --output)", show_default=False)] = None,
+    *,  # keyword-only, so the required options can stand in their panels, which --help shows in order
+    text_field: TextField = None,
+    prompt_field: PromptField = None,
+    completion_field: CompletionField = None,
+    messages_field: MessagesField = None,
+    chat_template: ChatTemplate = None,
+    train_on: TrainOn = "assistant",
+    ids_field: IdsField = None,
+    labels_field: LabelsField = None,
+    on_bad_record: OnBadRecord = "fail",
+    tokenizer: Tokenizer = None,
+    tokenizer_backend: TokenizerBackend = "auto",
+    parse_special_tokens: ParseSpecialTokens = False,
+    bos: Bos = None,
+    eos: Eos = True,
+    eos_token: EosToken = None,
+    pad_id: PadId = None,
+    seq_len: Annotated[int, _option("--seq-len", panel=PACKING, help="Tokens per row.")],
+    mode: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(MODES), help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.")] = "bin",
+    algorithm: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(ALGORITHMS), help="Bin packer.")] = "bfd",
+    buffer_size: BufferSize = None,
+    overlong: Overlong = None,
+    remainder: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(REMAINDER_POLICIES), help="concat mode: pad or drop the last partial row.")] = "pad",
+    shuffle: Annotated[bool, _option("--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed).")] = False,
+    seed: Annotated[int, _option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
+    output: Annotated[str, _option("--output", "-o", panel=OUTPUT, help="Output directory.")],
+    format: Annotated[str, _option("--format", panel=OUTPUT, show_default=True, metavar=_one_of(FORMATS), help="Shard format.")] = "parquet",
+    rows_per_shard: Annotated[Optional[int], _option(panel=OUTPUT, help="Rows per shard. (default: about 32M tokens per shard)")] = None,
+    overwrite: Annotated[bool, _option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
     json_output: Json = False,
+    workers: Workers = None,
+    resume: Annotated[bool, _option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")] = False,
+    tmp_dir: Annotated[Optional[str], _option(panel=RUN, help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)")] = None,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
     with _errors(debug):
-        from packcli.options import PackOptions
         from packcli.pipeline import run_pack
 
-        options = PackOptions(
-            inputs=list(inputs), output=output, tokenizer=tokenizer, seq_len=seq_len, text_field=text_field,
-            prompt_field=prompt_field, completion_field=completion_field, messages_field=messages_field,
-            chat_template=chat_template, train_on=train_on, ids_field=ids_field, labels_field=labels_field,
-            mode=mode, algorithm=algorithm, remainder=remainder, buffer_size=buffer_size, overlong=overlong,
-            bos=bos, eos=eos, eos_token=eos_token, pad_id=pad_id, format=format, rows_per_shard=rows_per_shard,
-            shuffle=shuffle, seed=seed, workers=workers, tokenizer_backend=tokenizer_backend, on_bad_record=on_bad_record, overwrite=overwrite,
-            resume=resume, tmp_dir=tmp_dir,
+        options = _pack_options(
+            inputs, locals(), output=output, seq_len=seq_len, mode=mode, algorithm=algorithm, remainder=remainder,
+            format=format, rows_per_shard=rows_per_shard, shuffle=shuffle, seed=seed, overwrite=overwrite, resume=resume,
+            tmp_dir=tmp_dir,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)
@@ -163,51 +212,70 @@ def _show_report(report: dict, title: str, json_output: bool) -> None:
 
 @app.command()
 def stats(
-    paths: Annotated[list[str], typer.Argument(help="Packed output directories (compared side by side when several), or raw input as for pack, with --tokenizer and --seq-len.", show_default=False)],
-    tokenizer: Annotated[Optional[str], typer.Option(help="Raw input: tokenizer, as for pack.", show_default=False)] = None,
-    seq_len: Annotated[Optional[list[int]], typer.Option("--seq-len", help="Raw input: tokens per row; repeat to compare several.", show_default=False)] = None,
-    text_field: Annotated[str, typer.Option(help="Raw input: field holding plain text.")] = "text",
-    batch_size: Annotated[int, typer.Option(help="Raw input: batch size of the pad-to-longest baseline.")] = 8,
-    buffer_size: Annotated[Optional[int], typer.Option(help="Raw input: sequences packed together per window, as for pack. (default: one plan)", show_default=False)] = None,
-    overlong: Annotated[Optional[str], typer.Option(help="Raw input: sequences longer than --seq-len: split, truncate, drop or error. (default: split)", show_default=False)] = None,
-    bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Raw input: put BOS first. (default: as the tokenizer does)", show_default=False)] = None,
-    eos: Annotated[bool, typer.Option("--eos/--no-eos", help="Raw input: append EOS to every document.")] = True,
-    eos_token: Annotated[Optional[str], typer.Option(help="Raw input: token to use as EOS instead of the tokenizer's.", show_default=False)] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Raw input: tokenizer threads. (default: all cores)", show_default=False)] = None,
-    on_bad_record: Annotated[str, typer.Option(help="Raw input: fail at the first bad record, or skip and count it.")] = "fail",
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.", show_default=False)] = None,
+    ctx: typer.Context,
+    paths: Annotated[list[str], typer.Argument(help="Packed output directories (compared side by side when several), or raw input as for pack, with --seq-len and pack's input options.", show_default=False)],
+    text_field: TextField = None,
+    prompt_field: PromptField = None,
+    completion_field: CompletionField = None,
+    messages_field: MessagesField = None,
+    chat_template: ChatTemplate = None,
+    train_on: TrainOn = "assistant",
+    ids_field: IdsField = None,
+    labels_field: LabelsField = None,
+    on_bad_record: OnBadRecord = "fail",
+    tokenizer: Tokenizer = None,
+    tokenizer_backend: TokenizerBackend = "auto",
+    parse_special_tokens: ParseSpecialTokens = False,
+    bos: Bos = None,
+    eos: Eos = True,
+    eos_token: EosToken = None,
+    pad_id: PadId = None,
+    seq_len: Annotated[Optional[list[int]], _option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several.")] = None,
+    buffer_size: BufferSize = None,
+    overlong: Overlong = None,
+    batch_size: Annotated[int, _option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")] = 8,
+    plot: Annotated[Optional[str], _option("--plot", panel=OUTPUT, help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.")] = None,
     json_output: Json = False,
+    workers: Workers = None,
     debug: Debug = False,
 ) -> None:
-    """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give."""
+    """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give.
+
+    On raw input, the input options read and tokenize exactly as for pack."""
     with _errors(debug):
-        from packcli.stats import is_packed_output
-
-        packed = [is_packed_output(path) for path in paths]
-        if any(packed) and not all(packed):
-            raw = paths[packed.index(False)]
-            raise PackcliError(
-                f"{raw} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
-                "output directories, or raw input with --tokenizer and --seq-len, not both", usage=True,
-            )
-        if all(packed):
-            if tokenizer is not None or seq_len:
-                raise PackcliError("--tokenizer and --seq-len are for raw input; to see what packing "
-                                   f"{paths[0]} again would give, run stats on the raw input", usage=True)
+        arguments = locals()
+        given = [name for name in ("seq_len", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
+        if not _is_raw_input(paths, given):
             _stats_dirs(paths, plot, json_output)
-        elif tokenizer is None and not seq_len:
-            _stats_dirs(paths, plot, json_output)  # fails on the first path, with a hint
-        else:
-            from packcli.stats import WhatIfOptions
+            return
+        from packcli.stats import WhatIfOptions
 
-            if tokenizer is None:
-                raise PackcliError("--tokenizer is needed for raw input", usage=True)
-            options = WhatIfOptions(
-                inputs=list(paths), tokenizer=tokenizer, seq_lens=list(seq_len or []), text_field=text_field,
-                batch_size=batch_size, buffer_size=buffer_size, overlong=overlong, bos=bos, eos=eos,
-                eos_token=eos_token, workers=workers, on_bad_record=on_bad_record,
-            )
-            _stats_raw(options, plot, json_output)
+        seq_lens = list(seq_len or [])
+        options = WhatIfOptions(_pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size)
+        _stats_raw(options, plot, json_output)
+
+
+def _on_command_line(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _is_raw_input(paths: list[str], given: list[str]) -> bool:
+    """Raw input when no path is a packed output; usage errors for a mix, or for options
+    that only raw input takes given with packed outputs."""
+    from packcli.stats import is_packed_output
+
+    packed = [is_packed_output(path) for path in paths]
+    if any(packed) and not all(packed):
+        raise PackcliError(
+            f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
+            "output directories, or raw input with --tokenizer and --seq-len, not both", usage=True,
+        )
+    if all(packed) and given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise PackcliError(f"{flags}: for raw input only; to see what packing {paths[0]} again would give, "
+                           "run stats on the raw input", usage=True)
+    return not all(packed) and bool(given)  # raw input with no option: fails on the first path, with a hint
 
 
 def _stats_dirs(paths: list[str], plot: Optional[str], json_output: bool) -> None:
@@ -278,13 +346,32 @@ def verify(
 
             sys.stdout.write(to_json(summary))
             return
-        rate = summary["bytes"] / summary["seconds"] if summary["seconds"] else 0.0
-        speed = f"{rate / 1e9:.2f} GB/s" if rate >= 1e8 else f"{rate / 1e6:.1f} MB/s"
         print(
             f"ok: {path}: {summary['shards']} shard(s), {summary['rows']:,} rows, "
             f"{summary['sequences']:,} sequences, {summary['real_tokens']:,} real tokens "
-            f"({summary['bytes'] / 1e6:.1f} MB checked at {speed})"
+            f"({_checked(summary['bytes'], summary['seconds'])})"
         )
+
+
+BYTE_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
+SHORTEST_TIMED = 1e-3  # seconds; below it a speed is mostly timer noise
+
+
+def human_bytes(size: float) -> str:
+    """3 significant digits in decimal units: 512 B, 12.3 kB, 1.00 MB, 45.6 GB."""
+    if round(size) < 1000:
+        return f"{round(size)} B"
+    for power, unit in enumerate(BYTE_UNITS[1:], start=1):
+        digits = f"{size / 1000**power:#.3g}"  # '#' keeps the zeros of 1.00
+        if float(digits) < 1000:
+            return f"{digits.rstrip('.')} {unit}"
+    return f"{size / 1000 ** (len(BYTE_UNITS) - 1):,.0f} {BYTE_UNITS[-1]}"
+
+
+def _checked(size: int, seconds: float) -> str:
+    if seconds < SHORTEST_TIMED:
+        return f"{human_bytes(size)} checked in under 1 ms"
+    return f"{human_bytes(size)} checked at {human_bytes(size / seconds)}/s"
 
 
 export_app = typer.Typer(help="Write packed output in other training frameworks' formats.", no_args_is_help=True)

@@ -46,9 +46,9 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
 from packcli.errors import PackcliError
 
-BACKENDS = ("auto", "hf", "tiktoken")
 CACHE_FORMAT = 1
 
 # tokenizers' ByteLevel pre-tokenizer with use_regex=True (src/pre_tokenizers/byte_level.rs).

@@ -97,7 +97,7 @@ class Segmenter:
             kept = np.minimum(lengths, seq_len)
             self.counts.overlong_tokens_lost += int((lengths - kept).sum())
             if learned is not None:  # a cut sequence left with nothing to learn is dropped
-                keep = ~long | _learns_after_first(learned, starts, kept)
+                keep = ~long | learns_after_first(learned, starts, kept)
                 self.counts.no_labels_dropped += int((~keep).sum())
                 self.counts.overlong_tokens_lost += int(kept[~keep].sum())
                 kept = np.where(keep, kept, 0)
@@ -113,7 +113,7 @@ def _owner(starts: np.ndarray, token_index: int) -> int:
     return int(np.searchsorted(starts, token_index, side="right")) - 1
 
 
-def _learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Whether each span keeps a learned token once its first token (a segment start) is masked."""
     total = np.concatenate([[0], np.cumsum(learned)])
     return (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0

@@ -37,9 +37,9 @@ from numba import config as numba_config
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
+from packcli.choices import ALGORITHMS
 from packcli.errors import PackcliError
 
-ALGORITHMS: tuple[str, ...] = ("nf", "ff", "ffd", "bfd", "spfhp", "lpfhp")
 DEFAULT_ALGORITHM = "bfd"
 
 # Room-indexed structures (bfd and the histogram packers) take O(capacity) memory, so a

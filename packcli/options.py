@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packcli.choices import (
+    ALGORITHMS,
+    BAD_RECORD_POLICIES,
+    FORMATS,
+    MODES,
+    OVERLONG_POLICIES,
+    REMAINDER_POLICIES,
+    ROLES,
+    TOKENIZER_BACKENDS,
+)
 from packcli.errors import PackcliError
 
-BAD_RECORD_POLICIES = ("fail", "skip")
-MODES = ("bin", "concat")
-OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
-REMAINDER_POLICIES = ("pad", "drop")
 MAX_SEQ_LEN = 1 << 20
 
 
@@ -43,6 +49,7 @@ class PackOptions:
     workers: int | None = None
     tokenizer_backend: str = "auto"
     on_bad_record: str = "fail"
+    parse_special_tokens: bool = False
     overwrite: bool = False
     resume: bool = False
     tmp_dir: str | None = None
@@ -68,10 +75,6 @@ class PackOptions:
 
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
-        from packcli.kernels import ALGORITHMS
-        from packcli.sequences import ROLES
-        from packcli.shards import FORMATS
-
         def usage(message: str):
             return PackcliError(message, usage=True)
 
@@ -88,7 +91,7 @@ class PackOptions:
         choice("remainder", self.remainder, REMAINDER_POLICIES)
         choice("format", self.format, FORMATS)
         choice("on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
-        choice("tokenizer-backend", self.tokenizer_backend, ("auto", "hf", "tiktoken"))
+        choice("tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
         if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
             raise usage(
                 "--tokenizer-backend tiktoken does not apply to "

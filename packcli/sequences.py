@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packcli.choices import ROLES
 from packcli.errors import PackcliError
 
 IGNORE_INDEX = -100
-ROLES = ("system", "user", "assistant", "tool")
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from packcli.choices import FORMATS
 from packcli.errors import PackcliError
 from packcli.rows import Rows
 
-FORMATS = ("parquet", "npy")
 ROW_COLUMNS = ("input_ids", "labels", "position_ids")
 NPY_FILES = (
     "input_ids.npy",

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from contextlib import closing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.options import PackOptions
+from packcli.rows import IGNORE_INDEX
 from packcli.report import RowStats, no_packing_baseline, render_table
 from packcli.shards import iter_output_rows, load_manifest
 
@@ -103,31 +106,22 @@ def _round_width(at_least: int) -> int:
 
 @dataclass
 class WhatIfOptions:
-    """The input options of `pack` that change sequence lengths, plus the what-if's own."""
+    """pack's options for the input, the --seq-len values to compare, and the baseline's batch size.
 
-    inputs: list[str]
-    tokenizer: str
+    `input` carries every input option of pack (fields, tokenizer, BOS/EOS, backend, bad
+    records, workers, overlong, buffer size); its seq_len and output are not used."""
+
+    input: PackOptions
     seq_lens: list[int]
-    text_field: str = "text"
     batch_size: int = DEFAULT_BATCH_SIZE
-    buffer_size: int | None = None
-    overlong: str | None = None
-    bos: bool | None = None
-    eos: bool = True
-    eos_token: str | None = None
-    workers: int | None = None
-    on_bad_record: str = "fail"
 
-    def pack_options(self, seq_len: int):
+    @property
+    def inputs(self) -> list[str]:
+        return self.input.inputs
+
+    def pack_options(self, seq_len: int) -> PackOptions:
         """pack's own options for these inputs, so checks, messages and tokens are pack's."""
-        from packcli.options import PackOptions
-
-        return PackOptions(
-            inputs=list(self.inputs), output="", tokenizer=self.tokenizer, seq_len=seq_len,
-            text_field=self.text_field, buffer_size=self.buffer_size, overlong=self.overlong,
-            bos=self.bos, eos=self.eos, eos_token=self.eos_token, workers=self.workers,
-            on_bad_record=self.on_bad_record,
-        )
+        return replace(self.input, seq_len=seq_len, output="")
 
     def validate(self) -> None:
         if not self.seq_lens:
@@ -146,36 +140,39 @@ class Corpus:
     documents_read: int
     skipped: dict
     first_longer_than: dict = field(default_factory=dict)  # seq_len -> (location, length)
+    unlearnable_when_truncated: dict = field(default_factory=dict)  # seq_len -> bool per sequence
     seconds: float = 0.0
     bos: bool = False
     eos: bool = True
 
 
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
-    """Read and tokenize with pack's own setup and sequence builder (BOS/EOS, bad records)."""
+    """Read and tokenize with pack's own setup, backend choice and sequence builder."""
     from packcli import reading
-    from packcli.ingest import READ_BATCH, use_workers
+    from packcli.flow import Timer
+    from packcli.ingest import TokenStream, use_workers
     from packcli.tokensetup import setup_tokens
 
-    use_workers(opts.workers)
-    started = time.perf_counter()
     pack_opts = opts.pack_options(opts.seq_lens[0])
-    paths = reading.expand_inputs(opts.inputs)
+    use_workers(pack_opts.workers)
+    started = time.perf_counter()
+    paths = reading.expand_inputs(pack_opts.inputs)
     setup = setup_tokens(pack_opts)
     bad = reading.BadRecords()
     chunks, first_longer = [], {}
-    batches = reading.read_batches(
-        paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
-    )
-    for batch in batches:
-        lengths = setup.builder.build(batch).lengths
-        chunks.append(lengths.astype(np.int64))
-        for seq_len in opts.seq_lens:
-            if seq_len not in first_longer and (lengths > seq_len).any():
-                i = int(np.argmax(lengths > seq_len))
-                first_longer[seq_len] = (batch.location(i), int(lengths[i]))
-        if progress is not None:
-            progress(len(lengths), int(lengths.sum()))
+    unlearnable = {seq_len: [] for seq_len in opts.seq_lens}
+    stream = TokenStream(pack_opts, setup, paths, bad, Timer())  # pack's backend choice and workers
+    with closing(stream):
+        for batch, sequences in stream:
+            lengths = sequences.lengths.astype(np.int64)
+            chunks.append(lengths)
+            for seq_len in opts.seq_lens:
+                unlearnable[seq_len].append(_unlearnable_when_truncated(sequences, seq_len))
+                if seq_len not in first_longer and (lengths > seq_len).any():
+                    i = int(np.argmax(lengths > seq_len))
+                    first_longer[seq_len] = (batch.location(i), int(lengths[i]))
+            if progress is not None:
+                progress(len(lengths), int(lengths.sum()))
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
     if not len(lengths):
         skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
@@ -185,19 +182,40 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
         documents_read=bad.records_seen,
         skipped=dict(bad.counts),
         first_longer_than=first_longer,
+        unlearnable_when_truncated={seq_len: np.concatenate(masks) for seq_len, masks in unlearnable.items()},
         seconds=time.perf_counter() - started,
         bos=setup.add_bos,
-        eos=opts.eos,
+        eos=pack_opts.eos,
     )
 
 
-def apply_overlong(lengths: np.ndarray, seq_len: int, policy: str) -> tuple[np.ndarray, int]:
-    """Lengths as bin mode packs them (pieces of split sequences in place), and tokens lost."""
+def _unlearnable_when_truncated(sequences, seq_len: int) -> np.ndarray:
+    """Sequences longer than seq_len whose first seq_len tokens hold no learned label:
+    --overlong truncate leaves them nothing to learn, so pack drops them."""
+    from packcli.ingest import learns_after_first
+
+    long = sequences.lengths > seq_len
+    if sequences.labels is None or not long.any():
+        return np.zeros(len(sequences.lengths), dtype=bool)
+    starts = np.cumsum(sequences.lengths) - sequences.lengths
+    learned = sequences.labels != IGNORE_INDEX
+    return long & ~learns_after_first(learned, starts, np.minimum(sequences.lengths, seq_len))
+
+
+def apply_overlong(
+    lengths: np.ndarray, seq_len: int, policy: str, unlearnable: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """Lengths as bin mode packs them (pieces of split sequences in place), and tokens lost.
+    `unlearnable`: the sequences truncation leaves nothing to learn, which pack drops."""
     long = lengths > seq_len
     if not long.any():
         return lengths, 0
     if policy == "truncate":
-        return np.minimum(lengths, seq_len), int((lengths[long] - seq_len).sum())
+        kept, lost = np.minimum(lengths, seq_len), int((lengths[long] - seq_len).sum())
+        if unlearnable is not None and unlearnable.any():
+            lost += int(kept[unlearnable].sum())
+            kept = kept[~unlearnable]
+        return kept, lost
     if policy == "drop":
         return lengths[~long], int(lengths[long].sum())
     pieces_per = -(-lengths // seq_len)
@@ -223,6 +241,7 @@ def what_if(
     buffer_size: int | None = None,
     overlong: str | None = None,
     first_longer: tuple[str, int] | None = None,
+    unlearnable: np.ndarray | None = None,
 ) -> dict:
     """Rows and efficiency of every packer and of no packing, for one seq_len.
 
@@ -235,12 +254,9 @@ def what_if(
     policy = overlong or "split"
     n_long = int((lengths > seq_len).sum())
     if n_long and policy == "error":
-        where, length = first_longer or ("input", int(lengths[np.argmax(lengths > seq_len)]))
-        raise PackcliError(
-            f"{where}: document has {length:,} tokens, more than --seq-len {seq_len:,} "
-            "(--overlong error; use split, truncate or drop)"
-        )
-    sequences, lost = apply_overlong(lengths, seq_len, policy)
+        _refuse_overlong(lengths, seq_len, first_longer)
+    sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
+    no_labels = int(unlearnable.sum()) if policy == "truncate" and unlearnable is not None else 0
     real = int(sequences.sum())
     pad_tokens = len(sequences) * seq_len
     longest_tokens = pad_to_longest_tokens(sequences, batch_size)
@@ -279,12 +295,20 @@ def what_if(
         "seq_len": seq_len,
         "sequences": len(sequences),
         "real_tokens": real,
-        "overlong": {"policy": policy, "count": n_long, "tokens_lost": lost},
+        "overlong": {"policy": policy, "count": n_long, "tokens_lost": lost, "dropped_without_labels": no_labels},
         "batch_size": batch_size,
         "buffer_size": buffer_size,
         "lower_bound_rows": bound,
         "methods": methods,
     }
+
+
+def _refuse_overlong(lengths: np.ndarray, seq_len: int, first_longer: tuple[str, int] | None) -> None:
+    where, length = first_longer or ("input", int(lengths[np.argmax(lengths > seq_len)]))
+    raise PackcliError(
+        f"{where}: document has {length:,} tokens, more than --seq-len {seq_len:,} "
+        "(--overlong error; use split, truncate or drop)"
+    )
 
 
 _warmed = False
@@ -308,7 +332,7 @@ def stats_raw(opts: WhatIfOptions, progress=None) -> dict:
     hist = np.bincount(lengths)
     return {
         "inputs": list(opts.inputs),
-        "tokenizer": opts.tokenizer,
+        "tokenizer": opts.input.tokenizer,
         "bos": corpus.bos,
         "eos": corpus.eos,
         "documents": {
@@ -326,8 +350,9 @@ def stats_raw(opts: WhatIfOptions, progress=None) -> dict:
         "distributions": {"sequence_length": distribution("sequence_length", hist)},
         "what_if": [
             what_if(
-                lengths, seq_len, batch_size=opts.batch_size, buffer_size=opts.buffer_size,
-                overlong=opts.overlong, first_longer=corpus.first_longer_than.get(seq_len),
+                lengths, seq_len, batch_size=opts.batch_size, buffer_size=opts.input.buffer_size,
+                overlong=opts.input.resolved_overlong, first_longer=corpus.first_longer_than.get(seq_len),
+                unlearnable=corpus.unlearnable_when_truncated.get(seq_len),
             )
             for seq_len in opts.seq_lens
         ],
@@ -460,7 +485,7 @@ def render_what_if(console, report: dict) -> None:
     boundaries = " + ".join(name for name, on in (("BOS", report["bos"]), ("EOS", report["eos"])) if on)
     console.print(
         f"[bold]{docs['read']:,} documents{skipped}, {report['tokens']:,} tokens[/bold] "
-        f"({report['tokenizer']}{', with ' + boundaries if boundaries else ''}; "
+        f"({report['tokenizer'] or 'token ids'}{', with ' + boundaries if boundaries else ''}; "
         f"read and tokenized in {report['timings']['read_and_tokenize']:.2f} s)"
     )
     bins = report["distributions"]["sequence_length"]
@@ -474,6 +499,8 @@ def render_what_if(console, report: dict) -> None:
         title = f"what if --seq-len {result['seq_len']}: {result['sequences']:,} sequences"
         if over["count"]:
             lost = f", {over['tokens_lost']:,} tokens lost" if over["tokens_lost"] else ""
+            if over.get("dropped_without_labels"):
+                lost += f", {over['dropped_without_labels']:,} dropped with nothing to learn"
             title += f" ({over['count']:,} longer, {over['policy']}{lost})"
         table = Table(title=title, title_justify="left")
         table.add_column("method", no_wrap=True)

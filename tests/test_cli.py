@@ -36,6 +36,107 @@ def test_help_lists_commands_and_every_algorithm(cli):
         assert algorithm in pack_help
 
 
+def commands():
+    import typer
+
+    from packcli.cli import app
+
+    return typer.main.get_command(app).commands
+
+
+# pack's options that are not about reading and tokenizing the input.
+PACK_ONLY = {"inputs", "output", "seq_len", "mode", "algorithm", "remainder", "shuffle", "seed", "format",
+             "rows_per_shard", "overwrite", "resume", "tmp_dir", "json_output", "debug"}
+
+
+def test_stats_takes_every_input_option_of_pack_defined_alike():
+    from dataclasses import fields
+
+    from packcli.cli import INPUT_OPTIONS
+    from packcli.pipeline import PackOptions
+
+    pack = {p.name: p for p in commands()["pack"].params}
+    stats = {p.name: p for p in commands()["stats"].params}
+    input_options = set(pack) - PACK_ONLY
+    assert input_options == set(INPUT_OPTIONS)  # what both commands hand to PackOptions
+    assert set(INPUT_OPTIONS) <= {f.name for f in fields(PackOptions)}
+    missing = input_options - set(stats)
+    assert not missing, f"stats lacks pack's input options {sorted(missing)}"
+    for name in input_options:
+        a, b = pack[name], stats[name]
+        assert (a.opts, a.secondary_opts, a.default, a.help, a.metavar, a.rich_help_panel) == (
+            b.opts, b.secondary_opts, b.default, b.help, b.metavar, b.rich_help_panel), name
+        assert a.type_descriptor.annotation == b.type_descriptor.annotation, name
+
+
+def test_help_shows_every_choice_from_the_core_in_panels(cli):
+    from packcli import fastbpe, kernels, options, shards
+    from packcli.cli import INPUT, OUTPUT, PACKING, RUN, TOKENIZATION
+
+    core = {
+        "mode": options.MODES, "algorithm": kernels.ALGORITHMS, "format": shards.FORMATS,
+        "tokenizer_backend": fastbpe.BACKENDS, "overlong": options.OVERLONG_POLICIES,
+        "remainder": options.REMAINDER_POLICIES, "on_bad_record": options.BAD_RECORD_POLICIES,
+    }
+    params = {p.name: p for p in commands()["pack"].params}
+    text = cli("pack", "--help").stdout
+    for name, values in core.items():
+        metavar = "<" + "|".join(values) + ">"
+        assert params[name].metavar == metavar and metavar in text, name
+    assert kernels.ALGORITHMS == ("nf", "ff", "ffd", "bfd", "spfhp", "lpfhp")
+    panels = [text.index(f"─ {panel} ─") for panel in (INPUT, TOKENIZATION, PACKING, OUTPUT, RUN)]
+    assert panels == sorted(panels)
+    assert all(p.rich_help_panel for p in params.values() if p.name != "inputs")
+    stats_text = cli("stats", "--help").stdout
+    for name in ("overlong", "on_bad_record", "tokenizer_backend"):
+        assert params[name].metavar in stats_text
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (("--overlong", "fold"), "--overlong must be one of split, truncate, drop, error, not 'fold'"),
+        (("--tokenizer-backend", "fast"), "--tokenizer-backend must be one of auto, hf, tiktoken"),
+        (("--on-bad-record", "ignore"), "--on-bad-record must be one of fail, skip"),
+    ],
+)
+def test_stats_bad_choice_exits_2_with_one_line(cli, doc, word_tokenizer, option, message):
+    line = one_error_line(cli("stats", doc, "--tokenizer", word_tokenizer, "--seq-len", 8, *option), code=2)
+    assert message in line
+
+
+def test_verify_prints_human_sizes_and_speeds(cli, packed, tmp_path, word_tokenizer, monkeypatch):
+    import re
+
+    from packcli import verify
+    from packcli.cli import human_bytes
+
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2 w3"}] * 5)
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8)
+    result = cli("verify", out)
+    assert result.exit_code == 0, result.stderr
+    size = sum(f.stat().st_size for f in out.rglob("shard-*") if f.is_file())
+    checked = re.search(r"\((\S+ \S+) checked (at (\S+) (\S+)/s|in under 1 ms)\)$", result.stdout.strip())
+    assert checked and checked.group(1) == human_bytes(size) and "0.0 " not in result.stdout
+    if checked.group(3):
+        assert float(checked.group(3)) > 0 and checked.group(4) in ("B", "kB", "MB", "GB")
+    summary = {"shards": 1, "rows": 3, "sequences": 5, "real_tokens": 20}
+    for size, seconds, expected in ((12_345, 0.0, "12.3 kB checked in under 1 ms"),
+                                    (3_000_000_000, 0.5, "3.00 GB checked at 6.00 GB/s"),
+                                    (999_600, 2.0, "1.00 MB checked at 500 kB/s")):
+        monkeypatch.setattr(verify, "verify_dir", lambda _, s=size, t=seconds: {**summary, "bytes": s, "seconds": t})
+        line = cli("verify", out).stdout.strip()
+        assert line.endswith(f"({expected})"), line
+
+
+def test_human_bytes_has_three_significant_digits():
+    from packcli.cli import human_bytes
+
+    cases = {0: "0 B", 999: "999 B", 999.6: "1.00 kB", 1234: "1.23 kB", 12_345: "12.3 kB", 123_456: "123 kB",
+             999_499: "999 kB", 999_500: "1.00 MB", 45_600_000_000: "45.6 GB"}
+    assert {size: human_bytes(size) for size in cases} == cases
+
+
 def test_help_is_light():
     """`packcli --help` must not import the heavy libraries."""
     code = "import sys; from packcli.cli import app; print(sorted(m for m in ('numpy','numba','transformers','pyarrow') if m in sys.modules))"

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import load_rows, random_texts, write_jsonl
 from packcli.kernels import ALGORITHMS, pack_lengths
+from packcli.pipeline import PackOptions
 from packcli.stats import (
     WhatIfOptions,
     apply_overlong,
@@ -29,6 +30,11 @@ from packcli.stats import (
 def corpus(tmp_path):
     texts = random_texts(120, seed=11, max_words=50)
     return write_jsonl(tmp_path / "in" / "d.jsonl", [{"text": t} for t in texts]), texts
+
+
+def raw_options(paths, seq_lens, **input_options) -> WhatIfOptions:
+    """stats' options on raw input: pack's input options (seq_len and output unused)."""
+    return WhatIfOptions(PackOptions(inputs=[str(p) for p in paths], output="", seq_len=0, **input_options), seq_lens)
 
 
 def by_hand(out):
@@ -169,6 +175,9 @@ def test_overlong_policies_and_baselines():
     assert apply_overlong(lengths, 4, "truncate")[0].tolist() == [4, 4, 3, 4]
     assert apply_overlong(lengths, 4, "truncate")[1] == 1 + 8 + 5
     assert apply_overlong(lengths, 4, "drop") == (pytest.approx(np.array([3])), 26)
+    nothing_to_learn = np.array([False, True, False, False])
+    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[0].tolist() == [4, 3, 4]
+    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[1] == 1 + 8 + 5 + 4
     assert pad_to_longest_tokens(lengths, 3) == 3 * 12 + 9 and pad_to_longest_tokens(lengths, 1) == 29
     from packcli.errors import PackcliError
 
@@ -179,7 +188,7 @@ def test_overlong_policies_and_baselines():
 def test_stats_raw_matches_pack_and_writes_nothing(tmp_path, corpus, word_tokenizer, packed):
     path, texts = corpus
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    options = WhatIfOptions(inputs=[str(path)], tokenizer=str(word_tokenizer), seq_lens=[32, 64])
+    options = raw_options([path], [32, 64], tokenizer=str(word_tokenizer))
     report = stats_raw(options)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     lengths = [len(t.split()) + 1 for t in texts]  # one token per word, plus EOS
@@ -222,7 +231,9 @@ def test_stats_usage_errors(tmp_path, corpus, word_tokenizer, packed, cli):
     mixed = cli("stats", out, path, "--tokenizer", word_tokenizer, "--seq-len", 32)
     assert mixed.exit_code == 2 and "not both" in mixed.stderr
     assert cli("stats", out, "--seq-len", 32).exit_code == 2
-    assert "--tokenizer is needed" in cli("stats", path, "--seq-len", 32).stderr
+    assert "--tokenizer is required" in cli("stats", path, "--seq-len", 32).stderr
+    given = cli("stats", out, "--text-field", "body", "--no-eos")
+    assert given.exit_code == 2 and "--text-field, --eos: for raw input only" in given.stderr
     no_seq = cli("stats", path, "--tokenizer", word_tokenizer)
     assert no_seq.exit_code == 2 and "--seq-len" in no_seq.stderr
     bad = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 0)
@@ -255,3 +266,73 @@ def test_plot_writes_png(tmp_path, corpus, word_tokenizer, packed, cli):
         result = cli("stats", *args, "--plot", image)
         assert result.exit_code == 0, result.stderr
         assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+
+
+def stats_and_pack(cli, packed, path, seq_len, *options):
+    """stats' what-if for one --seq-len, and the report of pack run with the same options."""
+    result = cli("stats", path, "--seq-len", seq_len, *options, "--json")
+    assert result.exit_code == 0, result.stderr
+    what = json.loads(result.stdout)["what_if"][0]
+    report = json.loads((packed(path, "--seq-len", seq_len, *options) / "report.json").read_text())
+    return what, report
+
+
+def assert_same_sequences(what, report):
+    bfd = next(m for m in what["methods"] if m["method"] == "bfd")
+    assert bfd["rows"] == report["rows"]
+    assert what["sequences"] == report["sequences_packed"] and what["real_tokens"] == report["real_tokens"]
+    assert what["overlong"]["count"] == report["overlong"]["count"]
+    assert what["overlong"]["tokens_lost"] == report["overlong"]["tokens_lost"]
+
+
+def test_stats_raw_prompt_completion_truncates_and_drops_as_pack(tmp_path, cli, packed, word_tokenizer):
+    records = [{"q": " ".join(["w5"] * k), "a": " ".join(["w7"] * (k % 4 + 1))} for k in range(1, 40)]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    options = ("--tokenizer", word_tokenizer, "--prompt-field", "q", "--completion-field", "a")
+    what, report = stats_and_pack(cli, packed, path, 24, *options)
+    assert what["overlong"]["policy"] == "truncate"  # pack's default for SFT, not split
+    assert what["overlong"]["dropped_without_labels"] == report["overlong"]["dropped_without_labels"] > 0
+    assert_same_sequences(what, report)
+    long_enough, _ = stats_and_pack(cli, packed, path, 64, *options)
+    lengths = [len(r["q"].split()) + len(r["a"].split()) + 1 for r in records]
+    assert long_enough["real_tokens"] == sum(lengths) and long_enough["overlong"]["count"] == 0
+
+
+def test_stats_raw_messages_as_pack(tmp_path, cli, packed):
+    conversations = [
+        [{"role": "user", "content": "hi " * k}, {"role": "assistant", "content": "hello " * (k % 3 + 1)}]
+        for k in range(1, 25)
+    ]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": c} for c in conversations])
+    options = ("--tokenizer", "packcli:demo", "--messages-field", "messages", "--train-on", "assistant,user")
+    what, report = stats_and_pack(cli, packed, path, 256, *options)
+    assert_same_sequences(what, report)
+    assert what["sequences"] == len(conversations)
+    short, short_report = stats_and_pack(cli, packed, path, 32, *options, "--overlong", "drop")
+    assert_same_sequences(short, short_report)
+    assert 0 < short["overlong"]["count"] < len(conversations)
+
+
+def test_stats_raw_token_ids_without_tokenizer(tmp_path, cli, packed):
+    rng = np.random.default_rng(5)
+    records = [{"ids": rng.integers(3, 90, size=k).tolist()} for k in rng.integers(1, 40, size=60)]
+    for record in records:
+        record["labels"] = [-100] * (len(record["ids"]) // 2) + record["ids"][len(record["ids"]) // 2 :]
+    path = write_jsonl(tmp_path / "ids.jsonl", records)
+    options = ("--ids-field", "ids", "--labels-field", "labels", "--eos-token", "2", "--pad-id", "0")
+    what, report = stats_and_pack(cli, packed, path, 16, *options)
+    assert_same_sequences(what, report)
+    plain, _ = stats_and_pack(cli, packed, path, 64, "--ids-field", "ids", "--eos-token", "2", "--pad-id", "0")
+    assert plain["real_tokens"] == sum(len(r["ids"]) + 1 for r in records)
+    table = cli("stats", path, "--seq-len", 64, "--ids-field", "ids", "--eos-token", "2", "--pad-id", "0")
+    assert table.exit_code == 0 and "(token ids, with EOS;" in table.stdout
+    no_pad = cli("stats", path, "--seq-len", 64, "--ids-field", "ids", "--no-eos")
+    assert no_pad.exit_code == 1 and "--pad-id" in no_pad.stderr
+
+
+def test_stats_raw_workers_and_backend_do_not_change_lengths(tmp_path, corpus, word_tokenizer):
+    path, texts = corpus
+    expected = [len(t.split()) + 1 for t in texts]
+    for options in ({"workers": 2, "tokenizer_backend": "hf"}, {"workers": 1}, {"workers": 2, "tokenizer_backend": "auto"}):
+        report = stats_raw(raw_options([path], [64], tokenizer=str(word_tokenizer), **options))
+        assert report["tokens"] == sum(expected) and report["sequence_length"]["max"] == max(expected), options

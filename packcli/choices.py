@@ -1,0 +1,14 @@
+"""The values each choice option takes, in a module that imports nothing.
+
+The modules that act on these names import them from here, and so does the CLI, which
+shows them in `--help` without loading numpy or numba.
+"""
+
+MODES = ("bin", "concat")
+ALGORITHMS = ("nf", "ff", "ffd", "bfd", "spfhp", "lpfhp")
+REMAINDER_POLICIES = ("pad", "drop")
+OVERLONG_POLICIES = ("split", "truncate", "drop", "error")
+FORMATS = ("parquet", "npy")
+TOKENIZER_BACKENDS = ("auto", "hf", "tiktoken")
+BAD_RECORD_POLICIES = ("fail", "skip")
+ROLES = ("system", "user", "assistant", "tool")
