@@ -97,6 +97,7 @@ def pack(
     workers: Annotated[Optional[int], typer.Option(help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)", show_default=False)] = None,
     tokenizer_backend: Annotated[str, typer.Option(help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")] = "auto",
     on_bad_record: Annotated[str, typer.Option(help="fail: stop at the first bad record; skip: count it and go on.")] = "fail",
+    parse_special_tokens: Annotated[bool, typer.Option("--parse-special-tokens", help="Tokenize special-token strings in record text (<|endoftext|>, chat markup) as those tokens, not as text.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing packcli output in --output.")] = False,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --output (same inputs and options).")] = False,
     json_output: Json = False,
@@ -113,7 +114,7 @@ def pack(
             mode=mode, algorithm=algorithm, remainder=remainder, buffer_size=buffer_size, overlong=overlong,
             bos=bos, eos=eos, eos_token=eos_token, pad_id=pad_id, format=format, rows_per_shard=rows_per_shard,
             shuffle=shuffle, seed=seed, workers=workers, tokenizer_backend=tokenizer_backend, on_bad_record=on_bad_record, overwrite=overwrite,
-            resume=resume,
+            resume=resume, parse_special_tokens=parse_special_tokens,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)
