@@ -2,8 +2,9 @@
 
 `make_encoder(tokenizer, backend, sample_texts)` returns an object with
 `encode_batch(texts) -> (flat int32 ids, int64 lengths)`, the same contract as
-`packcli.tokenizing.encode_texts` (no special tokens added; special and added tokens
-written in the text are matched exactly as the Hugging Face tokenizer matches them).
+`packcli.tokenizing.encode_texts` (no special tokens added; special-token strings in the
+text are ordinary text unless `parse_special_tokens`, and added tokens that are not special
+are matched exactly as the Hugging Face tokenizer matches them).
 
 The `tiktoken` backend is used only when the tokenizer converts *and* the converted
 encoding gives the same ids as the tokenizer on the sample of the input and on a fixed
@@ -23,9 +24,11 @@ How a `tokenizer.json` maps to tiktoken (docs/tokenizer-backends.md has the full
   is.
 - normalizer: none, or one of NFC/NFD/NFKC/NFKD, mirrored with `unicodedata` (texts with
   characters this Python's Unicode tables do not know go to the Hugging Face tokenizer).
-- added tokens (special or not): matched in Python exactly as `tokenizers` does (first
-  the non-normalized ones on the raw text, leftmost-longest, then the normalized ones on
-  the normalized pieces); the text between them goes to tiktoken.
+- added tokens: matched in Python exactly as `tokenizers` does (first the non-normalized
+  ones on the raw text, leftmost-longest, then the normalized ones on the normalized
+  pieces); the text between them goes to tiktoken. Special ones are matched only with
+  `parse_special_tokens`; otherwise a match of one stays text, as with tokenizers'
+  `encode_special_tokens` (it still hides a non-special token inside it, as there).
 - `ignore_merges=True` is tiktoken's own behaviour (a piece that is in the vocabulary is
   one token). With `ignore_merges=False`, every vocabulary token must come out of the
   tokenizer's own BPE as itself, which is checked on the whole vocabulary.
@@ -49,7 +52,7 @@ import numpy as np
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
 from packcli.errors import PackcliError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 # tokenizers' ByteLevel pre-tokenizer with use_regex=True (src/pre_tokenizers/byte_level.rs).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -62,6 +65,7 @@ _PLACEHOLDER_SPECIAL = "<|packcli-placeholder-never-allowed|>"
 class Encoder(Protocol):
     backend: str
     reason: str | None
+    parse_special_tokens: bool
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -105,7 +109,6 @@ class Conversion:
     added: list[AddedTokenSpec]
     normalizer: str | None  # one of NORMALIZERS or None
     prefix_space: bool  # ByteLevel add_prefix_space: " " before every piece not starting with one
-    encode_special_tokens: bool  # tokenizers' flag: special tokens in text are NOT matched
     notes: list[str] = field(default_factory=list)
 
 
@@ -209,7 +212,6 @@ def convert(tokenizer) -> Conversion:
         added=added,
         normalizer=normalizer,
         prefix_space=prefix_space,
-        encode_special_tokens=bool(getattr(backend, "encode_special_tokens", False)),
         notes=notes,
     )
     encoding = build_encoding(conversion)  # the pattern must compile for tiktoken's regex engine
@@ -393,23 +395,15 @@ class HFEncoder:
 
     backend = "hf"
 
-    def __init__(self, tokenizer, reason: str | None = None):
+    def __init__(self, tokenizer, reason: str | None = None, *, parse_special_tokens: bool = False):
         self.tokenizer = tokenizer
         self.reason = reason
+        self.parse_special_tokens = parse_special_tokens
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         from packcli.tokenizing import encode_texts
 
-        return encode_texts(self.tokenizer, list(texts))
-
-
-def _literal_alternation(contents: list[str]):
-    """Leftmost-longest matching of literals, as tokenizers' aho-corasick does: the regex
-    finds the leftmost start, and longer alternatives are tried first there."""
-    if not contents:
-        return None
-    ordered = sorted(set(contents), key=lambda s: (-len(s), s))
-    return re.compile("|".join(re.escape(s) for s in ordered))
+        return encode_texts(self.tokenizer, list(texts), self.parse_special_tokens)
 
 
 def _unknown_chars_regex():
@@ -432,21 +426,26 @@ class TiktokenEncoder:
 
     backend = "tiktoken"
 
-    def __init__(self, tokenizer, conversion: Conversion, *, threads: int | None = None):
+    def __init__(self, tokenizer, conversion: Conversion, *, threads: int | None = None, parse_special_tokens: bool = False):
+        from packcli.tokenizing import literal_alternation
+
         self.tokenizer = tokenizer
         self.conversion = conversion
         self.reason = None
+        self.parse_special_tokens = parse_special_tokens
         self.encoding = build_encoding(conversion)
         self._core = self.encoding._core_bpe
         self._no_specials: set = set()
         self._rank_to_id = conversion.rank_to_id
         self.threads = max(1, threads or _available_cores())
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
-        matchable = [t for t in conversion.added]
-        self._raw_re = _literal_alternation([t.content for t in matchable if not t.normalized])
-        self._norm_re = _literal_alternation([t.content for t in matchable if t.normalized])
-        skip = conversion.encode_special_tokens
-        self._added_id = {t.content: (None if (skip and t.special) else t.id) for t in matchable}
+        # A match of a special token that is not parsed stays text, but still hides any
+        # token inside it; a pass where every token is skipped needs no matching at all.
+        self._added_id = {t.content: (None if t.special and not parse_special_tokens else t.id) for t in conversion.added}
+        raw = [t.content for t in conversion.added if not t.normalized]
+        norm = [t.content for t in conversion.added if t.normalized]
+        self._raw_re = literal_alternation(raw) if any(self._added_id[c] is not None for c in raw) else None
+        self._norm_re = literal_alternation(norm) if any(self._added_id[c] is not None for c in norm) else None
         self._unknown_re = _unknown_chars_regex() if conversion.normalizer else None
         self._simple = self._raw_re is None and self._norm_re is None and not conversion.normalizer and not conversion.prefix_space
 
@@ -549,7 +548,7 @@ class TiktokenEncoder:
         if hf_positions:
             from packcli.tokenizing import encode_texts
 
-            flat, lengths = encode_texts(self.tokenizer, [texts[i] for i in hf_positions])
+            flat, lengths = encode_texts(self.tokenizer, [texts[i] for i in hf_positions], self.parse_special_tokens)
             ends = np.cumsum(lengths)
             for k, i in enumerate(hf_positions):
                 arrays[i] = flat[ends[k] - lengths[k] : ends[k]]
@@ -585,8 +584,9 @@ def _available_cores() -> int:
 
 
 def hard_strings(tokenizer) -> list[str]:
-    """Texts where a conversion most plausibly differs: added/special tokens inside text,
-    unicode, whitespace runs, very long words, empty strings."""
+    """Texts where a conversion most plausibly differs: added/special tokens inside text
+    (matched or, for special ones not parsed, merged with the text around them), unicode,
+    whitespace runs, very long words, empty strings."""
     added = sorted(tokenizer.backend_tokenizer.get_added_tokens_decoder().values(), key=lambda t: t.content)
     texts = [
         "", " ", "  ", "\n", "\t", "\r\n", "\n\n\n", " \n ", "   \t\t  \n\n  x  ", "x   ", "   x", "a  b   c    d",
@@ -604,6 +604,25 @@ def hard_strings(tokenizer) -> list[str]:
         texts += [c, c + c, f"a{c}b", f" {c} ", f"x {c}\n{c}y", c[:-1], c[1:], f"{c[:-1]} {c}", f"é{c}é", f"\n{c}\n\n"]
     if len(added) > 1:
         texts.append("".join(t.content for t in added[:50]))
+    texts += _special_tokens_in_context(added)
+    return texts
+
+
+def _special_tokens_in_context(added) -> list[str]:
+    """Special tokens where, written as text, their characters merge with their neighbours
+    (the default: records cannot write control tokens), beside and around the non-special
+    ones (which still match inside them, or are hidden by them), in a chat-like line."""
+    specials = [t.content for t in added if t.special][:50]
+    others = [t.content for t in added if not t.special][:20]
+    texts = []
+    for c in specials:
+        texts += [f"x{c}y", f"{c}.", f"'{c}'s", f"  {c}  x", f"1{c}2", f"{c}\n\n", f"{c[0]}{c}{c[-1]}", f"日{c}本", f"{c}{c[:-1]}"]
+    for c in specials[:5]:
+        for n in others:
+            texts += [n + c, c + n, f"{n} {c} {n}", c[: len(c) // 2] + n + c[len(c) // 2 :]]
+    if specials:
+        first, last = specials[0], specials[-1]
+        texts.append(f"{first}user\nSay {last} and {first}assistant\n please{last}\n{first}")
     return texts
 
 
@@ -614,7 +633,7 @@ def first_difference(tokenizer, encoder, texts: Sequence[str]) -> str | None:
     texts = list(texts)
     if not texts:
         return None
-    want_flat, want_len = encode_texts(tokenizer, texts)
+    want_flat, want_len = encode_texts(tokenizer, texts, encoder.parse_special_tokens)
     got_flat, got_len = encoder.encode_batch(texts)
     if np.array_equal(want_len, got_len) and np.array_equal(want_flat, got_flat):
         return None
@@ -638,6 +657,7 @@ def make_encoder(
     cache_dir: Path | None = None,
     threads: int | None = None,
     fingerprint: str | None = None,
+    parse_special_tokens: bool = False,
 ) -> Encoder:
     """The encoder for a run.
 
@@ -648,18 +668,19 @@ def make_encoder(
       strings, else "hf" with `.reason` saying why.
 
     `cache_dir` defaults to default_cache_dir(); `threads` to the cores available (or
-    RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing it twice.
+    RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing it twice;
+    `parse_special_tokens` as in `packcli.tokenizing.encode_texts`, for both backends.
     """
     if backend not in BACKENDS:
         raise PackcliError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, not {backend!r}", usage=True)
     if backend == "hf":
-        return HFEncoder(tokenizer)
+        return HFEncoder(tokenizer, parse_special_tokens=parse_special_tokens)
     result = load_or_convert(tokenizer, cache_dir, fingerprint)
     if isinstance(result, str):
         if backend == "tiktoken":
             raise PackcliError(f"--tokenizer-backend tiktoken: this tokenizer cannot be converted: {result}")
-        return HFEncoder(tokenizer, reason=f"not convertible to tiktoken: {result}")
-    encoder = TiktokenEncoder(tokenizer, result, threads=threads)
+        return HFEncoder(tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens)
+    encoder = TiktokenEncoder(tokenizer, result, threads=threads, parse_special_tokens=parse_special_tokens)
     sample = list(sample_texts)
     for name, texts in (("the input sample", sample), ("the hard strings", hard_strings(tokenizer))):
         difference = first_difference(tokenizer, encoder, texts)
@@ -668,5 +689,5 @@ def make_encoder(
             reason = f"tiktoken ids differ from the tokenizer's on {name}: {difference}"
             if backend == "tiktoken":
                 raise PackcliError(f"--tokenizer-backend tiktoken: {reason}")
-            return HFEncoder(tokenizer, reason=reason)
+            return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
     return encoder

@@ -57,7 +57,7 @@ class Segmenter:
         """(tokens, segment lengths, learned flags or None) of one batch, in input order."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
-        self.counts.special_token_records += getattr(seqs, "special_token_records", 0)
+        self.counts.special_token_records += seqs.special_token_records
         if self.refuse_pad is not None:
             _refuse_pad_in_data(tokens, lengths, self.refuse_pad, location)
         learned = None

@@ -5,10 +5,16 @@ and (except plain text, where every token is learned) a flat labels array aligne
 the tokens, -100 where nothing is learned. Boundary tokens are added here, once, by
 one rule: BOS first (if asked for, and not already there), EOS last (if asked for, and
 not already there); an appended EOS is learned exactly when the token before it is.
+
+Text taken from records is tokenized as text: a special-token string in it (`<|endoftext|>`,
+`<|im_start|>`) does not become that token unless `parse_special_tokens`. Only BOS/EOS
+added here and the markup a chat template writes are special tokens. Every batch counts
+the records that held such a string, either way.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -26,6 +32,7 @@ class SequenceBatch:
     tokens: np.ndarray  # int32, flat
     lengths: np.ndarray  # int64 [n]
     labels: np.ndarray | None  # int32, flat, aligned with tokens; None: every token is learned
+    special_token_records: int = 0  # records whose text held a special-token string
 
 
 @dataclass(frozen=True)
@@ -62,19 +69,24 @@ def _as_int32(ids: np.ndarray) -> np.ndarray:
 
 
 class TextSequences:
-    """Plain text: every token is learned; BOS/EOS added around each document."""
+    """Plain text: every token is learned; BOS/EOS added around each document.
 
-    def __init__(self, field: str, encode, bounds: Boundaries):
-        self.field, self.encode, self.bounds = field, encode, bounds
+    `encode` (texts -> flat ids, lengths) decides how special-token strings are tokenized;
+    `specials` (a `packcli.tokenizing.SpecialTokenFinder`) counts the records holding one."""
+
+    def __init__(self, field: str, encode, bounds: Boundaries, specials=None):
+        self.field, self.encode, self.bounds, self.specials = field, encode, bounds, specials
         self.fields = {field: "text"}
         self.labels = "text"
 
     def build(self, batch) -> SequenceBatch:
         from packcli.tokenizing import add_boundary_tokens
 
-        flat, lengths = self.encode(batch.columns[self.field])
+        texts = batch.columns[self.field]
+        flat, lengths = self.encode(texts)
         flat, lengths = add_boundary_tokens(flat, lengths, self.bounds.bos_id, self.bounds.eos_id)
-        return SequenceBatch(flat, lengths, None)
+        counted = self.specials.records_with(texts) if self.specials is not None else 0
+        return SequenceBatch(flat, lengths, None, counted)
 
 
 class PromptCompletionSequences:
@@ -82,16 +94,20 @@ class PromptCompletionSequences:
     the model is given at inference and the completion's are what it must generate, so no
     token may straddle the seam. Only completion tokens (and EOS) are learned."""
 
-    def __init__(self, prompt_field: str, completion_field: str, encode, bounds: Boundaries):
+    def __init__(self, prompt_field: str, completion_field: str, encode, bounds: Boundaries, specials=None):
         self.prompt_field, self.completion_field = prompt_field, completion_field
-        self.encode, self.bounds = encode, bounds
+        self.encode, self.bounds, self.specials = encode, bounds, specials
         self.fields = {prompt_field: "text", completion_field: "text"}
         self.labels = "masked"
 
     def build(self, batch) -> SequenceBatch:
-        prompts, p_lengths = self.encode(batch.columns[self.prompt_field])
-        completions, c_lengths = self.encode(batch.columns[self.completion_field])
-        return join_prompt_completion(prompts, p_lengths, completions, c_lengths, self.bounds)
+        prompt_texts, completion_texts = batch.columns[self.prompt_field], batch.columns[self.completion_field]
+        prompts, p_lengths = self.encode(prompt_texts)
+        completions, c_lengths = self.encode(completion_texts)
+        result = join_prompt_completion(prompts, p_lengths, completions, c_lengths, self.bounds)
+        if self.specials is not None:
+            result.special_token_records = self.specials.records_with(prompt_texts, completion_texts)
+        return result
 
 
 def join_prompt_completion(prompts, p_lengths, completions, c_lengths, bounds: Boundaries) -> SequenceBatch:
@@ -141,9 +157,17 @@ class ChatSequences:
     rendering the conversation up to it: the tokens of the render before the turn (with
     the generation prompt, for assistant turns) and of the render through it must be
     prefixes of the whole conversation's tokens, and the turn is what lies between.
+
+    Message contents are record text. A conversation whose contents hold no special-token
+    string (nearly all) is tokenized by transformers as is. One that holds some takes the
+    careful path (`_encode_rendered`), unless `parse_special_tokens`: there the template's
+    markup is special tokens and the contents are text, and labels follow the same rules.
     """
 
-    def __init__(self, field: str, tokenizer, template: str | None, train_on: tuple[str, ...], bounds: Boundaries):
+    def __init__(self, field: str, tokenizer, template: str | None, train_on: tuple[str, ...], bounds: Boundaries,
+                 *, parse_special_tokens: bool = False, specials=None):
+        from packcli.tokenizing import SpecialTokenFinder, literal_alternation
+
         self.field, self.tokenizer, self.bounds = field, tokenizer, bounds
         self.template = template or tokenizer.chat_template
         if not self.template:
@@ -154,6 +178,11 @@ class ChatSequences:
         self.use_markers = bool(GENERATION_MARKER.search(self.template)) and train_on == ("assistant",)
         self.fields = {field: "messages"}
         self.labels = "masked"
+        self.parse_special_tokens = parse_special_tokens
+        self.specials = specials if specials is not None else SpecialTokenFinder.of(tokenizer)
+        added = tokenizer.backend_tokenizer.get_added_tokens_decoder()
+        self._added_re = literal_alternation([t.content for t in added.values() if t.content])
+        self._special_ids = {t.content: int(i) for i, t in added.items() if t.special and t.content}
 
     def _tokens(self, conversations, add_generation_prompt=False, assistant_mask=False):
         out = self.tokenizer.apply_chat_template(
@@ -168,34 +197,67 @@ class ChatSequences:
 
     def build(self, batch) -> SequenceBatch:
         conversations = batch.columns[self.field]
+        holding = [any(self.specials.found(m["content"]) for m in conv) for conv in conversations]
+        careful = [] if self.parse_special_tokens else [i for i, held in enumerate(holding) if held]
+        plain = sorted(set(range(len(conversations))) - set(careful))
+        token_lists: list = [None] * len(conversations)
+        label_lists: list = [None] * len(conversations)
         try:
-            if self.use_markers:
-                out = self._tokens(conversations, assistant_mask=True)
-                token_lists = out["input_ids"]
-                label_lists = [
-                    [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
-                    for ids, mask in zip(token_lists, out["assistant_masks"])
-                ]
-            else:
-                token_lists = self._tokens(conversations)["input_ids"]
-                label_lists = [
-                    self._labels_by_prefix(conv, ids, batch.location(i))
-                    for i, (conv, ids) in enumerate(zip(conversations, token_lists))
-                ]
+            if plain:
+                tokens, labels = self._plain([conversations[i] for i in plain], [batch.location(i) for i in plain])
+                for i, ids, labs in zip(plain, tokens, labels):
+                    token_lists[i], label_lists[i] = ids, labs
+            for i in careful:
+                token_lists[i], label_lists[i] = self._careful(conversations[i], batch.location(i))
         except PackcliError:
             raise
         except Exception as exc:  # jinja raises its own errors for templates that reject a conversation
             raise PackcliError(f"{batch.source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-        return from_lists(token_lists, label_lists, self.bounds)
+        result = from_lists(token_lists, label_lists, self.bounds)
+        result.special_token_records = sum(holding)
+        return result
 
-    def _labels_by_prefix(self, conversation, ids, location) -> list[int]:
+    def _plain(self, conversations, locations) -> tuple[list, list]:
+        """Tokens and labels of conversations tokenized by transformers, in one call."""
+        if self.use_markers:
+            out = self._tokens(conversations, assistant_mask=True)
+            token_lists = out["input_ids"]
+            label_lists = [
+                [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
+                for ids, mask in zip(token_lists, out["assistant_masks"])
+            ]
+        else:
+            token_lists = self._tokens(conversations)["input_ids"]
+            label_lists = [
+                self._labels_by_prefix(conv, ids, location, self._prefix)
+                for conv, ids, location in zip(conversations, token_lists, locations)
+            ]
+        return token_lists, label_lists
+
+    def _careful(self, conversation, location) -> tuple[list, list]:
+        """Tokens and labels of a conversation whose contents hold special-token strings."""
+        if self.use_markers:
+            rendered = self._render(conversation, False)
+            ids, locator = self._encode_rendered(rendered, conversation, False, location)
+            spans = self._generation_spans(conversation, rendered, location)
+            return ids, _assistant_labels(ids, spans, locator)
+
+        def prefix(messages, add_generation_prompt):
+            if not messages and not add_generation_prompt:
+                return []
+            return self._encode_rendered(self._render(messages, add_generation_prompt), messages, add_generation_prompt, location)[0]
+
+        ids = prefix(conversation, False)
+        return ids, self._labels_by_prefix(conversation, ids, location, prefix)
+
+    def _labels_by_prefix(self, conversation, ids, location, prefix) -> list[int]:
         labels = [IGNORE_INDEX] * len(ids)
         for i, message in enumerate(conversation):
             if message["role"] not in self.train_on:
                 continue
             is_assistant = message["role"] == "assistant"
-            before = self._prefix(conversation[:i], add_generation_prompt=is_assistant)
-            through = self._prefix(conversation[: i + 1], add_generation_prompt=False)
+            before = prefix(conversation[:i], is_assistant)
+            through = prefix(conversation[: i + 1], False)
             if ids[: len(before)] != before or ids[: len(through)] != through or len(through) < len(before):
                 raise PackcliError(
                     f"{location}: the chat template does not render turn {i} as a prefix of the conversation, "
@@ -208,6 +270,128 @@ class ChatSequences:
         if not messages and not add_generation_prompt:
             return []
         return list(self._tokens([messages], add_generation_prompt=add_generation_prompt)["input_ids"][0])
+
+    def _render(self, messages, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            [messages], chat_template=self.template, tokenize=False, add_generation_prompt=add_generation_prompt
+        )[0]
+
+    def _encode_rendered(self, rendered: str, messages, add_generation_prompt: bool, location):
+        """(ids, locator) of a render: special-token matches inside a message's content are
+        text, the others (the template's markup) are the special tokens, and the text
+        between them is encoded with no special token matched (added tokens that are not
+        special still match, as in plain text)."""
+        from packcli.tokenizing import special_tokens_split
+
+        spans = self._content_spans(rendered, messages, add_generation_prompt, location)
+        cuts = []  # (start, end, id) of the template's special tokens
+        for match in self._added_re.finditer(rendered) if self._added_re is not None else ():
+            token_id = self._special_ids.get(match.group())
+            if token_id is not None and not any(a < match.end() and match.start() < b for a, b in spans):
+                cuts.append((match.start(), match.end(), token_id))
+        texts, at = [], 0
+        for start, end, _ in cuts:
+            texts.append(rendered[at:start])
+            at = end
+        texts.append(rendered[at:])
+        backend = self.tokenizer.backend_tokenizer
+        with special_tokens_split(backend, True):
+            encodings = backend.encode_batch(texts, add_special_tokens=False)
+        ids: list[int] = []
+        pieces = []  # (first character, first token, encoding; None for a special token)
+        at = 0
+        for k, encoding in enumerate(encodings):
+            pieces.append((at, len(ids), encoding))
+            ids.extend(encoding.ids)
+            if k < len(cuts):
+                start, at, token_id = cuts[k]
+                pieces.append((start, len(ids), None))
+                ids.append(token_id)
+        return ids, _TokenLocator(pieces)
+
+    def _content_spans(self, rendered: str, messages, add_generation_prompt: bool, location) -> list[tuple[int, int]]:
+        """Where the contents lie in the render: exactly, from a render with a placeholder
+        for each content that gives the render back when they are put in; else (a template
+        that changes content) by finding, in order, each content that holds a special token."""
+        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+        try:
+            layout = self._render([{**m, "content": mark} for m, mark in zip(messages, marks)], add_generation_prompt)
+        except Exception:  # a template that checks its contents; the search below still works
+            layout = ""
+        spans, rebuilt, at = [], [], 0
+        for k, part in enumerate(re.split("\ue000([0-9]+)\ue001", layout)):
+            if k % 2:
+                part = messages[int(part)]["content"] if int(part) < len(messages) else "\ufffd"
+                spans.append((at, at + len(part)))
+            rebuilt.append(part)
+            at += len(part)
+        if layout and "".join(rebuilt) == rendered:
+            return spans
+        spans, at = [], 0
+        for i, message in enumerate(messages):
+            content = message["content"]
+            if not self.specials.found(content):
+                continue
+            start = rendered.find(content, at)
+            if start < 0:
+                raise PackcliError(
+                    f"{location}: message {i} holds a special-token string and the chat template does not write its "
+                    "content as it is, so its text cannot be told from the template's markup (--parse-special-tokens "
+                    "would tokenize it as the markup)"
+                )
+            spans.append((start, start + len(content)))
+            at = start + len(content)
+        return spans
+
+    def _generation_spans(self, messages, rendered: str, location) -> list[tuple[int, int]]:
+        """The characters of the `{% generation %}` blocks, from transformers' own renderer."""
+        try:
+            from transformers.utils.chat_template_utils import render_jinja_template
+        except ImportError:
+            raise PackcliError(
+                f"{location}: a message holds a special-token string; finding its assistant tokens by the template's "
+                "{% generation %} markers needs a newer transformers (or pass --parse-special-tokens)"
+            ) from None
+        again, indices = render_jinja_template(
+            conversations=[messages], chat_template=self.template, return_assistant_tokens_mask=True,
+            **self.tokenizer.special_tokens_map,
+        )
+        if again[0] != rendered:
+            raise PackcliError(f"{location}: the chat template renders this conversation differently twice")
+        return [tuple(span) for span in indices[0]]
+
+
+class _TokenLocator:
+    """The token holding a character of a render encoded in pieces (Encoding.char_to_token
+    of the piece holding it; a special token holds all of its characters)."""
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+        self.starts = [p[0] for p in pieces]
+
+    def token_at(self, char: int) -> int | None:
+        k = bisect.bisect_right(self.starts, char) - 1
+        if k < 0:
+            return None
+        start, first, encoding = self.pieces[k]
+        if encoding is None:
+            return first
+        index = encoding.char_to_token(char - start)
+        return None if index is None else first + index
+
+
+def _assistant_labels(ids, spans, locator: _TokenLocator) -> list[int]:
+    """transformers' assistant mask: from the token holding a block's first character to the
+    one holding its last (to the end when that is none); no further once a block's first
+    character is in no token."""
+    labels = [IGNORE_INDEX] * len(ids)
+    for start, end in spans:
+        first, last = locator.token_at(start), locator.token_at(end - 1)
+        if first is None:
+            break
+        for t in range(first, last + 1 if last else len(ids)):
+            labels[t] = ids[t]
+    return labels
 
 
 class IdsSequences:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +115,9 @@ class TokenizerFile:
         return [self.backend_tokenizer.token_to_id(t) for t in tokens]
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        """As transformers encodes (special tokens written in the text are matched)."""
+        with special_tokens_split(self.backend_tokenizer, False):
+            return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
 
 def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
@@ -246,16 +250,76 @@ def fingerprint(tokenizer) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def encode_texts(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Encode a batch on all of the tokenizer's threads, without special tokens.
+def encode_texts(tokenizer, texts: list[str], parse_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Encode a batch on all of the tokenizer's threads, without special tokens added.
+
+    Special-token strings written in the texts are ordinary text unless `parse_special_tokens`
+    (a record cannot forge a document boundary or a chat turn); added tokens that are not
+    special are words of the vocabulary and always match.
 
     Lengths come from `len(encoding)`, which builds no list, and each encoding's ids list
     is built once and chained straight into numpy: half the GIL-holding time per token of
     a generator over every id that built each list twice (scripts/bench_pipeline.py)."""
-    encodings = tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    backend = tokenizer.backend_tokenizer
+    with special_tokens_split(backend, not parse_special_tokens):
+        encodings = backend.encode_batch_fast(texts, add_special_tokens=False)
     lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
     ids = itertools.chain.from_iterable(e.ids for e in encodings)
     return np.fromiter(ids, dtype=np.int32, count=int(lengths.sum())), lengths
+
+
+@contextmanager
+def special_tokens_split(backend, split: bool):
+    """The `tokenizers` flag that makes special tokens in the text plain text (non-special
+    added tokens still match), set for one call: transformers resets it on every call it
+    makes, so the state of the shared tokenizer is never relied on."""
+    before = backend.encode_special_tokens
+    if before == split:
+        yield
+        return
+    backend.encode_special_tokens = split
+    try:
+        yield
+    finally:
+        backend.encode_special_tokens = before
+
+
+def special_token_strings(tokenizer) -> list[str]:
+    """The texts of the tokenizer's special added tokens (BOS, EOS, chat markup...)."""
+    added = tokenizer.backend_tokenizer.get_added_tokens_decoder().values()
+    return sorted({t.content for t in added if t.special and t.content})
+
+
+def literal_alternation(contents: list[str]):
+    """Leftmost-longest matching of literals, as tokenizers' aho-corasick does: the regex
+    finds the leftmost start, and longer alternatives are tried first there."""
+    if not contents:
+        return None
+    ordered = sorted(set(contents), key=lambda s: (-len(s), s))
+    return re.compile("|".join(re.escape(s) for s in ordered))
+
+
+class SpecialTokenFinder:
+    """Finds special-token strings in record text, for the report's count and for chat
+    contents, which need the careful path (`packcli.sequences.ChatSequences`)."""
+
+    def __init__(self, contents: list[str]):
+        self.contents = list(contents)
+        self.pattern = literal_alternation(self.contents)
+
+    @classmethod
+    def of(cls, tokenizer) -> "SpecialTokenFinder":
+        return cls(special_token_strings(tokenizer))
+
+    def found(self, text: str) -> bool:
+        return self.pattern is not None and self.pattern.search(text) is not None
+
+    def records_with(self, *columns) -> int:
+        """How many records (positions across the columns) hold one in any column."""
+        if self.pattern is None:
+            return 0
+        search = self.pattern.search
+        return sum(1 for texts in zip(*columns) if any(search(text) for text in texts))
 
 
 def add_boundary_tokens(

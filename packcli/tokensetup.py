@@ -53,7 +53,8 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: i
             sample.append(text)
             size += len(text)
     setup.encoder = fastbpe.make_encoder(
-        setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint
+        setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint,
+        parse_special_tokens=opts.parse_special_tokens,
     )
     setup.builder.encode = setup.encoder.encode_batch
     setup.backend, setup.backend_reason = setup.encoder.backend, setup.encoder.reason
@@ -89,16 +90,20 @@ def setup_tokens(opts: PackOptions) -> TokenSetup:
     bounds = sequences.Boundaries(specials.bos_id if add_bos else None, specials.eos_id if opts.eos else None)
 
     def encode(texts):
-        return tokenizing.encode_texts(tokenizer, texts)
+        return tokenizing.encode_texts(tokenizer, texts, opts.parse_special_tokens)
 
+    finder = tokenizing.SpecialTokenFinder.of(tokenizer)  # counted for the report, parsed or not
     if kind == "text":
-        builder = sequences.TextSequences(opts.text_field or "text", encode, bounds)
+        builder = sequences.TextSequences(opts.text_field or "text", encode, bounds, finder)
     elif kind == "prompt":
-        builder = sequences.PromptCompletionSequences(opts.prompt_field, opts.completion_field, encode, bounds)
+        builder = sequences.PromptCompletionSequences(opts.prompt_field, opts.completion_field, encode, bounds, finder)
     elif kind == "chat":
         template = _read_template(opts.chat_template) if opts.chat_template else None
         roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
-        builder = sequences.ChatSequences(opts.messages_field, tokenizer, template, roles, bounds)
+        builder = sequences.ChatSequences(
+            opts.messages_field, tokenizer, template, roles, bounds,
+            parse_special_tokens=opts.parse_special_tokens, specials=finder,
+        )
     else:
         builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
     return TokenSetup(

@@ -111,17 +111,20 @@ def tokenizers_under_test(gpt2_json, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def encoders(tokenizers_under_test, tmp_path_factory) -> dict:
+    """(name, parse_special_tokens) -> (tokenizer, tiktoken encoder)."""
     cache = tmp_path_factory.mktemp("fastbpe-cache")
     out = {}
     for name, tok in tokenizers_under_test.items():
-        encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=cache, threads=2)
-        assert encoder.backend == "tiktoken" and encoder.reason is None, name
-        out[name] = (tok, encoder)
+        for parse in (False, True):
+            encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=cache, threads=2, parse_special_tokens=parse)
+            assert encoder.backend == "tiktoken" and encoder.reason is None, name
+            assert encoder.parse_special_tokens is parse
+            out[name, parse] = (tok, encoder)
     return out
 
 
 def _assert_identical(tokenizer, encoder, texts):
-    want_flat, want_len = encode_texts(tokenizer, list(texts))
+    want_flat, want_len = encode_texts(tokenizer, list(texts), encoder.parse_special_tokens)
     got_flat, got_len = encoder.encode_batch(list(texts))
     assert got_flat.dtype == np.int32 and got_len.dtype == np.int64
     if not (np.array_equal(want_len, got_len) and np.array_equal(want_flat, got_flat)):
@@ -133,17 +136,19 @@ def _assert_identical(tokenizer, encoder, texts):
 
 
 NAMES = ["bundled", "gpt2", "gpt2-prefix-space", "qwen-style", "llama3-style-nfc"]
+PARSE = pytest.mark.parametrize("parse", [False, True], ids=["specials-as-text", "parse-specials"])
 
 
+@PARSE
 @pytest.mark.parametrize("name", NAMES)
-def test_hard_strings_identical(encoders, name):
-    tok, encoder = encoders[name]
+def test_hard_strings_identical(encoders, name, parse):
+    tok, encoder = encoders[name, parse]
     _assert_identical(tok, encoder, fastbpe.hard_strings(tok))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_training_text_identical(encoders, name):
-    tok, encoder = encoders[name]
+    tok, encoder = encoders[name, False]
     texts = _training_text()
     _assert_identical(tok, encoder, texts + [t[i:] for t in texts[:5] for i in (1, 2, 3)])
 
@@ -158,11 +163,12 @@ text_strategy = st.one_of(
 )
 
 
+@PARSE
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(text_strategy, min_size=1, max_size=8))
-def test_random_text_identical(encoders, name, texts):
-    tok, encoder = encoders[name]
+def test_random_text_identical(encoders, name, parse, texts):
+    tok, encoder = encoders[name, parse]
     _assert_identical(tok, encoder, texts)
 
 
@@ -197,7 +203,7 @@ def test_unknown_backend_is_a_usage_error(tokenizers_under_test):
 
 
 def test_lone_surrogate_behaves_as_hf(encoders):
-    tok, encoder = encoders["gpt2"]
+    tok, encoder = encoders["gpt2", False]
     with pytest.raises(Exception) as want:
         encode_texts(tok, ["a\ud800b"])
     with pytest.raises(Exception) as got:
@@ -205,13 +211,42 @@ def test_lone_surrogate_behaves_as_hf(encoders):
     assert type(got.value) is type(want.value)
 
 
-def test_encode_special_tokens_flag_is_mirrored(gpt2_json, tmp_path):
+def test_special_tokens_are_text_unless_parsed(gpt2_json, tmp_path):
+    """Special tokens written in text are split as text (non-special added tokens still
+    match, even inside one); parsed, they are the tokens. Both backends agree either way,
+    whatever the tokenizer's own encode_special_tokens flag was left at."""
     tok = load_tokenizer(str(_save(_variant(gpt2_json), tmp_path / "t", added=NON_SPECIAL)))
-    tok.backend_tokenizer.encode_special_tokens = True
-    encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path / "cache")
-    texts = ["a<|im_end|>b", "<|endoftext|>", "packcli token", " token<|im_start|>"]
-    _assert_identical(tok, encoder, texts)
-    assert encode_texts(tok, ["<|endoftext|>"])[1][0] > 1  # really split as text
+    texts = ["a<|im_end|>b", "<|endoftext|>", "packcli token", " token<|im_start|>", "<|endofpackcli|>"]
+    eot = tok.backend_tokenizer.token_to_id("<|endoftext|>")
+    for flag in (True, False):
+        tok.backend_tokenizer.encode_special_tokens = flag
+        for parse in (False, True):
+            encoder = fastbpe.make_encoder(tok, "tiktoken", cache_dir=tmp_path / "cache", parse_special_tokens=parse)
+            _assert_identical(tok, encoder, texts)
+            ids = encoder.encode_batch(["<|endoftext|>"])[0].tolist()
+            assert (ids == [eot]) is parse
+        assert tok.backend_tokenizer.encode_special_tokens is flag  # left as it was
+    text_ids = encode_texts(tok, ["x<|endoftext|>y"])[0].tolist()
+    plain = tok.backend_tokenizer.model
+    pieces = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("x<|endoftext|>y")
+    assert text_ids == [t.id for piece, _ in pieces for t in plain.tokenize(piece)]
+
+
+def test_hard_strings_catch_an_encoder_that_parses_special_tokens(tokenizers_under_test, tmp_path, monkeypatch):
+    """auto's identity check covers the default: a fast path that still turned special-token
+    strings into the tokens would differ from the tokenizer on the hard strings."""
+    tok = tokenizers_under_test["gpt2"]
+    assert "x<|endoftext|>y" in fastbpe.hard_strings(tok)
+
+    class Parsing(fastbpe.TiktokenEncoder):
+        def __init__(self, tokenizer, conversion, *, threads=None, parse_special_tokens=False):
+            super().__init__(tokenizer, conversion, threads=threads, parse_special_tokens=True)
+            self.parse_special_tokens = parse_special_tokens
+
+    monkeypatch.setattr(fastbpe, "TiktokenEncoder", Parsing)
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path)
+    assert encoder.backend == "hf" and "hard strings" in encoder.reason and not encoder.parse_special_tokens
+    assert fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path, parse_special_tokens=True).backend == "tiktoken"
 
 
 # ------------------------------------------------------------------ refusals

@@ -123,3 +123,35 @@ def test_configs_transformers_would_change_go_through_transformers(tmp_path, wor
     (path / "tokenizer_config.json").write_text(json.dumps({**config, **change}))
     assert isinstance(load_tokenizer(str(word_tokenizer)), TokenizerFile)
     assert not isinstance(load_tokenizer(str(path)), TokenizerFile)
+
+
+def test_special_token_strings_are_text_unless_parsed():
+    from tokenizers import AddedToken
+
+    tokenizer = load_tokenizer(BUNDLED_NAME)
+    backend = tokenizer.backend_tokenizer
+    backend.add_tokens([AddedToken("hello world", special=False, normalized=False)])
+    word = backend.token_to_id("hello world")
+    eot, im_start = backend.token_to_id("<|endoftext|>"), backend.token_to_id("<|im_start|>")
+    text = "a<|endoftext|>b <|im_start|>hello world"
+    as_text, _ = encode_texts(tokenizer, [text])
+    parsed, _ = encode_texts(tokenizer, [text], parse_special_tokens=True)
+    assert eot not in as_text and im_start not in as_text and word in as_text  # added words still match
+    assert parsed.tolist() == backend.encode(text, add_special_tokens=False).ids and eot in parsed and im_start in parsed
+    assert as_text[-1] == parsed[-1] == word
+    assert backend.encode_special_tokens is False  # the tokenizer is left as it was
+    assert tokenizer.encode("<|endoftext|>", add_special_tokens=False) == [eot]  # as transformers encodes
+
+
+def test_special_token_finder_counts_records():
+    from packcli.tokenizing import SpecialTokenFinder, special_token_strings
+
+    tokenizer = load_tokenizer(BUNDLED_NAME)
+    assert special_token_strings(tokenizer) == ["<|endoftext|>", "<|im_end|>", "<|im_start|>", "<|startoftext|>"]
+    finder = SpecialTokenFinder.of(tokenizer)
+    prompts = ["plain", "x<|im_end|>", "<|endoftext", "ok"]
+    completions = ["<|startoftext|>", "y<|im_end|>", "text|>", "fine"]
+    assert finder.records_with(prompts) == 1
+    assert finder.records_with(prompts, completions) == 2
+    assert finder.found("a<|im_start|>") and not finder.found("<|im_start")
+    assert SpecialTokenFinder([]).records_with(prompts) == 0
