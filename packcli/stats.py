@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 from packcli.report import RowStats, no_packing_baseline, render_table
 from packcli.shards import iter_output_rows, load_manifest
 
@@ -508,10 +508,8 @@ def _duration(seconds: float) -> str:
 
 
 def matplotlib_figure():
-    try:
+    with needs_extra("plot", "--plot needs matplotlib"):
         from matplotlib.figure import Figure
-    except ImportError:
-        raise PackcliError("--plot needs matplotlib: pip install matplotlib") from None
     return Figure
 
 
