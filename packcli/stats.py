@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 from packcli.options import PackOptions
 from packcli.rows import IGNORE_INDEX
 from packcli.report import RowStats, no_packing_baseline, render_table
@@ -537,10 +537,8 @@ def _duration(seconds: float) -> str:
 
 
 def matplotlib_figure():
-    try:
+    with needs_extra("plot", "--plot needs matplotlib"):
         from matplotlib.figure import Figure
-    except ImportError:
-        raise PackcliError("--plot needs matplotlib: pip install matplotlib") from None
     return Figure
 
 

@@ -24,14 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 
-try:
+with needs_extra("torch", "packcli.torch_data needs PyTorch"):
     import torch
-except ImportError as exc:  # pragma: no cover - exercised only where torch is absent
-    raise PackcliError(
-        "packcli.torch_data needs PyTorch: pip install 'packcli[torch]' (or any torch build)"
-    ) from exc
 
 from packcli.rows import Rows
 

@@ -252,7 +252,7 @@ def test_plot_needs_matplotlib(tmp_path, corpus, word_tokenizer, packed, cli, mo
     for args in ([out], [path, "--tokenizer", word_tokenizer, "--seq-len", 32]):
         result = cli("stats", *args, "--plot", tmp_path / "p.png")
         assert result.exit_code == 1
-        assert result.stderr == "error: --plot needs matplotlib: pip install matplotlib\n"
+        assert result.stderr == "error: --plot needs matplotlib: pip install 'packcli[plot]'\n"
     assert not (tmp_path / "p.png").exists()
 
 
