@@ -15,7 +15,8 @@ Public API:
 One small reader per format (`_read_jsonl`, `_read_json`, `_read_parquet`, `_read_arrow`)
 sits behind `read_batches`; all check records with the same per-kind validators, so a
 record is judged the same way whatever file it came from. Parquet and Arrow share one
-columnar path. An "ids" column is an `IdLists`, never a Python int per token.
+columnar path. An "ids" column is an `IdLists`: one flat int64 array and offsets (Parquet
+and Arrow fill it from Arrow's buffers, without a Python int per token).
 """
 
 from __future__ import annotations
@@ -288,8 +289,8 @@ def _location(source: str, kind: str, position: int) -> str:
 
 
 class _BatchBuilder:
-    """Collects good records of one source, one at a time or in runs, and cuts them into
-    batches of batch_size. Runs (columnar data, blocks of JSONL ids) keep their ids flat."""
+    """Collects good records of one source, one at a time (JSON) or in runs (Parquet and
+    Arrow, whose ids stay flat), and cuts them into batches of batch_size."""
 
     def __init__(self, source: str, kind: str, fields: Mapping[str, str], batch_size: int):
         self.source, self.kind, self.batch_size = source, kind, batch_size
@@ -664,16 +665,12 @@ def _read_jsonl(path: str, checks, builder: _BatchBuilder, report, bad: BadRecor
 
 
 def _read_lines(lines: Iterable[bytes], checks, builder: _BatchBuilder, report, bad: BadRecords) -> Iterator[RecordBatch]:
-    """Good records of JSON Lines. Input of token ids only goes through _IdBlocks."""
+    """Good records of JSON Lines, whatever file or stream the lines come from."""
     source = builder.source
-    blocks = _IdBlocks(checks, builder, report, bad) if checks and all(k == "ids" for _, k, _ in checks) else None
     line_no = 0
     try:
         for line_no, raw in enumerate(lines, 1):
             if raw.isspace():  # blank lines are common in real files and not records
-                continue
-            if blocks is not None:
-                yield from blocks.add(line_no, raw)
                 continue
             bad.records_seen += 1
             try:
@@ -685,120 +682,8 @@ def _read_lines(lines: Iterable[bytes], checks, builder: _BatchBuilder, report, 
             if builder.full:
                 yield builder.take()  # type: ignore[misc]
     except _BrokenStream as broken:
-        if blocks is not None:
-            yield from blocks.flush()
         bad.records_seen += 1
         report(f"{source}:{line_no + 1}", broken.reason, broken.problem)
-    if blocks is not None:
-        yield from blocks.flush()
-
-
-# ----------------------------------------------------------------------------- JSONL token ids
-
-_ID_BLOCK_LINES = 1024
-_ID_BLOCK_BYTES = 4 << 20
-_MAX_OPENERS = 255  # brackets on a line: far below any depth json.loads or orjson refuses
-_LONG_DIGITS = re.compile(rb"[0-9]{4000}")  # Python refuses to convert ints of 4,300+ digits
-_BOM = b"\xef\xbb\xbf"
-
-
-class _IdBlocks:
-    """JSON Lines of token ids through pyarrow's JSON reader, a block of lines at a time, so
-    no Python int is made per token.
-
-    A block is taken this way only when every line is a good record and nothing in it could
-    be judged otherwise by json.loads (invalid UTF-8, `-NaN`, deep nesting, huge numbers,
-    two objects on a line: Arrow's parser accepts them all). Any other block is read line by
-    line, so what is accepted and every message are those of the line-by-line path. After a
-    refused block, the next few are read line by line before Arrow is tried again.
-    """
-
-    def __init__(self, checks, builder: _BatchBuilder, report, bad: BadRecords):
-        import pyarrow as pa
-        import pyarrow.json as pajson
-
-        self.checks, self.builder, self.report, self.bad = checks, builder, report, bad
-        self.names = [name for name, _, _ in checks]
-        schema = pa.schema([(name, pa.list_(pa.int64())) for name in self.names])
-        self.parse_options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        self.numbers: list[int] = []
-        self.lines: list[bytes] = []
-        self.size = 0
-        self.wait = 0  # blocks still to read line by line after a refusal
-        self.backoff = 0
-
-    def add(self, line_no: int, raw: bytes) -> Iterator[RecordBatch]:
-        self.numbers.append(line_no)
-        self.lines.append(raw)
-        self.size += len(raw)
-        if len(self.lines) >= _ID_BLOCK_LINES or self.size >= _ID_BLOCK_BYTES:
-            yield from self.flush()
-
-    def flush(self) -> Iterator[RecordBatch]:
-        numbers, lines = self.numbers, self.lines
-        self.numbers, self.lines, self.size = [], [], 0
-        if not lines:
-            return
-        columns = self._arrow(lines, starts_file=numbers[0] == 1) if self.wait == 0 else None
-        if columns is not None:
-            self.backoff = 0
-            self.bad.records_seen += len(lines)
-            yield from self.builder.extend(np.asarray(numbers, dtype=np.int64), columns)
-            return
-        if self.wait:
-            self.wait -= 1
-        else:
-            self.backoff = min(2 * self.backoff + 1, 64)
-            self.wait = self.backoff
-        for line_no, raw in zip(numbers, lines):
-            self.bad.records_seen += 1
-            try:
-                values = _parse_line(raw, line_no, self.checks)
-            except _Bad as b:
-                self.report(f"{self.builder.source}:{line_no}", b.reason, b.problem)
-                continue
-            self.builder.add(line_no, values)
-            if self.builder.full:
-                yield self.builder.take()  # type: ignore[misc]
-
-    def _arrow(self, lines: list[bytes], starts_file: bool) -> dict[str, IdLists] | None:
-        """The block's id columns, or None where the line-by-line path must decide."""
-        import pyarrow as pa
-        import pyarrow.json as pajson
-
-        block = b"".join(lines)
-        if not _plain_json(block, lines, starts_file):
-            return None
-        options = pajson.ReadOptions(use_threads=False, block_size=len(block) + 1)
-        try:
-            table = pajson.read_json(io.BytesIO(block), read_options=options, parse_options=self.parse_options)
-        except (pa.ArrowException, ValueError):
-            return None
-        if table.num_rows != len(lines):  # two objects on one line, which json.loads refuses
-            return None
-        columns = {}
-        for name in self.names:
-            ids, problems = _arrow_id_lists(table.column(name).combine_chunks(), name)
-            if problems:
-                return None
-            columns[name] = ids
-        return columns
-
-
-def _plain_json(block: bytes, lines: list[bytes], starts_file: bool) -> bool:
-    """Nothing in the block that Arrow's parser accepts and json.loads may refuse."""
-    if b"-NaN" in block or _LONG_DIGITS.search(block):
-        return False
-    if block.find(_BOM, 1) >= 0 or (block.startswith(_BOM) and not starts_file):  # a BOM is only allowed first
-        return False
-    if not block.isascii():
-        try:
-            block.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-    if block.count(b"[") + block.count(b"{") > _MAX_OPENERS:
-        return all(raw.count(b"[") + raw.count(b"{") <= _MAX_OPENERS for raw in lines)
-    return True
 
 
 # ----------------------------------------------------------------------------- JSON arrays
@@ -808,6 +693,7 @@ _STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}"]', re.DOTALL)  # a 
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _SCALAR = re.compile(rb'[^ \t\r\n,:\[\]{}"]*')
 _CLOSES = {ord("{"): ord("}"), ord("["): ord("]")}
+_BOM = b"\xef\xbb\xbf"
 
 
 class _BrokenArray(Exception):

@@ -1083,10 +1083,6 @@ def test_sharegpt_column_with_an_unknown_speaker(tmp_path):
 # ----------------------------------------------------------------------------- JSONL token ids
 
 
-def line_by_line(monkeypatch):
-    monkeypatch.setattr(reading._IdBlocks, "_arrow", lambda self, lines, starts_file: None)
-
-
 def test_ids_column_is_flat(tmp_path):
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}, {"ids": [4]}, {"ids": [5, 6]}])
     [batch] = read_batches([str(path)], {"ids": "ids"})
@@ -1096,71 +1092,3 @@ def test_ids_column_is_flat(tmp_path):
     assert ids.lengths.tolist() == [3, 1, 2] and ids[-1].tolist() == [5, 6]
     with pytest.raises(IndexError):
         ids[3]
-
-
-def test_jsonl_ids_go_through_arrow(tmp_path, monkeypatch):
-    calls = []
-    original = reading._IdBlocks._arrow
-    monkeypatch.setattr(reading._IdBlocks, "_arrow",
-                        lambda self, lines, starts_file: calls.append(original(self, lines, starts_file)) or calls[-1])
-    records = [{"ids": list(range(i % 7 + 1)), "labels": [-100] * (i % 7 + 1), "text": "é"} for i in range(3000)]
-    path = write_jsonl(tmp_path / "ids.jsonl", records)
-    got = read_all([path], {"ids": "ids", "labels": "ids"}, batch_size=1000)
-    assert [r["ids"].tolist() for _, r in got] == [r["ids"] for r in records]
-    assert [loc for loc, _ in got] == [f"{path}:{i}" for i in range(1, 3001)]
-    assert len(calls) == 3 and all(c is not None for c in calls)
-
-
-IDS_LINES = [
-    b'{"ids": [1, 2]}',
-    b'{"ids": [3], "labels": [1]}',
-    b'   ',
-    b'{"ids": [1, 2.0]}',
-    b'{"ids": [1, true]}',
-    b'{"ids": [1, null]}',
-    b'{"ids": []}',
-    b'{"ids": null}',
-    b'{"other": [1]}',
-    b'[1, 2]',
-    b'{"ids": [9999999999999999999]}',
-    b'{"ids": [1], "ids": [2, 3]}',
-    b'{"ids": [1], "\\u0069ds": [4]}',
-    b'{"\\u0069ds": [5]}',
-    b'{"ids": [1]} {"ids": [2]}',
-    b'{"ids": [1], "t": "caf\xe9"}',
-    b'{"ids": [1], "t": "\xed\xa0\x80"}',
-    b'{"ids": [1], "t": -NaN}',
-    b'{"ids": [1], "t": NaN, "u": -Infinity}',
-    b'{"ids": [1], "t": ' + b"[" * 3000 + b"]" * 3000 + b"}",
-    b'{"ids": [1], "t": ' + b"[" * 300 + b"]" * 300 + b"}",
-    b'{"ids": [1], "t": 1' + b"1" * 5000 + b"}",
-    b'{"ids": [1], "t": "\\ud800"}',
-    b'{"ids": [-9223372036854775808, 0]}',
-    b'{"ids": [1],}',
-    b'\xef\xbb\xbf{"ids": [7]}',
-    b'{"ids": [1]}\r',
-    b'{"ids": [1]}\x0c',
-    b'{"ids": [-0, 1e2]}',
-]
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=st.lists(st.sampled_from(IDS_LINES) | st.builds(lambda ids: json.dumps({"ids": ids}).encode(),
-                                                            st.lists(st.integers(0, 2**40), min_size=1, max_size=5)),
-                     max_size=30),
-       block=st.integers(1, 6), batch_size=st.integers(1, 5))
-def test_jsonl_ids_through_arrow_equal_line_by_line(tmp_path, monkeypatch, body, block, batch_size):
-    """Whatever the lines, the blocks read by Arrow give what the line-by-line path gives."""
-    path = tmp_path / "ids.jsonl"
-    path.write_bytes(b"\n".join(body))
-    monkeypatch.setattr(reading, "_ID_BLOCK_LINES", block)
-
-    def outcome():
-        bad = BadRecords()
-        got = read_all([path], {"ids": "ids"}, on_bad_record="skip", bad=bad, batch_size=batch_size)
-        return [(loc, r["ids"].tolist()) for loc, r in got], bad.to_dict(), bad.records_seen
-
-    fast = outcome()
-    with monkeypatch.context() as m:
-        line_by_line(m)
-        assert fast == outcome()
