@@ -405,4 +405,7 @@ def export_megatron(
 
 
 def main() -> None:
+    from packcli.flow import return_freed_memory
+
+    return_freed_memory()
     app()

@@ -102,3 +102,20 @@ def signals_raise():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def return_freed_memory() -> None:
+    """Large blocks (token batches, row blocks) come from mmap and go back to the system
+    when freed. glibc raises its mmap threshold as such blocks are freed, after which they
+    come from heaps that keep the memory: resident memory would then grow with the number
+    of batches in flight over the run, not with one batch."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: fixed at 1 MiB
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
+        pass

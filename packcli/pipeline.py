@@ -224,6 +224,7 @@ def _plan_and_write(job: Job, spill, outcome: Outcome, writer, timer: Timer, ind
 def _windows(job: Job, chunks, outcome: Outcome, writer, timer: Timer) -> None:
     """--buffer-size K: spill, plan and write K segments at a time; concat carries the
     tail of each window's stream (less than one row) into the next."""
+    from packcli import spill as spilling
     from packcli.shards import ids_dtype
     from packcli.spill import SpillWriter, remove_spill
 
@@ -253,7 +254,7 @@ def _windows(job: Job, chunks, outcome: Outcome, writer, timer: Timer) -> None:
         except BaseException:
             window.abort()
             raise
-        job.spill_bytes = max(job.spill_bytes, spill.nbytes)
+        job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
         try:
             plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last)
             carry = _tail(spill, plan, opts.seq_len) if opts.mode == "concat" and not last else None
@@ -291,11 +292,13 @@ def _tail(spill, plan, seq_len: int):
     if first >= len(ends):
         return None
     lengths = ends[first:] - np.maximum(ends[first:] - spill.lengths[first:], cut)
-    tokens = np.array(spill.tokens[cut:])
+    total = int(lengths.sum())
+    block = spill.read_block(np.array([cut]), np.array([total]))
+    tokens = block.tokens[block.token_at[0] : block.token_at[0] + total]
     learned = None
-    if spill.learned is not None:
-        bits = np.unpackbits(spill.learned, bitorder="little")
-        learned = bits[cut : cut + len(tokens)].astype(bool)
+    if block.learned is not None:
+        bits = np.unpackbits(block.learned, bitorder="little")
+        learned = bits[block.bit_at[0] : block.bit_at[0] + total].astype(bool)
     return tokens, lengths, learned
 
 

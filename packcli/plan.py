@@ -124,12 +124,12 @@ def gather_rows(spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int 
     """Rows in output order, built from the spill block by block (memory: one block)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
     for first, last, pick in plan.row_blocks(block, first_row):
-        rows = fill_rows(
-            spill.tokens, spill.learned, plan.piece_start[pick], plan.piece_len[pick],
+        lengths = plan.piece_len[pick]
+        data = spill.read_block(plan.piece_start[pick], lengths)
+        yield fill_rows(
+            data.tokens, data.token_at, data.learned, data.bit_at, lengths,
             plan.row[pick] - first, plan.offset[pick], last - first, seq_len, pad_id,
         )
-        spill.gathered(int(plan.piece_len[pick].sum()))
-        yield rows
 
 
 def bfd_rows_in_one_window(lengths: np.ndarray, seq_len: int) -> int:

@@ -87,7 +87,7 @@ class Rows:
 
 
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
-def _fill_rows(tokens, learned, masked, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
+def _fill_rows(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
     input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
     out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
     positions = np.zeros((n_rows, seq_len), dtype=np.int32)
@@ -97,13 +97,14 @@ def _fill_rows(tokens, learned, masked, starts, lengths, row_of, offset_of, n_ro
         r = row_of[i]
         o = offset_of[i]
         s = starts[i]
+        b = bit_starts[i]
         n = lengths[i]
         for j in range(n):
             t = np.int32(tokens[s + j])
             input_ids[r, o + j] = t
             positions[r, o + j] = j
             if j > 0:
-                k = s + j
+                k = b + j
                 if not masked or (learned[k >> 3] >> (k & 7)) & 1:
                     out_labels[r, o + j] = t
         num_segments[r] += 1
@@ -132,16 +133,20 @@ def _fill_rows(tokens, learned, masked, starts, lengths, row_of, offset_of, n_ro
     return input_ids, out_labels, positions, cu_seqlens, cu_offsets, num_segments
 
 
-def fill_rows(tokens, learned, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
-    """Rows from placed pieces of `tokens` (a flat id array of any integer dtype); `learned`
-    is None when every token is learned, else packed bits (little bit order), one per token."""
+def fill_rows(
+    tokens, starts, learned, bit_starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int
+) -> Rows:
+    """Rows from placed pieces of `tokens` (a flat id array of any integer dtype), piece i
+    starting at tokens[starts[i]]; `learned` is None when every token is learned, else packed
+    bits (little bit order), piece i's first at bit bit_starts[i]."""
     masked = learned is not None
     return Rows(
         *_fill_rows(
             tokens,
-            learned if masked else np.zeros(1, dtype=np.uint8),
-            masked,
             np.asarray(starts, dtype=np.int64),
+            learned if masked else np.zeros(1, dtype=np.uint8),
+            np.asarray(bit_starts, dtype=np.int64),
+            masked,
             np.asarray(lengths, dtype=np.int64),
             np.asarray(row_of, dtype=np.int64),
             np.asarray(offset_of, dtype=np.int64),
@@ -175,7 +180,7 @@ def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, 
     bits = None
     if labels is not None:
         bits = np.packbits(learned_bits(tokens, labels), bitorder="little")
-    return fill_rows(tokens, bits, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id)
+    return fill_rows(tokens, starts, bits, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id)
 
 
 @njit(cache=True)

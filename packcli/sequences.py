@@ -395,7 +395,11 @@ def _assistant_labels(ids, spans, locator: _TokenLocator) -> list[int]:
 
 
 class IdsSequences:
-    """Already tokenized input; labels from `labels_field` when given, else every token."""
+    """Already tokenized input; labels from `labels_field` when given, else every token.
+
+    Assembled with array arithmetic from the reader's flat ids (an IdLists: values and
+    offsets), never a Python int per token; the result is from_lists' rule exactly.
+    """
 
     def __init__(self, field: str, labels_field: str | None, bounds: Boundaries):
         self.field, self.labels_field, self.bounds = field, labels_field, bounds
@@ -405,20 +409,95 @@ class IdsSequences:
         self.labels = "masked" if labels_field else "text"
 
     def build(self, batch) -> SequenceBatch:
-        ids = batch.columns[self.field]
+        values, offsets = _flat_ids(batch.columns[self.field])
+        lengths = np.diff(offsets)
+        label_values = None
         if self.labels_field:
-            labels = batch.columns[self.labels_field]
-            for i, (a, b) in enumerate(zip(ids, labels)):
-                if len(a) != len(b):
-                    raise PackcliError(
-                        f"{batch.location(i)}: {self.labels_field!r} has {len(b)} labels for {len(a)} ids"
-                    )
-        else:
-            labels = [None] * len(ids)
-        for i, seq in enumerate(ids):
-            if seq.min() < 0 or seq.max() > np.iinfo(np.int32).max:
-                raise PackcliError(f"{batch.location(i)}: {self.field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id")
-        result = from_lists(ids, labels, self.bounds)
-        if not self.labels_field:
-            result.labels = None  # every token is learned, as in plain text
-        return result
+            label_values, label_offsets = _flat_ids(batch.columns[self.labels_field])
+            label_lengths = np.diff(label_offsets)
+            mismatched = np.flatnonzero(lengths != label_lengths)
+            if len(mismatched):
+                i = int(mismatched[0])
+                raise PackcliError(
+                    f"{batch.location(i)}: {self.labels_field!r} has {label_lengths[i]} labels for {lengths[i]} ids"
+                )
+        _check_ids(values, offsets, batch, self.field)
+        if label_values is not None:
+            _check_labels(label_values, label_offsets, batch, self.labels_field)
+        return add_bounds_to_ids(values, lengths, label_values, self.bounds)
+
+
+def _flat_ids(column) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets from 0) of an IdLists, or of a list of per-record id arrays."""
+    if hasattr(column, "values") and hasattr(column, "offsets"):
+        offsets = np.asarray(column.offsets, dtype=np.int64)
+        values = np.asarray(column.values)[offsets[0] : offsets[-1]]
+        return values.astype(np.int64, copy=False), offsets - offsets[0]
+    arrays = [np.asarray(seq, dtype=np.int64).reshape(-1) for seq in column]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    return (np.concatenate(arrays) if arrays else np.zeros(0, np.int64)), offsets
+
+
+def _first_record_outside(values, offsets, low: int, high: int) -> tuple[int, np.ndarray] | None:
+    outside = np.flatnonzero((values < low) | (values > high))
+    if not len(outside):
+        return None
+    i = int(np.searchsorted(offsets, outside[0], side="right") - 1)
+    return i, values[offsets[i] : offsets[i + 1]]
+
+
+def _check_ids(values, offsets, batch, field: str) -> None:
+    found = _first_record_outside(values, offsets, 0, np.iinfo(np.int32).max)
+    if found is not None:
+        i, seq = found
+        raise PackcliError(f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id")
+
+
+def _check_labels(values, offsets, batch, field: str) -> None:
+    """Labels are written as int32: a label beyond it would silently become another number."""
+    int32 = np.iinfo(np.int32)
+    found = _first_record_outside(values, offsets, int32.min, int32.max)
+    if found is not None:
+        i, seq = found
+        raise PackcliError(f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < int32.min else seq.max())}, not a label")
+
+
+def add_bounds_to_ids(values: np.ndarray, lengths: np.ndarray, label_values: np.ndarray | None, bounds: Boundaries) -> SequenceBatch:
+    """from_lists' BOS/EOS rule on flat int64 ids (and labels, or None: every token learned,
+    labels left out), with array arithmetic only."""
+    n = len(lengths)
+    starts = np.cumsum(lengths) - lengths
+    filled = lengths > 0
+    if bounds.bos_id is not None:
+        first = values[np.minimum(starts, len(values) - 1)] if len(values) else np.full(n, -1)
+        has_bos = (~filled | (first != bounds.bos_id)).astype(np.int64)
+    else:
+        has_bos = np.zeros(n, dtype=np.int64)
+    if bounds.eos_id is not None:
+        last = values[np.maximum(starts + lengths - 1, 0)] if len(values) else np.full(n, -1)
+        last = np.where(filled, last, np.where(has_bos == 1, bounds.bos_id if bounds.bos_id is not None else -1, -1))
+        has_eos = (((lengths + has_bos) == 0) | (last != bounds.eos_id)).astype(np.int64)
+    else:
+        has_eos = np.zeros(n, dtype=np.int64)
+    out_lengths = lengths + has_bos + has_eos
+    out_starts = np.cumsum(out_lengths) - out_lengths
+    body_at = np.repeat(out_starts + has_bos - starts, lengths) + np.arange(len(values))
+    bos_at = out_starts[has_bos == 1]
+    eos_at = (out_starts + out_lengths - 1)[has_eos == 1]
+    inserted = [b for b, at in ((bounds.bos_id, bos_at), (bounds.eos_id, eos_at)) if b is not None and len(at)]
+    if any(not 0 <= b <= np.iinfo(np.int32).max for b in inserted):
+        _as_int32(np.array([*inserted, *([values.min(), values.max()] if len(values) else [])], dtype=np.int64))
+    tokens = np.empty(int(out_lengths.sum()), dtype=np.int32)
+    tokens[body_at] = values
+    tokens[bos_at] = bounds.bos_id if bounds.bos_id is not None else 0
+    tokens[eos_at] = bounds.eos_id if bounds.eos_id is not None else 0
+    if label_values is None:
+        return SequenceBatch(tokens, out_lengths, None)
+    labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int32)
+    labels[body_at] = label_values
+    if bounds.eos_id is not None:
+        last_label = label_values[np.maximum(starts + lengths - 1, 0)] if len(label_values) else np.full(n, IGNORE_INDEX)
+        learned = (filled & (last_label != IGNORE_INDEX))[has_eos == 1]
+        labels[eos_at[learned]] = bounds.eos_id
+    return SequenceBatch(tokens, out_lengths, labels)

@@ -282,7 +282,7 @@ def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
     import pyarrow.parquet as pq
 
     columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
-    parquet = pq.ParquetFile(str(path))
+    parquet = pq.ParquetFile(str(path), pre_buffer=False)  # bounded memory: pre-buffered row groups are kept to the end
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
     if missing:
         raise PackcliError(f"{path.name}: missing column(s) {', '.join(missing)}")

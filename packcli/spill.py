@@ -4,7 +4,7 @@ Read+tokenize appends segments (the pieces the planner places, after `--overlong
 input order: tokens in the output's id dtype and, where labels are masked, one bit per
 token saying whether it is learned (a label is always its token or -100, so one bit
 says it all). Only the lengths stay in memory; the planner needs nothing else, and rows
-are then gathered from the memory-mapped files.
+are then gathered from the files block by block.
 
 A spill is complete when `complete.json` exists (written last, atomically); `--resume`
 reuses a complete spill whose run identity matches and skips reading and tokenizing.
@@ -13,7 +13,6 @@ reuses a complete spill whose run identity matches and skips reading and tokeniz
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
 COMPLETE_FILE = "complete.json"
-RELEASE_BYTES = 1 << 24  # mapped spill pages are dropped from this process after this many bytes are gathered
 
 
 class SpillWriter:
@@ -88,19 +86,31 @@ class SpillWriter:
 
 
 @dataclass
-class Spill:
-    """A complete spill: tokens and learned bits mapped from disk, lengths in memory."""
+class Block:
+    """The tokens (and learned bits) a block of rows needs, with where each piece starts."""
 
     tokens: np.ndarray
+    token_at: np.ndarray  # int64, per piece: index of its first token in `tokens`
     learned: np.ndarray | None  # packed bits, little bit order
-    lengths: np.ndarray  # int64, one per segment, in input order
-    meta: dict = field(default_factory=dict)
-    _maps: list = field(default_factory=list)
-    _gathered: int = 0
+    bit_at: np.ndarray  # int64, per piece: index of its first bit in `learned`
 
-    @property
-    def masked(self) -> bool:
-        return self.learned is not None
+
+@dataclass
+class Spill:
+    """A complete spill: tokens and learned bits on disk (or in memory), lengths in memory.
+
+    Blocks are read with positioned reads, not through a memory map: a block's pieces lie
+    all over the spill, and the kernel maps whole page-cache folios around every piece a
+    mapping touches, which made a gathered block cost a hundred times its size in
+    resident memory."""
+
+    lengths: np.ndarray  # int64, one per segment, in input order
+    token_dtype: np.dtype
+    masked: bool
+    meta: dict = field(default_factory=dict)
+    directory: Path | None = None
+    arrays: tuple | None = None  # (tokens, packed bits) of an in-memory spill
+    _files: list = field(default_factory=list)
 
     def starts(self) -> np.ndarray:
         starts = np.empty(len(self.lengths), dtype=np.int64)
@@ -110,55 +120,96 @@ class Spill:
         return starts
 
     @property
-    def nbytes(self) -> int:
-        return int(self.tokens.nbytes + (self.learned.nbytes if self.learned is not None else 0) + self.lengths.nbytes)
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
 
-    def gathered(self, tokens: int) -> None:
-        """Count tokens read from the maps; past RELEASE_BYTES the mapped pages are dropped
-        from this process (they stay in the page cache), so RSS does not grow with the spill."""
-        self._gathered += tokens * self.tokens.itemsize
-        if self._gathered >= RELEASE_BYTES:
-            self._gathered = 0
-            for m in self._maps:
-                m.madvise(mmap.MADV_DONTNEED)
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
+        """The pieces [start, start + length) of the token stream, read together."""
+        if self.arrays is not None:
+            tokens, bits = self.arrays
+            return Block(tokens, starts, bits, starts)
+        if not self._files:
+            self._files = [open(self.directory / TOKENS_FILE, "rb")]
+            if self.masked:
+                self._files.append(open(self.directory / LEARNED_FILE, "rb"))
+        ranges = _Ranges(starts, lengths)
+        tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
+        block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, starts)
+        if self.masked:
+            first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
+            bits, byte_offsets = ranges.read(self._files[1], np.dtype(np.uint8), first_byte, end_byte)
+            block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
+        return block
 
     def close(self) -> None:
-        self.tokens = self.learned = None  # type: ignore[assignment]
-        maps, self._maps = self._maps, []
-        for m in maps:
-            try:
-                m.close()
-            except BufferError:  # an array over it is still alive somewhere; the GC closes it
-                pass
+        files, self._files = self._files, []
+        for f in files:
+            f.close()
 
     @staticmethod
     def open(directory: Path, lengths: np.ndarray | None = None) -> Spill:
         directory = Path(directory)
         meta = json.loads((directory / COMPLETE_FILE).read_text(encoding="utf-8"))
-        maps: list = []
-        tokens = _map(directory / TOKENS_FILE, np.dtype(meta["token_dtype"]), maps)
-        learned = _map(directory / LEARNED_FILE, np.dtype(np.uint8), maps) if meta["masked"] else None
+        dtype = np.dtype(meta["token_dtype"])
         if lengths is None:
             lengths = np.load(directory / LENGTHS_FILE)
-        if len(tokens) != meta["tokens"] or len(lengths) != meta["sequences"] or int(lengths.sum()) != meta["tokens"]:
+        size = (directory / TOKENS_FILE).stat().st_size
+        if size != meta["tokens"] * dtype.itemsize or len(lengths) != meta["sequences"] or int(lengths.sum()) != meta["tokens"]:
             raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
-        return Spill(tokens, learned, lengths, meta, maps)
+        return Spill(lengths, dtype, bool(meta["masked"]), meta, directory)
 
     @staticmethod
     def in_memory(tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> Spill:
         """The same interface over arrays (the Python API packs without touching disk)."""
+        tokens = np.ascontiguousarray(tokens)
         bits = None if learned is None else np.packbits(np.asarray(learned, dtype=bool), bitorder="little")
-        return Spill(np.ascontiguousarray(tokens), bits, np.asarray(lengths, dtype=np.int64))
+        return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
 
 
-def _map(path: Path, dtype: np.dtype, maps: list) -> np.ndarray:
-    size = path.stat().st_size
-    if size == 0:
-        return np.zeros(0, dtype=dtype)
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    maps.append(m)
-    return np.frombuffer(m, dtype=dtype, count=size // dtype.itemsize)
+class _Ranges:
+    """Pieces sorted by position and merged where the gap between them is small, so a block
+    is read in few system calls."""
+
+    GAP = 4096  # tokens: read through a gap smaller than this rather than seek over it
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
+        self.order = np.argsort(starts, kind="stable")
+        s = starts[self.order]
+        e = s + lengths[self.order]
+        reach = np.maximum.accumulate(e) if len(e) else e
+        begins = np.ones(len(s), dtype=bool)
+        begins[1:] = s[1:] > reach[:-1] + self.GAP
+        firsts = np.flatnonzero(begins)
+        self.group = np.cumsum(begins) - 1  # the range of each sorted piece
+        self.piece_start = s
+        self.start = s[firsts]
+        self.end = np.maximum.reduceat(e, firsts) if len(firsts) else e
+
+    def read(self, f, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Elements [first, end) of each range from file `f`, one after another in one array;
+        returns the array and where each range starts in it."""
+        sizes = end - first
+        offsets = np.cumsum(sizes) - sizes
+        out = np.empty(int(sizes.sum()), dtype=dtype)
+        view = memoryview(out.view(np.uint8))
+        fd, item = f.fileno(), dtype.itemsize
+        for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
+            _read_exactly(fd, view[at * item : (at + n) * item], position * item)
+        return out, offsets
+
+    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
+        """For each piece, in the caller's order: range_base[range] + its position."""
+        at = np.empty(len(self.order), dtype=np.int64)
+        at[self.order] = range_base[self.group] + self.piece_start
+        return at
+
+
+def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
+    while len(buffer):
+        n = os.preadv(fd, [buffer], position)
+        if n <= 0:
+            raise PackcliError("the token spill ended early; remove it and run again")
+        buffer, position = buffer[n:], position + n
 
 
 def open_complete(directory: Path, run_id: str) -> Spill | None:

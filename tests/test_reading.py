@@ -285,12 +285,12 @@ def test_directory_is_expanded_recursively_sorted_and_filtered(tmp_path):
     root = tmp_path / "corpus"
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / ".hidden").mkdir()
-    for name in ["b.jsonl", "a.parquet", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz", "notes.txt",
-                 "x.json", ".hidden/e.jsonl", ".f.jsonl", "UPPER.JSONL"]:
+    for name in ["b.jsonl", "a.parquet", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz", "notes.txt", "x.json",
+                 "y.arrow", "z.json.gz", ".hidden/e.jsonl", ".f.jsonl", "UPPER.JSONL", "state.json"]:
         (root / name).write_bytes(b"")
     got = expand_inputs([str(root)])
-    assert got == [str(root / n) for n in
-                   ["UPPER.JSONL", "a.parquet", "b.jsonl", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz"]]
+    assert got == [str(root / n) for n in ["UPPER.JSONL", "a.parquet", "b.jsonl", "state.json", "sub/c.jsonl.zst",
+                                           "sub/deeper/d.jsonl.gz", "x.json", "y.arrow", "z.json.gz"]]
 
 
 def test_glob_is_expanded_sorted_and_filtered(tmp_path):
@@ -334,7 +334,8 @@ def test_relative_paths_stay_as_given(tmp_path, monkeypatch):
 @pytest.mark.parametrize("make,given,expected", [
     (None, "missing.jsonl", "missing.jsonl: no such file or directory"),
     (None, "nothing*.jsonl", "nothing*.jsonl: pattern matches no"),
-    ("data.json", "data.json", "data.json: unsupported file type (supported: .jsonl, .jsonl.gz, .jsonl.zst, .parquet)"),
+    ("data.csv", "data.csv", "data.csv: unsupported file type (supported: .jsonl, .jsonl.gz, .jsonl.zst, .json, "
+                             ".json.gz, .json.zst, .parquet, .arrow)"),
     ("only.txt", "only.*", "only.*: pattern matches no .jsonl"),
     ("emptydir/", "emptydir", "emptydir: directory has no .jsonl"),
 ])
@@ -355,7 +356,11 @@ def test_expand_inputs_needs_at_least_one_input():
 
 
 def test_supported_suffixes_are_the_documented_ones():
-    assert SUPPORTED_SUFFIXES == (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
+    assert SUPPORTED_SUFFIXES == (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst",
+                                  ".parquet", ".arrow")
+    docs = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
+    input_row = next(line for line in docs.splitlines() if line.startswith("| `INPUT...`"))
+    assert all(f"`{suffix}`" in input_row for suffix in SUPPORTED_SUFFIXES)
 
 
 # ----------------------------------------------------------------------------- bad JSONL records
@@ -642,7 +647,9 @@ def test_nonexistent_path_given_to_read_batches(tmp_path):
 
 
 def test_unsupported_suffix_given_to_read_batches(tmp_path):
-    assert "supported: .jsonl, .jsonl.gz, .jsonl.zst, .parquet" in fail_message([tmp_path / "x.csv"])
+    assert "supported: .jsonl, .jsonl.gz, .jsonl.zst, .json, .json.gz, .json.zst, .parquet, .arrow" in fail_message(
+        [tmp_path / "x.csv"]
+    )
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -711,3 +718,377 @@ def test_random_input_only_ever_raises_packcli_error(stdin, body, fields, batch_
     assert good + bad.total == bad.records_seen == sum(1 for line in body if line.strip())
     assert all("\n" not in example for example in bad.examples)
 
+
+
+# ----------------------------------------------------------------------------- JSON arrays
+
+
+def write_json(path: Path, records, indent: int | None = 2) -> Path:
+    data = json.dumps(records, indent=indent).encode("utf-8")
+    path.write_bytes(compress(data, path.name))
+    return path
+
+
+def lines_starting_records(path: Path) -> list[int]:
+    """Where `json.dumps(indent=2)` starts each record of the top-level array."""
+    text = path.read_text()
+    return [i for i, line in enumerate(text.splitlines(), 1) if line == "  {"]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".json.zst"])
+def test_json_array_round_trip_with_the_line_of_each_record(tmp_path, suffix):
+    records = [{"text": f"document {i} ✓", "meta": {"n": [i, i]}} for i in range(30)]
+    path = write_json(tmp_path / f"data{suffix}", records)
+    got = read_all([path], batch_size=7)
+    assert [r["text"] for _, r in got] == [r["text"] for r in records]
+    plain = write_json(tmp_path / "plain.json", records)
+    assert [loc for loc, _ in got] == [f"{path}:{n}" for n in lines_starting_records(plain)]
+
+
+def test_json_array_on_one_line(tmp_path):
+    path = tmp_path / "one.json"
+    path.write_bytes(b'\xef\xbb\xbf [{"text": "a"},{"text": "b [x] {y} \\"z\\""} ,\n {"text": "c"}]\n')
+    got = read_all([path])
+    assert got == [(f"{path}:1", {"text": "a"}), (f"{path}:1", {"text": 'b [x] {y} "z"'}), (f"{path}:2", {"text": "c"})]
+
+
+def test_json_file_of_json_lines_is_read_as_json_lines(tmp_path):
+    path = tmp_path / "lines.json"
+    path.write_bytes(b'\n{"text": "a"}\n\n{"text": "b"}\n')
+    assert read_all([path]) == [(f"{path}:2", {"text": "a"}), (f"{path}:4", {"text": "b"})]
+
+
+def test_json_messages_in_sharegpt_shape(tmp_path):
+    record = {"conversations": [{"from": "human", "value": "Hi?"}, {"from": "gpt", "value": "Hello."}], "id": "x"}
+    path = write_json(tmp_path / "sharegpt.json", [record, record])
+    got = read_all([path], {"conversations": "messages"})
+    assert [r["conversations"] for _, r in got] == [[{"role": "user", "content": "Hi?"},
+                                                     {"role": "assistant", "content": "Hello."}]] * 2
+
+
+@pytest.mark.parametrize("data", [b"", b"  \n", b"[]", b" [ \n ] \n"])
+def test_json_without_records(tmp_path, data):
+    path = tmp_path / "empty.json"
+    path.write_bytes(data)
+    got, bad = read_skipping([path])
+    assert got == [] and bad.records_seen == 0
+
+
+def test_bad_record_in_json_array_is_named_by_its_line(tmp_path):
+    path = write_json(tmp_path / "data.json", [{"text": "a"}, {"question": "q"}, {"text": ""}, {"text": "d"}])
+    assert fail_message([path]) == f"{path}:5: missing field 'text' (fields present: 'question')"
+    got, bad = read_skipping([path])
+    assert [loc for loc, _ in got] == [f"{path}:2", f"{path}:11"]
+    assert bad.counts == {"missing field": 1, "empty text": 1} and bad.records_seen == 4
+    assert bad.examples == [f"{path}:5: missing field 'text' (fields present: 'question')", f"{path}:8: field 'text' is empty"]
+
+
+def test_malformed_record_with_balanced_brackets_is_one_bad_record(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(b'[\n  {"text": "a"},\n  {"text": "b",\n   "x": 1,}, \n  {"text": "c"}\n]\n')
+    message = fail_message([path])
+    assert message == f"{path}:3: malformed JSON (Expecting property name enclosed in double quotes at line 4 column 11)"
+    got, bad = read_skipping([path])
+    assert [loc for loc, _ in got] == [f"{path}:2", f"{path}:5"] and bad.counts == {"malformed JSON": 1}
+
+
+def test_invalid_utf8_in_json_array_record(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(b'[{"text": "a"},\n  {"text": "caf\xe9"}]')
+    assert fail_message([path]) == f"{path}:2: invalid UTF-8 (byte 0xe9 at column 16)"
+
+
+def test_records_that_are_not_objects(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(b'[1, "a", null, [2], {"text": "x"}, true]')
+    got, bad = read_skipping([path])
+    assert got == [(f"{path}:1", {"text": "x"})]
+    assert bad.counts == {"not an object": 5} and bad.records_seen == 6
+
+
+# (file content, line of the break, problem); records before the break are good
+BROKEN_ARRAYS = [
+    pytest.param(b'[{"text": "a"}\n {"text": "b"}]', 2, "expected ',' or ']' after a record, found '{'", id="no-comma"),
+    pytest.param(b'[{"text": "a"},\n]', 2, "a ',' before the closing ']'", id="trailing-comma"),
+    pytest.param(b'[{"text": "a"},\n {"text": "b"', 2, "the file ends inside a record", id="cut-record"),
+    pytest.param(b'[{"text": "a"},\n {"text": "b', 2, "a string that never ends", id="cut-string"),
+    pytest.param(b'[{"text": "a"},\n {"text": "b"}', 2, "expected ',' or ']' after a record, found the end of the file",
+                 id="no-closing"),
+    pytest.param(b'[{"text": "a"},', 1, "the file ends inside the array", id="ends-after-comma"),
+    pytest.param(b'[{"text": "a"},\n {"text": ["b"}]', 2, "'}' does not close the bracket before it", id="mismatch"),
+    pytest.param(b'[{"text": "a"}]\n\n{"text": "b"}', 3, "'{' after the closing ']'", id="after-array"),
+    pytest.param(b'[{"text": "a"}, , {"text": "b"}]', 1, "expected a record, found ','", id="empty-element"),
+]
+
+
+@pytest.mark.parametrize("data,line,problem", BROKEN_ARRAYS)
+def test_broken_json_array_fails_at_the_line_of_the_break(tmp_path, data, line, problem):
+    path = tmp_path / "broken.json"
+    path.write_bytes(data)
+    assert fail_message([path]) == f"{path}:{line}: malformed JSON array ({problem})"
+
+
+@pytest.mark.parametrize("data,line,problem", BROKEN_ARRAYS)
+def test_broken_json_array_counts_once_under_skip_and_reading_goes_on(tmp_path, data, line, problem):
+    path = tmp_path / "broken.json"
+    path.write_bytes(data)
+    after = write_jsonl(tmp_path / "after.jsonl", [{"text": "next file"}])
+    got, bad = read_skipping([path, after])
+    assert got[0] == (f"{path}:1", {"text": "a"}) and got[-1] == (f"{after}:1", {"text": "next file"})
+    assert bad.counts == {"malformed JSON": 1}
+    assert bad.examples == [f"{path}:{line}: malformed JSON array ({problem})"]
+    assert bad.records_seen == len(got) + 1
+
+
+def test_truncated_json_gz_counts_once(tmp_path):
+    records = [{"text": f"record {i} " + "x" * (i % 50)} for i in range(3000)]
+    path = tmp_path / "cut.json.gz"
+    data = gzip.compress(json.dumps(records, indent=1).encode())
+    path.write_bytes(data[: len(data) // 2])
+    got, bad = read_skipping([path])
+    assert 0 < len(got) < 3000 and bad.counts == {"truncated stream": 1}
+    assert bad.examples[0].startswith(f"{path}:") and bad.examples[0].endswith("truncated gzip stream")
+
+
+json_records = st.lists(
+    st.fixed_dictionaries(
+        {"text": st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30)},
+        optional={"n": st.lists(st.integers(-5, 5) | st.none(), max_size=4),
+                  "o": st.dictionaries(st.text(max_size=3), st.text("[]{}\"\\,: ab", max_size=6), max_size=3)},
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=json_records, indent=st.sampled_from([None, 0, 1, 4]), chunk=st.integers(1, 40),
+       ensure_ascii=st.booleans())
+def test_json_array_read_in_small_chunks_equals_json_loads(tmp_path, monkeypatch, records, indent, chunk, ensure_ascii):
+    """Chunk boundaries fall anywhere: inside strings, escapes, numbers, between records."""
+    monkeypatch.setattr(reading, "_READ_CHUNK", chunk)
+    text = json.dumps(records, indent=indent, ensure_ascii=ensure_ascii)
+    path = tmp_path / "small.json"
+    path.write_text(text, encoding="utf-8")
+    got = read_all([path], {"text": "text"}, batch_size=3)
+    assert [r["text"] for _, r in got] == [r["text"] for r in records]
+    decoder, starts, pos = json.JSONDecoder(), [], text.index("[") + 1
+    for _ in records:  # where each record starts, found by the stdlib
+        while text[pos] in " \n,":
+            pos += 1
+        starts.append(text.count("\n", 0, pos) + 1)
+        pos = decoder.raw_decode(text, pos)[1]
+    assert [loc for loc, _ in got] == [f"{path}:{n}" for n in starts]
+
+
+# ----------------------------------------------------------------------------- Arrow IPC and save_to_disk
+
+
+def write_arrow(path: Path, table: pa.Table, file_format: bool = False, max_chunksize: int | None = None) -> Path:
+    with pa.OSFile(str(path), "wb") as sink:
+        new = pa.ipc.new_file if file_format else pa.ipc.new_stream
+        with new(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=max_chunksize)
+    return path
+
+
+@pytest.mark.parametrize("file_format", [False, True], ids=["stream", "file"])
+def test_arrow_round_trip_in_batches(tmp_path, file_format):
+    table = pa.table({"text": [f"row {i}" for i in range(25)], "ids": [[i, i + 1] for i in range(25)]})
+    path = write_arrow(tmp_path / "data.arrow", table, file_format, max_chunksize=10)
+    batches = list(read_batches([str(path)], {"text": "text", "ids": "ids"}, batch_size=4))
+    assert [len(b) for b in batches] == [4] * 6 + [1]
+    got = [(b.location(i), b.columns["text"][i], b.columns["ids"][i].tolist()) for b in batches for i in range(len(b))]
+    assert got == [(f"{path} row {i}", f"row {i}", [i, i + 1]) for i in range(25)]
+
+
+def test_arrow_bad_rows_are_reported_by_row_across_batches(tmp_path):
+    ids = [[i] for i in range(20)]
+    ids[3], ids[11], ids[12] = None, [], [5, None]
+    path = write_arrow(tmp_path / "data.arrow", pa.table({"ids": ids}), max_chunksize=7)
+    got, bad = read_skipping([path], {"ids": "ids"}, batch_size=4)
+    assert [loc for loc, _ in got] == [f"{path} row {i}" for i in range(20) if i not in (3, 11, 12)]
+    assert [r["ids"].tolist() for _, r in got] == [[i] for i in range(20) if i not in (3, 11, 12)]
+    assert bad.examples == [f"{path} row 3: field 'ids' is null", f"{path} row 11: field 'ids' is an empty list",
+                            f"{path} row 12: field 'ids' item 1 is null"]
+    assert fail_message([path], {"ids": "ids"}) == f"{path} row 3: field 'ids' is null"
+
+
+@pytest.mark.parametrize("mode", ["fail", "skip"])
+def test_unreadable_or_mistyped_arrow_is_fatal(tmp_path, mode):
+    garbage = tmp_path / "garbage.arrow"
+    garbage.write_bytes(b"not arrow at all")
+    assert fail_message([garbage], on_bad_record=mode, bad=BadRecords()).startswith(f"{garbage}: cannot read Arrow file (")
+    typed = write_arrow(tmp_path / "typed.arrow", pa.table({"text": [1, 2]}))
+    assert fail_message([typed], on_bad_record=mode, bad=BadRecords()) == (
+        f"{typed}: column 'text' has type int64, expected a string")
+
+
+def test_empty_arrow_file_holds_no_records(tmp_path):
+    (tmp_path / "empty.arrow").write_bytes(b"")
+    assert read_all([tmp_path / "empty.arrow"]) == []
+
+
+def save_to_disk(path: Path, records: dict, num_shards: int = 1) -> Path:
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_dict(records).save_to_disk(str(path), num_shards=num_shards)
+    return path
+
+
+def test_save_to_disk_directory_is_read_in_state_order(tmp_path):
+    texts = [f"doc {i}" for i in range(10)]
+    saved = save_to_disk(tmp_path / "ds", {"text": texts, "ids": [[i] * (i + 1) for i in range(10)]}, num_shards=3)
+    state = json.loads((saved / "state.json").read_text())
+    state["_data_files"].reverse()  # the order of state.json, not of the names, is the dataset's order
+    (saved / "state.json").write_text(json.dumps(state))
+    paths = expand_inputs([str(saved)])
+    assert paths == [str(saved / entry["filename"]) for entry in state["_data_files"]]
+    got = read_all(paths, {"text": "text", "ids": "ids"})
+    shard_texts = [texts[7:], texts[4:7], texts[:4]]
+    assert [r["text"] for _, r in got] == [t for shard in shard_texts for t in shard]
+    assert got[0][0] == f"{saved / state['_data_files'][0]['filename']} row 0"
+
+
+def test_save_to_disk_inside_a_folder_counts_as_its_data_files(tmp_path):
+    save_to_disk(tmp_path / "corpus" / "b_ds", {"text": ["x"]})
+    for name in ["a.jsonl", "c.json", "b.parquet"]:
+        (tmp_path / "corpus" / name).write_bytes(b"")
+    got = expand_inputs([str(tmp_path / "corpus")])
+    names = [os.path.relpath(p, tmp_path / "corpus") for p in got]
+    assert names == ["a.jsonl", "b.parquet", os.path.join("b_ds", "data-00000-of-00001.arrow"), "c.json"]
+
+
+def test_save_to_disk_metadata_is_never_data(tmp_path):
+    saved = save_to_disk(tmp_path / "ds", {"text": ["x"]})
+    assert expand_inputs([str(saved / "*")]) == [str(saved / "data-00000-of-00001.arrow")]
+    with pytest.raises(PackcliError) as caught:
+        expand_inputs([str(saved / "state.json")])
+    assert str(caught.value) == f"{saved / 'state.json'}: metadata of a datasets save_to_disk directory; give the directory ({saved})"
+
+
+def test_dataset_dict_directory_is_refused_naming_its_splits(tmp_path):
+    import datasets
+
+    datasets.disable_progress_bars()
+    split = datasets.Dataset.from_dict({"text": ["x"]})
+    datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dd"))
+    for given in [tmp_path / "dd", tmp_path]:
+        with pytest.raises(PackcliError) as caught:
+            expand_inputs([str(given)])
+        dd = tmp_path / "dd"
+        assert str(caught.value) == f"{dd}: a datasets DatasetDict; give one split as input ({dd / 'train'}, {dd / 'test'})"
+    assert expand_inputs([str(tmp_path / "dd" / "train")]) == [str(tmp_path / "dd" / "train" / "data-00000-of-00001.arrow")]
+
+
+def test_missing_data_file_of_a_dataset(tmp_path):
+    saved = save_to_disk(tmp_path / "ds", {"text": ["x"]})
+    (saved / "data-00000-of-00001.arrow").unlink()
+    with pytest.raises(PackcliError, match="data-00000-of-00001.arrow: listed in .*state.json but missing"):
+        expand_inputs([str(saved)])
+
+
+# ----------------------------------------------------------------------------- one record, every format
+
+SHAPES = {
+    "text": ({"text": "text"}, [{"text": "first ✓"}, {"text": "second"}, {"text": "third"}]),
+    "prompt-completion": ({"p": "text", "c": "text"}, [{"p": "2+3?", "c": " 5"}, {"p": "hi", "c": " there"}]),
+    "messages": ({"m": "messages"}, [
+        {"m": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]},
+        {"m": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go"}]},
+    ]),
+    "messages-extra-fields": ({"m": "messages"}, [
+        {"m": [{"role": "user", "content": "Hi?", "name": "ann"}, {"role": "assistant", "content": "", "name": "bot"}]},
+    ]),
+    "sharegpt": ({"m": "messages"}, [
+        {"m": [{"from": "human", "value": "Who?"}, {"from": "gpt", "value": "Me."}]},
+        {"m": [{"from": "system", "value": "Sys"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
+    ]),
+    "ids": ({"ids": "ids", "labels": "ids"}, [{"ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"ids": [70000], "labels": [7]}]),
+}
+
+
+def write_as(path: Path, records: list[dict]) -> Path:
+    suffix = path.name.split(".", 1)[1]
+    if suffix == "jsonl":
+        return write_jsonl(path, records)
+    if suffix == "json":
+        return write_json(path, records)
+    table = pa.Table.from_pylist(records)
+    if suffix == "parquet":
+        pq.write_table(table, path)
+        return path
+    return write_arrow(path, table, file_format=suffix == "file.arrow")
+
+
+def plain(value):
+    """Column values as comparable Python: ids arrays to lists."""
+    if isinstance(value, reading.IdLists):
+        return [x.tolist() for x in value]
+    return list(value)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_same_records_read_the_same_from_every_format(tmp_path, shape):
+    fields, records = SHAPES[shape]
+    results = {}
+    for name in ["d.jsonl", "d.json", "d.parquet", "d.arrow", "d.file.arrow"]:
+        path = write_as(tmp_path / name, records)
+        batches = list(read_batches([str(path)], fields))
+        assert len(batches) == 1 and len(batches[0]) == len(records)
+        results[name] = {field_name: plain(batches[0].columns[field_name]) for field_name in fields}
+    assert all(result == results["d.jsonl"] for result in results.values()), results
+
+
+@pytest.mark.parametrize("column", [
+    pa.array(["a", "b"], pa.large_string()),
+    pa.array(["a", "b"]).dictionary_encode(),
+    pa.array(["a", "b"], pa.string_view()),
+], ids=["large_string", "dictionary", "string_view"])
+def test_text_column_types_read_as_text(tmp_path, column):
+    path = write_arrow(tmp_path / "t.arrow", pa.table({"text": column}))
+    assert [r["text"] for _, r in read_all([path])] == ["a", "b"]
+
+
+@pytest.mark.parametrize("arrow_type", [
+    pa.list_(pa.int32()), pa.large_list(pa.int64()), pa.list_(pa.uint16()), pa.list_(pa.int64(), 2),
+    pa.list_(pa.uint64()), pa.large_list(pa.int8()),
+], ids=str)
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_ids_column_types_read_as_int64(tmp_path, arrow_type, suffix):
+    table = pa.table({"ids": pa.array([[1, 2], [3, 4], [5, 6]], arrow_type)})
+    path = tmp_path / f"ids{suffix}"
+    pq.write_table(table, path) if suffix == ".parquet" else write_arrow(path, table)
+    batches = list(read_batches([str(path)], {"ids": "ids"}, batch_size=2))
+    assert all(isinstance(b.columns["ids"], reading.IdLists) for b in batches)
+    assert [b.columns["ids"].values.dtype for b in batches] == [np.int64, np.int64]
+    assert [plain(b.columns["ids"]) for b in batches] == [[[1, 2], [3, 4]], [[5, 6]]]
+
+
+def test_messages_column_mixing_both_shapes(tmp_path):
+    """One table with ShareGPT and OpenAI turns: Arrow fills the other shape's fields with nulls."""
+    records = [{"m": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
+               {"m": [{"role": "user", "content": "Q2"}]}]
+    path = write_arrow(tmp_path / "mixed.arrow", pa.Table.from_pylist(records))
+    got = read_all([path], {"m": "messages"})
+    assert [r["m"] for _, r in got] == [[{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+                                        [{"role": "user", "content": "Q2"}]]
+
+
+def test_sharegpt_column_with_an_unknown_speaker(tmp_path):
+    path = write_parquet(tmp_path / "s.parquet", {"m": [[{"from": "human", "value": "Q"}], [{"from": "robot", "value": "A"}]]})
+    assert fail_message([path], {"m": "messages"}).startswith(f"{path} row 1: field 'm' item 0 'from' is 'robot', not one of")
+
+
+# ----------------------------------------------------------------------------- JSONL token ids
+
+
+def test_ids_column_is_flat(tmp_path):
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}, {"ids": [4]}, {"ids": [5, 6]}])
+    [batch] = read_batches([str(path)], {"ids": "ids"})
+    ids = batch.columns["ids"]
+    assert isinstance(ids, reading.IdLists) and len(ids) == 3
+    assert ids.values.tolist() == [1, 2, 3, 4, 5, 6] and ids.offsets.tolist() == [0, 3, 4, 6]
+    assert ids.lengths.tolist() == [3, 1, 2] and ids[-1].tolist() == [5, 6]
+    with pytest.raises(IndexError):
+        ids[3]

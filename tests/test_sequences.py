@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import load_rows, real_segments, write_jsonl
-from packcli.sequences import Boundaries, from_lists, join_prompt_completion
+from packcli.errors import PackcliError
+from packcli.reading import IdLists, RecordBatch
+from packcli.sequences import Boundaries, IdsSequences, from_lists, join_prompt_completion
 from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
 
 EOT = "<|endoftext|>"
@@ -379,3 +381,118 @@ def test_template_rewriting_earlier_turns_is_still_refused(tmp_path, cli, chatml
     result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", chatml_tokenizer, "--seq-len", 256,
                  "--messages-field", "messages", "--chat-template", tmp_path / "rewrite.jinja", *extra)
     assert result.exit_code == 1 and "chat.jsonl:1" in result.stderr and "as a prefix" in result.stderr
+# ----------------------------------------------------------------------------- ids input
+
+
+def naive_ids_build(field, labels_field, bounds, batch):
+    """The per-list reference: IdsSequences.build as a loop over Python lists and from_lists."""
+    ids = [np.asarray(x, dtype=np.int64) for x in batch.columns[field]]
+    if labels_field:
+        labels = [np.asarray(x, dtype=np.int64) for x in batch.columns[labels_field]]
+        for i, (a, b) in enumerate(zip(ids, labels)):
+            if len(a) != len(b):
+                raise PackcliError(f"{batch.location(i)}: {labels_field!r} has {len(b)} labels for {len(a)} ids")
+    else:
+        labels = [None] * len(ids)
+    for i, seq in enumerate(ids):
+        if len(seq) and (seq.min() < 0 or seq.max() > np.iinfo(np.int32).max):
+            raise PackcliError(f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id")
+    result = from_lists(ids, labels, bounds)
+    if not labels_field:
+        result.labels = None
+    return result
+
+
+def ids_batch(id_lists, label_lists=None) -> RecordBatch:
+    columns = {"ids": IdLists.concat([[np.asarray(x, dtype=np.int64) for x in id_lists]])}
+    if label_lists is not None:
+        columns["labels"] = IdLists.concat([[np.asarray(x, dtype=np.int64) for x in label_lists]])
+    return RecordBatch("d.jsonl", "line", np.arange(1, len(id_lists) + 1), columns)
+
+
+def assert_same(got, want):
+    assert got.tokens.dtype == np.int32 and got.tokens.tolist() == want.tokens.tolist()
+    assert got.lengths.tolist() == want.lengths.tolist()
+    if want.labels is None:
+        assert got.labels is None
+    else:
+        assert got.labels.dtype == np.int32 and got.labels.tolist() == want.labels.tolist()
+
+
+@pytest.mark.parametrize("bos, eos", [(None, None), (1, None), (None, 2), (1, 2), (3, 3)])
+@pytest.mark.parametrize("with_labels", [False, True])
+def test_ids_build_equals_the_list_rule_on_fixed_input(bos, eos, with_labels):
+    ids = [[5, 6, 7], [1, 9], [9, 2], [1], [2], [3], [70000], [], [1, 2]]
+    labels = [[-100, 6, 7], [-100, 9], [9, -100], [-100], [2], [3], [70000], [], [-100, -100]]
+    batch = ids_batch(ids, labels if with_labels else None)
+    builder = IdsSequences("ids", "labels" if with_labels else None, Boundaries(bos, eos))
+    assert_same(builder.build(batch), naive_ids_build("ids", builder.labels_field, builder.bounds, batch))
+
+
+def test_ids_build_known_answer():
+    batch = ids_batch([[5, 6, 7], [8, 9], [70000, 2]], [[-100, 6, 7], [-100, -100], [70000, 2]])
+    got = IdsSequences("ids", "labels", Boundaries(None, 2)).build(batch)
+    assert got.tokens.tolist() == [5, 6, 7, 2, 8, 9, 2, 70000, 2]
+    assert got.lengths.tolist() == [4, 3, 2]
+    # the EOS after a learned token is learned; after an unlearned one it is not; one already there stays
+    assert got.labels.tolist() == [-100, 6, 7, 2, -100, -100, -100, 70000, 2]
+
+
+id_lists = st.lists(st.lists(st.integers(0, 6), max_size=5), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(id_lists, st.data(), st.sampled_from([None, 1]), st.sampled_from([None, 2, 1]), st.booleans())
+def test_vectorised_ids_build_equals_the_list_rule(ids, data, bos, eos, with_labels):
+    labels = None
+    if with_labels:
+        labels = [data.draw(st.lists(st.sampled_from([-100, 0, 1, 2, 5]), min_size=len(x), max_size=len(x))) for x in ids]
+    batch = ids_batch(ids, labels)
+    bounds = Boundaries(bos, eos)
+    builder = IdsSequences("ids", "labels" if with_labels else None, bounds)
+    assert_same(builder.build(batch), naive_ids_build("ids", builder.labels_field, bounds, batch))
+
+
+def test_ids_build_accepts_lists_of_arrays_too():
+    batch = RecordBatch("d.jsonl", "line", np.array([1, 2]), {"ids": [np.array([4, 5]), np.array([6])]})
+    got = IdsSequences("ids", None, Boundaries(None, 2)).build(batch)
+    assert got.tokens.tolist() == [4, 5, 2, 6, 2] and got.labels is None
+
+
+def test_ids_build_reads_offsets_that_do_not_start_at_zero():
+    column = IdLists(np.array([99, 4, 5, 6, 99], dtype=np.int64), np.array([1, 3, 4]))
+    batch = RecordBatch("d.parquet", "row", np.array([0, 1]), {"ids": column})
+    assert IdsSequences("ids", None, Boundaries(None, None)).build(batch).tokens.tolist() == [4, 5, 6]
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([[1, 2], [3, -1, 7]], "d.jsonl:2: 'ids' holds -1, not a token id"),
+    ([[1, 2], [3, 2**31, 7], [-5]], "d.jsonl:2: 'ids' holds 2147483648, not a token id"),
+    ([[2**40], [1]], "d.jsonl:1: 'ids' holds 1099511627776, not a token id"),
+])
+def test_ids_out_of_range_name_the_record(ids, message):
+    batch = ids_batch(ids)
+    builder = IdsSequences("ids", None, Boundaries(None, 2))
+    with pytest.raises(PackcliError) as want:
+        naive_ids_build("ids", None, builder.bounds, batch)
+    with pytest.raises(PackcliError) as got:
+        builder.build(batch)
+    assert str(got.value) == str(want.value) == message
+
+
+def test_labels_must_match_ids_in_length():
+    batch = ids_batch([[1, 2], [3, 4]], [[1, 2], [3]])
+    with pytest.raises(PackcliError, match=r"^d.jsonl:2: 'labels' has 1 labels for 2 ids$"):
+        IdsSequences("ids", "labels", Boundaries(None, 2)).build(batch)
+
+
+def test_labels_beyond_int32_are_refused_not_wrapped():
+    batch = ids_batch([[1, 2], [3, 4]], [[1, 2], [3, 2**32 - 100]])
+    with pytest.raises(PackcliError, match=r"^d.jsonl:2: 'labels' holds 4294967196, not a label$"):
+        IdsSequences("ids", "labels", Boundaries(None, 2)).build(batch)
+
+
+def test_eos_id_beyond_int32_is_refused():
+    batch = ids_batch([[1, 2]])
+    with pytest.raises(PackcliError, match=r"token id 4294967296 is not a valid id"):
+        IdsSequences("ids", None, Boundaries(None, 2**32)).build(batch)
