@@ -4,7 +4,7 @@ from packcli.errors import PackcliError
 
 __version__ = "0.1.0"
 
-__all__ = ["PackcliError", "PackedSequences", "pack_sequences", "__version__"]
+__all__ = ["PackcliError", "PackedSequences", "__version__", "pack_sequences"]
 
 
 def __getattr__(name: str):

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from packcli import __version__
 from packcli.choices import (
-    ALGORITHMS, BAD_RECORD_POLICIES, FORMATS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, ROLES, TOKENIZER_BACKENDS,
+    ALGORITHMS,
+    BAD_RECORD_POLICIES,
+    FORMATS,
+    MODES,
+    OVERLONG_POLICIES,
+    REMAINDER_POLICIES,
+    ROLES,
+    TOKENIZER_BACKENDS,
 )
 from packcli.errors import PackcliError
 
@@ -46,30 +53,123 @@ Json = Annotated[bool, _option("--json", panel=OUTPUT, help="Print the report as
 # pack's input options: how records are read and tokenized. `stats` on raw input takes every
 # one of them, with these very definitions, so the two commands see the same sequences.
 # Values are checked by PackOptions.validate, which names the option (exit 2).
-Tokenizer = Annotated[Optional[str], _option(panel=TOKENIZATION, help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.")]
-TextField = Annotated[Optional[str], _option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")]
-PromptField = Annotated[Optional[str], _option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
-CompletionField = Annotated[Optional[str], _option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
-MessagesField = Annotated[Optional[str], _option(panel=INPUT, help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.")]
-ChatTemplate = Annotated[Optional[str], _option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")]
-TrainOn = Annotated[str, _option(panel=INPUT, show_default=True, help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).")]
-IdsField = Annotated[Optional[str], _option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
-LabelsField = Annotated[Optional[str], _option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")]
-OnBadRecord = Annotated[str, _option(panel=INPUT, show_default=True, metavar=_one_of(BAD_RECORD_POLICIES), help="fail: stop at the first bad record; skip: count it and go on.")]
-TokenizerBackend = Annotated[str, _option(panel=TOKENIZATION, show_default=True, metavar=_one_of(TOKENIZER_BACKENDS), help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.")]
-ParseSpecialTokens = Annotated[bool, _option("--parse-special-tokens", panel=TOKENIZATION, help="Special-token strings inside record text become special tokens. (default: record text is always ordinary text)")]
-Bos = Annotated[Optional[bool], _option("--bos/--no-bos", panel=TOKENIZATION, help="Put BOS first. (default: as the tokenizer does)")]
-Eos = Annotated[bool, _option("--eos/--no-eos", panel=TOKENIZATION, show_default=True, help="Append EOS to every document.")]
-EosToken = Annotated[Optional[str], _option(panel=TOKENIZATION, help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).")]
-PadId = Annotated[Optional[int], _option(panel=TOKENIZATION, help="Padding token id. (default: the tokenizer's pad, else EOS)")]
-BufferSize = Annotated[Optional[int], _option(panel=PACKING, help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)")]
-Overlong = Annotated[Optional[str], _option(panel=PACKING, metavar=_one_of(OVERLONG_POLICIES), help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)")]
-Workers = Annotated[Optional[int], _option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)")]
+Tokenizer = Annotated[
+    str | None,
+    _option(
+        panel=TOKENIZATION,
+        help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.",
+    ),
+]
+TextField = Annotated[
+    str | None, _option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")
+]
+PromptField = Annotated[str | None, _option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
+CompletionField = Annotated[str | None, _option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
+MessagesField = Annotated[
+    str | None,
+    _option(
+        panel=INPUT,
+        help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.",
+    ),
+]
+ChatTemplate = Annotated[
+    str | None, _option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")
+]
+TrainOn = Annotated[
+    str,
+    _option(
+        panel=INPUT,
+        show_default=True,
+        help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).",
+    ),
+]
+IdsField = Annotated[str | None, _option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
+LabelsField = Annotated[
+    str | None, _option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")
+]
+OnBadRecord = Annotated[
+    str,
+    _option(
+        panel=INPUT,
+        show_default=True,
+        metavar=_one_of(BAD_RECORD_POLICIES),
+        help="fail: stop at the first bad record; skip: count it and go on.",
+    ),
+]
+TokenizerBackend = Annotated[
+    str,
+    _option(
+        panel=TOKENIZATION,
+        show_default=True,
+        metavar=_one_of(TOKENIZER_BACKENDS),
+        help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.",
+    ),
+]
+ParseSpecialTokens = Annotated[
+    bool,
+    _option(
+        "--parse-special-tokens",
+        panel=TOKENIZATION,
+        help="Special-token strings inside record text become special tokens. (default: record text is always ordinary text)",
+    ),
+]
+Bos = Annotated[
+    bool | None,
+    _option("--bos/--no-bos", panel=TOKENIZATION, help="Put BOS first. (default: as the tokenizer does)"),
+]
+Eos = Annotated[
+    bool, _option("--eos/--no-eos", panel=TOKENIZATION, show_default=True, help="Append EOS to every document.")
+]
+EosToken = Annotated[
+    str | None,
+    _option(
+        panel=TOKENIZATION,
+        help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).",
+    ),
+]
+PadId = Annotated[
+    int | None, _option(panel=TOKENIZATION, help="Padding token id. (default: the tokenizer's pad, else EOS)")
+]
+BufferSize = Annotated[
+    int | None,
+    _option(
+        panel=PACKING,
+        help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)",
+    ),
+]
+Overlong = Annotated[
+    str | None,
+    _option(
+        panel=PACKING,
+        metavar=_one_of(OVERLONG_POLICIES),
+        help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
+    ),
+]
+Workers = Annotated[
+    int | None,
+    _option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
+]
 
 INPUT_OPTIONS = (
-    "tokenizer", "text_field", "prompt_field", "completion_field", "messages_field", "chat_template", "train_on",
-    "ids_field", "labels_field", "on_bad_record", "tokenizer_backend", "parse_special_tokens", "bos", "eos",
-    "eos_token", "pad_id", "buffer_size", "overlong", "workers",
+    "tokenizer",
+    "text_field",
+    "prompt_field",
+    "completion_field",
+    "messages_field",
+    "chat_template",
+    "train_on",
+    "ids_field",
+    "labels_field",
+    "on_bad_record",
+    "tokenizer_backend",
+    "parse_special_tokens",
+    "bos",
+    "eos",
+    "eos_token",
+    "pad_id",
+    "buffer_size",
+    "overlong",
+    "workers",
 )
 
 
@@ -121,7 +221,13 @@ def _stdout():
 
 @app.command()
 def pack(
-    inputs: Annotated[list[str], typer.Argument(help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet), directories, globs, or - for JSONL on stdin.", show_default=False)],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet), directories, globs, or - for JSONL on stdin.",
+            show_default=False,
+        ),
+    ],
     *,  # keyword-only, so the required options can stand in their panels, which --help shows in order
     text_field: TextField = None,
     prompt_field: PromptField = None,
@@ -140,21 +246,56 @@ def pack(
     eos_token: EosToken = None,
     pad_id: PadId = None,
     seq_len: Annotated[int, _option("--seq-len", panel=PACKING, help="Tokens per row.")],
-    mode: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(MODES), help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.")] = "bin",
-    algorithm: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(ALGORITHMS), help="Bin packer.")] = "bfd",
+    mode: Annotated[
+        str,
+        _option(
+            panel=PACKING,
+            show_default=True,
+            metavar=_one_of(MODES),
+            help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.",
+        ),
+    ] = "bin",
+    algorithm: Annotated[
+        str, _option(panel=PACKING, show_default=True, metavar=_one_of(ALGORITHMS), help="Bin packer.")
+    ] = "bfd",
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
-    remainder: Annotated[str, _option(panel=PACKING, show_default=True, metavar=_one_of(REMAINDER_POLICIES), help="concat mode: pad or drop the last partial row.")] = "pad",
-    shuffle: Annotated[bool, _option("--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed).")] = False,
+    remainder: Annotated[
+        str,
+        _option(
+            panel=PACKING,
+            show_default=True,
+            metavar=_one_of(REMAINDER_POLICIES),
+            help="concat mode: pad or drop the last partial row.",
+        ),
+    ] = "pad",
+    shuffle: Annotated[
+        bool,
+        _option(
+            "--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed)."
+        ),
+    ] = False,
     seed: Annotated[int, _option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
     output: Annotated[str, _option("--output", "-o", panel=OUTPUT, help="Output directory.")],
-    format: Annotated[str, _option("--format", panel=OUTPUT, show_default=True, metavar=_one_of(FORMATS), help="Shard format.")] = "parquet",
-    rows_per_shard: Annotated[Optional[int], _option(panel=OUTPUT, help="Rows per shard. (default: about 32M tokens per shard)")] = None,
+    format: Annotated[
+        str, _option("--format", panel=OUTPUT, show_default=True, metavar=_one_of(FORMATS), help="Shard format.")
+    ] = "parquet",
+    rows_per_shard: Annotated[
+        int | None, _option(panel=OUTPUT, help="Rows per shard. (default: about 32M tokens per shard)")
+    ] = None,
     overwrite: Annotated[bool, _option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
     json_output: Json = False,
     workers: Workers = None,
-    resume: Annotated[bool, _option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")] = False,
-    tmp_dir: Annotated[Optional[str], _option(panel=RUN, help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)")] = None,
+    resume: Annotated[
+        bool, _option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")
+    ] = False,
+    tmp_dir: Annotated[
+        str | None,
+        _option(
+            panel=RUN,
+            help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
+        ),
+    ] = None,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
@@ -162,8 +303,19 @@ def pack(
         from packcli.pipeline import run_pack
 
         options = _pack_options(
-            inputs, locals(), output=output, seq_len=seq_len, mode=mode, algorithm=algorithm, remainder=remainder,
-            format=format, rows_per_shard=rows_per_shard, shuffle=shuffle, seed=seed, overwrite=overwrite, resume=resume,
+            inputs,
+            locals(),
+            output=output,
+            seq_len=seq_len,
+            mode=mode,
+            algorithm=algorithm,
+            remainder=remainder,
+            format=format,
+            rows_per_shard=rows_per_shard,
+            shuffle=shuffle,
+            seed=seed,
+            overwrite=overwrite,
+            resume=resume,
             tmp_dir=tmp_dir,
         )
         with _progress() as progress:
@@ -213,7 +365,13 @@ def _show_report(report: dict, title: str, json_output: bool) -> None:
 @app.command()
 def stats(
     ctx: typer.Context,
-    paths: Annotated[list[str], typer.Argument(help="Packed output directories (compared side by side when several), or raw input as for pack, with --seq-len and pack's input options.", show_default=False)],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Packed output directories (compared side by side when several), or raw input as for pack, with --seq-len and pack's input options.",
+            show_default=False,
+        ),
+    ],
     text_field: TextField = None,
     prompt_field: PromptField = None,
     completion_field: CompletionField = None,
@@ -230,11 +388,23 @@ def stats(
     eos: Eos = True,
     eos_token: EosToken = None,
     pad_id: PadId = None,
-    seq_len: Annotated[Optional[list[int]], _option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several.")] = None,
+    seq_len: Annotated[
+        list[int] | None,
+        _option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several."),
+    ] = None,
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
-    batch_size: Annotated[int, _option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")] = 8,
-    plot: Annotated[Optional[str], _option("--plot", panel=OUTPUT, help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.")] = None,
+    batch_size: Annotated[
+        int, _option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
+    ] = 8,
+    plot: Annotated[
+        str | None,
+        _option(
+            "--plot",
+            panel=OUTPUT,
+            help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
+        ),
+    ] = None,
     json_output: Json = False,
     workers: Workers = None,
     debug: Debug = False,
@@ -251,7 +421,9 @@ def stats(
         from packcli.stats import WhatIfOptions
 
         seq_lens = list(seq_len or [])
-        options = WhatIfOptions(_pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size)
+        options = WhatIfOptions(
+            _pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size
+        )
         _stats_raw(options, plot, json_output)
 
 
@@ -269,16 +441,19 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
     if any(packed) and not all(packed):
         raise PackcliError(
             f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
-            "output directories, or raw input with --tokenizer and --seq-len, not both", usage=True,
+            "output directories, or raw input with --tokenizer and --seq-len, not both",
+            usage=True,
         )
     if all(packed) and given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise PackcliError(f"{flags}: for raw input only; to see what packing {paths[0]} again would give, "
-                           "run stats on the raw input", usage=True)
+        raise PackcliError(
+            f"{flags}: for raw input only; to see what packing {paths[0]} again would give, run stats on the raw input",
+            usage=True,
+        )
     return not all(packed) and bool(given)  # raw input with no option: fails on the first path, with a hint
 
 
-def _stats_dirs(paths: list[str], plot: Optional[str], json_output: bool) -> None:
+def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
     from packcli.report import to_json
     from packcli.stats import dir_stats, is_packed_output, plot_dirs, render_compare, render_stats
 
@@ -308,7 +483,7 @@ def _stats_dirs(paths: list[str], plot: Optional[str], json_output: bool) -> Non
         console.print(f"[dim]plot written to {plot}[/dim]")
 
 
-def _stats_raw(options, plot: Optional[str], json_output: bool) -> None:
+def _stats_raw(options, plot: str | None, json_output: bool) -> None:
     from packcli.report import to_json
     from packcli.stats import plot_what_if, render_what_if, stats_raw
 
@@ -382,7 +557,13 @@ app.add_typer(export_app, name="export")
 def export_megatron(
     path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
     prefix: Annotated[str, typer.Argument(help="Output prefix: writes PREFIX.bin and PREFIX.idx.", show_default=False)],
-    dtype: Annotated[Optional[str], typer.Option(help="Token dtype in .bin: uint16 or int32. (default: uint16 if the vocabulary has under 65,500 tokens, as Megatron chooses)", show_default=False)] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            help="Token dtype in .bin: uint16 or int32. (default: uint16 if the vocabulary has under 65,500 tokens, as Megatron chooses)",
+            show_default=False,
+        ),
+    ] = None,
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:

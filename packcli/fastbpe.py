@@ -42,10 +42,11 @@ import os
 import pickle
 import re
 import unicodedata
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -140,7 +141,7 @@ def convert(tokenizer) -> Conversion:
     if missing:
         raise Inconvertible(f"the vocabulary lacks {len(missing)} of the 256 byte-level tokens (not byte-level BPE)")
     # token string -> its bytes (None if it holds a character outside the byte-level alphabet)
-    table = {cp: 0x100 for cp in range(0x144)}
+    table = dict.fromkeys(range(324), 256)
     table.update({ord(c): b for b, c in alphabet.items()})
     token_bytes: dict[str, bytes | None] = {}
     for tok in vocab:
@@ -178,7 +179,9 @@ def convert(tokenizer) -> Conversion:
     # Vocabulary tokens no merge makes. Without ignore_merges the tokenizer can never
     # output them, so they are left out. With ignore_merges a piece equal to one of them
     # is that token, which needs it in the ranks (ranked last, so it wins no merge).
-    unmade = sorted((i, tok) for tok, i in vocab.items() if token_bytes[tok] is not None and token_bytes[tok] not in ranks)
+    unmade = sorted(
+        (i, tok) for tok, i in vocab.items() if token_bytes[tok] is not None and token_bytes[tok] not in ranks
+    )
     if unmade and ignore_merges:
         for i, tok in unmade:
             ranks[token_bytes[tok]] = len(rank_ids)
@@ -239,11 +242,25 @@ def _probe_missing_merges(model, encoding, conversion: Conversion, missing: list
         return
     alphabet = bytes_to_unicode()
     core = encoding._core_bpe
-    to_id = (lambda ranks: ranks) if conversion.rank_to_id is None else (lambda ranks: [int(conversion.rank_to_id[r]) for r in ranks])
+    to_id = (
+        (lambda ranks: ranks)
+        if conversion.rank_to_id is None
+        else (lambda ranks: [int(conversion.rank_to_id[r]) for r in ranks])
+    )
     for left, right in missing:
         token = left + right
-        for word in (token + token, left + token, token + right, right + token, token + left, left + left + right,
-                     left + right + right, b"a" + token, token + b"s", b" " + token):
+        for word in (
+            token + token,
+            left + token,
+            token + right,
+            right + token,
+            token + left,
+            left + left + right,
+            left + right + right,
+            b"a" + token,
+            token + b"s",
+            b" " + token,
+        ):
             text = "".join(alphabet[b] for b in word)
             if [t.id for t in model.tokenize(text)] != to_id(core.encode_single_piece(word)):
                 raise Inconvertible(
@@ -284,7 +301,9 @@ def _pre_tokenizer_pattern(pre) -> tuple[str, bool]:
             if regex is None:
                 raise Inconvertible("Split pre-tokenizer on a plain string, not a regex")
             if split.get("behavior") != "Isolated" or split.get("invert"):
-                raise Inconvertible(f"Split pre-tokenizer behaviour {split.get('behavior')} (invert={split.get('invert')})")
+                raise Inconvertible(
+                    f"Split pre-tokenizer behaviour {split.get('behavior')} (invert={split.get('invert')})"
+                )
             if byte_level.get("use_regex", True):
                 raise Inconvertible("ByteLevel after Split also splits with its own regex")
             if byte_level.get("add_prefix_space"):
@@ -320,7 +339,9 @@ def _added_tokens(backend) -> list[AddedTokenSpec]:
             if getattr(token, flag, False):
                 raise Inconvertible(f"added token {token.content!r} sets {flag}")
         specs.append(
-            AddedTokenSpec(content=token.content, id=int(token_id), special=bool(token.special), normalized=bool(token.normalized))
+            AddedTokenSpec(
+                content=token.content, id=int(token_id), special=bool(token.special), normalized=bool(token.normalized)
+            )
         )
     return specs
 
@@ -426,7 +447,9 @@ class TiktokenEncoder:
 
     backend = "tiktoken"
 
-    def __init__(self, tokenizer, conversion: Conversion, *, threads: int | None = None, parse_special_tokens: bool = False):
+    def __init__(
+        self, tokenizer, conversion: Conversion, *, threads: int | None = None, parse_special_tokens: bool = False
+    ):
         from packcli.tokenizing import literal_alternation
 
         self.tokenizer = tokenizer
@@ -441,13 +464,17 @@ class TiktokenEncoder:
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
         # A match of a special token that is not parsed stays text, but still hides any
         # token inside it; a pass where every token is skipped needs no matching at all.
-        self._added_id = {t.content: (None if t.special and not parse_special_tokens else t.id) for t in conversion.added}
+        self._added_id = {
+            t.content: (None if t.special and not parse_special_tokens else t.id) for t in conversion.added
+        }
         raw = [t.content for t in conversion.added if not t.normalized]
         norm = [t.content for t in conversion.added if t.normalized]
         self._raw_re = literal_alternation(raw) if any(self._added_id[c] is not None for c in raw) else None
         self._norm_re = literal_alternation(norm) if any(self._added_id[c] is not None for c in norm) else None
         self._unknown_re = _unknown_chars_regex() if conversion.normalizer else None
-        self._simple = self._raw_re is None and self._norm_re is None and not conversion.normalizer and not conversion.prefix_space
+        self._simple = (
+            self._raw_re is None and self._norm_re is None and not conversion.normalizer and not conversion.prefix_space
+        )
 
     def close(self) -> None:
         if self._pool is not None:
@@ -566,7 +593,7 @@ def _balanced_bounds(texts: list[str], parts: int) -> list[int]:
     cum = np.cumsum(sizes)
     targets = cum[-1] * np.arange(1, parts) / parts
     cuts = np.searchsorted(cum, targets, side="left") + 1
-    return sorted(set([0, *[int(c) for c in cuts if 0 < c < n], n]))
+    return sorted({0, *[int(c) for c in cuts if 0 < c < n], n})
 
 
 def _available_cores() -> int:
@@ -589,15 +616,42 @@ def hard_strings(tokenizer) -> list[str]:
     whitespace runs, very long words, empty strings."""
     added = sorted(tokenizer.backend_tokenizer.get_added_tokens_decoder().values(), key=lambda t: t.content)
     texts = [
-        "", " ", "  ", "\n", "\t", "\r\n", "\n\n\n", " \n ", "   \t\t  \n\n  x  ", "x   ", "   x", "a  b   c    d",
-        "\u00a0\u00a0x\u3000y\u2028z\u0085", "\x00\x01\x7f", "Hello, world! It's 2024: don't, I'VE, you'LL 'S 'ſ",
-        "The quick brown fox jumps over the lazy dog.", "def f(x):\n    return x ** 2  # square\n\n\n\tpass\n",
-        "naïve café résumé Ångström", "cafe\u0301 e\u0301\u0301 >\u0338 \u212b \u1e9b\u0323", "ﬁ ① ² ｆｕｌｌ",
-        "日本語のテキスト、中文文本。한국어 텍스트", "مرحبا بالعالم שלום עולם", "Ελληνικά Русский текст ქართული",
-        "👍🏽 👨‍👩‍👧‍👦 🇫🇷 e\u200dx \ufeffbom", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𓀀 \U0001fae8 \U0010fffd",
-        "1234567890 3.14159 1,000,000 ٣٤٥ ௧௨", "ALLCAPS lowercase MiXeD camelCaseWord snake_case_word",
-        "a" * 3000, "ab" * 2000, "x" + "é" * 1000, "9" * 2000, "!" * 1500, " " * 3000, "\n" * 1000,
-        "abcdefghijklmnopqrstuvwxyz" * 80, "".join(chr(0x4E00 + (i * 37) % 20000) for i in range(2000)),
+        "",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "\r\n",
+        "\n\n\n",
+        " \n ",
+        "   \t\t  \n\n  x  ",
+        "x   ",
+        "   x",
+        "a  b   c    d",
+        "\u00a0\u00a0x\u3000y\u2028z\u0085",
+        "\x00\x01\x7f",
+        "Hello, world! It's 2024: don't, I'VE, you'LL 'S 'ſ",
+        "The quick brown fox jumps over the lazy dog.",
+        "def f(x):\n    return x ** 2  # square\n\n\n\tpass\n",
+        "naïve café résumé Ångström",
+        "cafe\u0301 e\u0301\u0301 >\u0338 \u212b \u1e9b\u0323",
+        "ﬁ ① ² ｆｕｌｌ",
+        "日本語のテキスト、中文文本。한국어 텍스트",
+        "مرحبا بالعالم שלום עולם",
+        "Ελληνικά Русский текст ქართული",
+        "👍🏽 👨‍👩‍👧‍👦 🇫🇷 e\u200dx \ufeffbom",
+        "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𓀀 \U0001fae8 \U0010fffd",
+        "1234567890 3.14159 1,000,000 ٣٤٥ ௧௨",
+        "ALLCAPS lowercase MiXeD camelCaseWord snake_case_word",
+        "a" * 3000,
+        "ab" * 2000,
+        "x" + "é" * 1000,
+        "9" * 2000,
+        "!" * 1500,
+        " " * 3000,
+        "\n" * 1000,
+        "abcdefghijklmnopqrstuvwxyz" * 80,
+        "".join(chr(0x4E00 + (i * 37) % 20000) for i in range(2000)),
     ]
     for token in added:
         c = token.content
@@ -616,7 +670,17 @@ def _special_tokens_in_context(added) -> list[str]:
     others = [t.content for t in added if not t.special][:20]
     texts = []
     for c in specials:
-        texts += [f"x{c}y", f"{c}.", f"'{c}'s", f"  {c}  x", f"1{c}2", f"{c}\n\n", f"{c[0]}{c}{c[-1]}", f"日{c}本", f"{c}{c[:-1]}"]
+        texts += [
+            f"x{c}y",
+            f"{c}.",
+            f"'{c}'s",
+            f"  {c}  x",
+            f"1{c}2",
+            f"{c}\n\n",
+            f"{c[0]}{c}{c[-1]}",
+            f"日{c}本",
+            f"{c}{c[:-1]}",
+        ]
     for c in specials[:5]:
         for n in others:
             texts += [n + c, c + n, f"{n} {c} {n}", c[: len(c) // 2] + n + c[len(c) // 2 :]]
@@ -679,7 +743,9 @@ def make_encoder(
     if isinstance(result, str):
         if backend == "tiktoken":
             raise PackcliError(f"--tokenizer-backend tiktoken: this tokenizer cannot be converted: {result}")
-        return HFEncoder(tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens)
+        return HFEncoder(
+            tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens
+        )
     encoder = TiktokenEncoder(tokenizer, result, threads=threads, parse_special_tokens=parse_special_tokens)
     sample = list(sample_texts)
     for name, texts in (("the input sample", sample), ("the hard strings", hard_strings(tokenizer))):

@@ -13,7 +13,7 @@ class Timer:
     STAGES = ("read", "tokenize", "spill", "plan", "write")
 
     def __init__(self):
-        self.seconds = {name: 0.0 for name in self.STAGES}
+        self.seconds = dict.fromkeys(self.STAGES, 0.0)
 
     @contextmanager
     def stage(self, name: str):

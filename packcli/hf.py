@@ -64,7 +64,7 @@ def pack_dataset(
     if eos_id is not None:
         sequences = [[*s, eos_id] for s in sequences]
         if labels is not None:
-            labels = [[*l, eos_id] for l in labels]
+            labels = [[*label, eos_id] for label in labels]
     packed = pack_sequences(sequences, seq_len, labels=labels, pad_id=pad_id, **pack_options)
     return rows_to_dataset(packed.rows, attention_mask=attention_mask, cu_seqlens=cu_seqlens)
 
@@ -100,7 +100,8 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
             seq_len = manifest["seq_len"]
             dataset = dataset.map(
                 lambda batch: {"attention_mask": _real_mask_from_columns(batch, seq_len).tolist()},
-                batched=True, desc="attention_mask",
+                batched=True,
+                desc="attention_mask",
             )
             keep.append("attention_mask")
         return dataset.select_columns(keep)

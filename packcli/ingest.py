@@ -46,7 +46,12 @@ class Segmenter:
     applies `--overlong` in bin mode, checks labels and an explicit `--pad-id`, counts."""
 
     def __init__(
-        self, seq_len: int, mode: str, overlong: str, refuse_pad: int | None, counts: IngestCounts,
+        self,
+        seq_len: int,
+        mode: str,
+        overlong: str,
+        refuse_pad: int | None,
+        counts: IngestCounts,
         track_owners: bool = False,
     ):
         self.seq_len, self.mode, self.overlong = seq_len, mode, overlong

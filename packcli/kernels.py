@@ -545,8 +545,10 @@ def _bfd_runs(counts, capacity, max_runs):
             if below >= 0:  # extend the segment on top when the rows continue it
                 below_rows = segments[below, _S_ROWS]
                 gap = first_row - (segments[below, _S_FIRST_ROW] + segments[below, _S_STEP] * (below_rows - 1))
-                if (gap == 1 or gap == -1) and (below_rows == 1 or gap == segments[below, _S_STEP]) and (
-                    n_moved == 1 or gap == step
+                if (
+                    (gap == 1 or gap == -1)
+                    and (below_rows == 1 or gap == segments[below, _S_STEP])
+                    and (n_moved == 1 or gap == step)
                 ):
                     segments[below, _S_STEP] = gap
                     segments[below, _S_ROWS] = below_rows + n_moved
@@ -829,7 +831,7 @@ def _as_lengths(lengths, capacity: int) -> np.ndarray:
         raise PackcliError(f"lengths must be integers, got dtype {array.dtype}")
     given, array = array, np.ascontiguousarray(array, dtype=np.int64)
     smallest, largest = _min_max(array)  # one pass; locate the culprit only on error
-    if smallest < 1 or largest > capacity or given.dtype == np.uint64 and given.max() > MAX_CAPACITY:  # wrapped
+    if smallest < 1 or largest > capacity or (given.dtype == np.uint64 and given.max() > MAX_CAPACITY):  # wrapped
         i = int(np.flatnonzero((given < 1) | (given > capacity))[0])
         value = int(given[i])
         if value < 1:
@@ -873,9 +875,7 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
         n_rows = _bfd_kernel(lengths, capacity, row, offset)
     else:
         longest_first = algorithm == "lpfhp"
-        n_rows = _histogram_kernel(
-            lengths, capacity, longest_first, HISTOGRAM_MAX_SEQUENCES_PER_ROW, row, offset
-        )
+        n_rows = _histogram_kernel(lengths, capacity, longest_first, HISTOGRAM_MAX_SEQUENCES_PER_ROW, row, offset)
     return Placement(row=row, offset=offset, n_rows=int(n_rows))
 
 
@@ -886,7 +886,9 @@ def bfd_rows_from_counts(counts, capacity: int) -> int:
     capacity = _as_capacity(capacity)
     counts = np.asarray(counts)
     if counts.shape != (capacity + 1,) or counts.dtype.kind not in "iu":
-        raise PackcliError(f"counts must be {capacity + 1} integers (lengths 0..{capacity}), got {counts.dtype} {counts.shape}")
+        raise PackcliError(
+            f"counts must be {capacity + 1} integers (lengths 0..{capacity}), got {counts.dtype} {counts.shape}"
+        )
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     if counts.min() < 0 or counts[0] != 0:
         raise PackcliError("counts must be non-negative, with no sequence of length 0")

@@ -35,8 +35,14 @@ from packcli.errors import PackcliError
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 DTYPE_CODES = {
-    np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3, np.dtype(np.int32): 4,
-    np.dtype(np.int64): 5, np.dtype(np.float64): 6, np.dtype(np.float32): 7, np.dtype(np.uint16): 8,
+    np.dtype(np.uint8): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int16): 3,
+    np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5,
+    np.dtype(np.float64): 6,
+    np.dtype(np.float32): 7,
+    np.dtype(np.uint16): 8,
 }
 DTYPES = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
 
@@ -111,8 +117,13 @@ def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
     if manifest.get("labels", "text") != "text":
         notes.append("labels are not exported: Megatron learns every token, so prompt masks are lost")
     return {
-        "bin": str(bin_path), "idx": str(idx_path), "dtype": token_dtype.name,
-        "documents": len(lengths), "tokens": int(tokens), "rule": rule, "notes": notes,
+        "bin": str(bin_path),
+        "idx": str(idx_path),
+        "dtype": token_dtype.name,
+        "documents": len(lengths),
+        "tokens": int(tokens),
+        "rule": rule,
+        "notes": notes,
     }
 
 

@@ -75,6 +75,7 @@ class PackOptions:
 
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
+
         def usage(message: str):
             return PackcliError(message, usage=True)
 
@@ -95,7 +96,11 @@ class PackOptions:
         if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
             raise usage(
                 "--tokenizer-backend tiktoken does not apply to "
-                + ("--messages-field (chat templates are tokenized by transformers)" if self.input_kind == "chat" else "--ids-field")
+                + (
+                    "--messages-field (chat templates are tokenized by transformers)"
+                    if self.input_kind == "chat"
+                    else "--ids-field"
+                )
             )
         if self.overlong is not None:
             choice("overlong", self.overlong, OVERLONG_POLICIES)
@@ -119,7 +124,11 @@ class PackOptions:
         ]
         if len(kinds) > 1:
             raise usage(f"conflicting field options: {' and '.join(kinds)} (give exactly one kind of input)")
-        for flag, value in (("--text-field", self.text_field), ("--messages-field", self.messages_field), ("--ids-field", self.ids_field)):
+        for flag, value in (
+            ("--text-field", self.text_field),
+            ("--messages-field", self.messages_field),
+            ("--ids-field", self.ids_field),
+        ):
             if value == "":
                 raise usage(f"{flag} must name a field")
         if bool(self.prompt_field) != bool(self.completion_field):
@@ -142,6 +151,11 @@ class PackOptions:
         from packcli.plan import PlanSettings
 
         return PlanSettings(
-            seq_len=self.seq_len, mode=self.mode, algorithm=self.algorithm, remainder=self.remainder,
-            window=self.buffer_size, shuffle=self.shuffle, seed=self.seed,
+            seq_len=self.seq_len,
+            mode=self.mode,
+            algorithm=self.algorithm,
+            remainder=self.remainder,
+            window=self.buffer_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
         )

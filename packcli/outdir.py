@@ -23,8 +23,15 @@ LOCK_FILE = ".packcli.lock"
 RUN_FILE = ".packcli-run.json"
 SPILL_DIR = ".packcli-spill"
 OWNED_PREFIXES = (
-    "shard-", ".shard-", "manifest.json", ".manifest.json", "report.json", ".report.json",
-    RUN_FILE, SPILL_DIR, LOCK_FILE,
+    "shard-",
+    ".shard-",
+    "manifest.json",
+    ".manifest.json",
+    "report.json",
+    ".report.json",
+    RUN_FILE,
+    SPILL_DIR,
+    LOCK_FILE,
 )
 SAMPLE_BYTES = 1 << 16
 

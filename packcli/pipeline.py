@@ -128,9 +128,13 @@ def _execute(job: Job, stream: TokenStream, bad, paths: list[str], timer: Timer,
 
     opts = job.opts
     outcome = Outcome(stats=RowStats(opts.seq_len))
-    writer = ShardWriter(job.out_dir, opts.format, opts.seq_len, job.rows_per_shard, job.setup.vocab_size, job.done_shards)
+    writer = ShardWriter(
+        job.out_dir, opts.format, opts.seq_len, job.rows_per_shard, job.setup.vocab_size, job.done_shards
+    )
     try:
-        refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
+        refuse_pad = (
+            opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
+        )
         segmenter = Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts)
         chunks = segments(stream, segmenter, paths, progress)
         if opts.buffer_size is None:
@@ -303,7 +307,12 @@ def _tail(spill, plan, seq_len: int):
 
 
 def _bad_dict(bad) -> dict:
-    return {"read": bad.records_seen, "skipped": bad.total, "by_reason": dict(bad.counts), "examples": list(bad.examples)}
+    return {
+        "read": bad.records_seen,
+        "skipped": bad.total,
+        "by_reason": dict(bad.counts),
+        "examples": list(bad.examples),
+    }
 
 
 def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> dict:

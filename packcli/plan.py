@@ -127,8 +127,16 @@ def gather_rows(spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int 
         lengths = plan.piece_len[pick]
         data = spill.read_block(plan.piece_start[pick], lengths)
         yield fill_rows(
-            data.tokens, data.token_at, data.learned, data.bit_at, lengths,
-            plan.row[pick] - first, plan.offset[pick], last - first, seq_len, pad_id,
+            data.tokens,
+            data.token_at,
+            data.learned,
+            data.bit_at,
+            lengths,
+            plan.row[pick] - first,
+            plan.offset[pick],
+            last - first,
+            seq_len,
+            pad_id,
         )
 
 

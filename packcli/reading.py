@@ -30,8 +30,9 @@ import os
 import re
 import sys
 import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -172,7 +173,8 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
             paths.append(_given_file(given))
         elif _GLOB_CHARS & set(given):
             found = sorted(
-                p for p in glob.glob(given, recursive=True)
+                p
+                for p in glob.glob(given, recursive=True)
                 if os.path.isfile(p) and _supported(p) and not _is_dataset_metadata(p)
             )
             if not found:
@@ -443,8 +445,16 @@ def _as_ids(value: Any, name: str) -> np.ndarray:
         raise _Bad("wrong type", f"field {name!r} item {i} does not fit in int64") from None
 
 
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
+}
 
 
 def _as_messages(value: Any, name: str) -> list:
@@ -475,7 +485,9 @@ def _from_sharegpt(message: dict, name: str, i: int) -> dict:
     speaker = message["from"]
     role = SHAREGPT_ROLES.get(speaker) if type(speaker) is str else None
     if role is None:
-        raise _Bad("wrong type", f"field {name!r} item {i} 'from' is {speaker!r}, not one of {', '.join(SHAREGPT_ROLES)}")
+        raise _Bad(
+            "wrong type", f"field {name!r} item {i} 'from' is {speaker!r}, not one of {', '.join(SHAREGPT_ROLES)}"
+        )
     return {"role": role, "content": message["value"]}
 
 
@@ -686,7 +698,9 @@ def _read_jsonl(path: str, checks, builder: _BatchBuilder, report, bad: BadRecor
         yield last
 
 
-def _read_lines(lines: Iterable[bytes], checks, builder: _BatchBuilder, report, bad: BadRecords) -> Iterator[RecordBatch]:
+def _read_lines(
+    lines: Iterable[bytes], checks, builder: _BatchBuilder, report, bad: BadRecords
+) -> Iterator[RecordBatch]:
     """Good records of JSON Lines, whatever file or stream the lines come from."""
     source = builder.source
     line_no = 0
@@ -825,7 +839,7 @@ class _ArrayScanner:
         pattern = _STRING if first == ord('"') else _SCALAR
         while True:
             match = pattern.match(self.buf, start)
-            if match is not None and match.end() < len(self.buf) or not self.more(start):
+            if (match is not None and match.end() < len(self.buf)) or not self.more(start):
                 break
         if match is None:
             raise self.broken(start, "a string that never ends")
@@ -838,7 +852,7 @@ class _ArrayScanner:
         pos = start
         while True:
             match = _STRUCTURE.search(self.buf, pos)
-            if match is None or match.end() - match.start() == 1 and self.buf[match.start()] == ord('"'):
+            if match is None or (match.end() - match.start() == 1 and self.buf[match.start()] == ord('"')):
                 pos = len(self.buf) if match is None else match.start()
                 if not self.more(start):
                     what = "the file ends inside a record" if match is None else "a string that never ends"
@@ -888,7 +902,9 @@ def _read_json(path: str, checks, builder: _BatchBuilder, report, bad: BadRecord
         yield last
 
 
-def _read_array(scanner: _ArrayScanner, checks, builder: _BatchBuilder, report, bad: BadRecords) -> Iterator[RecordBatch]:
+def _read_array(
+    scanner: _ArrayScanner, checks, builder: _BatchBuilder, report, bad: BadRecords
+) -> Iterator[RecordBatch]:
     """Each record is judged as a JSON Lines record is; where the array itself breaks, the
     rest of the file cannot be cut into records, so it counts as one bad record (the last)."""
     source = builder.source
@@ -955,7 +971,9 @@ def _column_type_ok(t, kind: str) -> bool:
     if kind == "messages":
         if not (_is_list_type(t) and pa.types.is_struct(t.value_type)):
             return False
-        return _has_string_fields(t.value_type, ("role", "content")) or _has_string_fields(t.value_type, ("from", "value"))
+        return _has_string_fields(t.value_type, ("role", "content")) or _has_string_fields(
+            t.value_type, ("from", "value")
+        )
     return True
 
 
@@ -1043,7 +1061,9 @@ def _arrow_id_lists(column, name: str) -> tuple[IdLists, dict[int, _Bad]]:
             problems[int(row)] = _Bad("wrong type", f"field {name!r} is null")
     for row in np.flatnonzero(offsets[1:] == offsets[:-1]):
         problems.setdefault(int(row), _Bad("empty field", f"field {name!r} is an empty list"))
-    numbers = flat.fill_null(0).to_numpy(zero_copy_only=False) if flat.null_count else flat.to_numpy(zero_copy_only=False)
+    numbers = (
+        flat.fill_null(0).to_numpy(zero_copy_only=False) if flat.null_count else flat.to_numpy(zero_copy_only=False)
+    )
     null_items = flat.is_null().to_numpy(zero_copy_only=False) if flat.null_count else None
     huge = numbers > _INT64_MAX if numbers.dtype == np.uint64 else None
     for mask, problem in ((null_items, "is null"), (huge, "does not fit in int64")):
@@ -1057,7 +1077,9 @@ def _arrow_id_lists(column, name: str) -> tuple[IdLists, dict[int, _Bad]]:
     return IdLists(numbers.astype(np.int64, copy=False), offsets), problems
 
 
-def _columnar_rows(batch, fields: Mapping[str, str], builder: _BatchBuilder, report, first_row: int) -> Iterator[RecordBatch]:
+def _columnar_rows(
+    batch, fields: Mapping[str, str], builder: _BatchBuilder, report, first_row: int
+) -> Iterator[RecordBatch]:
     """The good rows of one Arrow record batch, in runs between the bad ones; a row's problem
     is that of its first field (in `fields` order) that has one."""
     columns: dict[str, Any] = {}
@@ -1107,7 +1129,9 @@ def _read_parquet(path: str, fields: Mapping[str, str], builder: _BatchBuilder, 
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read: memory would grow with the file
+        parquet = pq.ParquetFile(
+            path, pre_buffer=False
+        )  # pre-buffering keeps every row group read: memory would grow with the file
     except (pa.ArrowException, OSError) as e:
         if isinstance(e, FileNotFoundError) or not os.path.exists(path):
             raise PackcliError(f"{path}: cannot open (No such file or directory)") from None
@@ -1116,7 +1140,9 @@ def _read_parquet(path: str, fields: Mapping[str, str], builder: _BatchBuilder, 
         raise PackcliError(f"{path}: cannot read Parquet file ({_one_line(e)})") from None
     try:
         size, total_rows = os.path.getsize(path), max(1, parquet.metadata.num_rows)
-        batches = parquet.iter_batches(batch_size=_parquet_batch_rows(parquet, builder.batch_size), columns=list(fields))
+        batches = parquet.iter_batches(
+            batch_size=_parquet_batch_rows(parquet, builder.batch_size), columns=list(fields)
+        )
         done = [0]
 
         def counted():

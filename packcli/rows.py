@@ -215,6 +215,4 @@ def cut_pieces(starts, lengths, width: int, aligned: bool):
     sequence split into rows); aligned=True cuts at multiples of `width` in the shared
     coordinate (a token stream cut into rows). Returns (start, length, owner span index).
     """
-    return _cut_pieces(
-        np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), width, aligned
-    )
+    return _cut_pieces(np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), width, aligned)

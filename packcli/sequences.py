@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packcli.choices import ROLES
 from packcli.errors import PackcliError
 
 IGNORE_INDEX = -100
@@ -117,14 +116,18 @@ def join_prompt_completion(prompts, p_lengths, completions, c_lengths, bounds: B
     c_starts = np.cumsum(c_lengths) - c_lengths
     if bounds.bos_id is not None:
         first_p = prompts[np.minimum(p_starts, len(prompts) - 1)] if len(prompts) else np.full(len(p_lengths), -1)
-        first_c = completions[np.minimum(c_starts, len(completions) - 1)] if len(completions) else np.full(len(c_lengths), -1)
+        first_c = (
+            completions[np.minimum(c_starts, len(completions) - 1)] if len(completions) else np.full(len(c_lengths), -1)
+        )
         first = np.where(p_lengths > 0, first_p, np.where(c_lengths > 0, first_c, -1))
         has_bos = (first != bounds.bos_id).astype(np.int64)
     else:
         has_bos = np.zeros(len(p_lengths), dtype=np.int64)
     joined = p_lengths + c_lengths + has_bos
     if bounds.eos_id is not None:
-        last_c = completions[np.maximum(c_starts + c_lengths - 1, 0)] if len(completions) else np.full(len(c_lengths), -1)
+        last_c = (
+            completions[np.maximum(c_starts + c_lengths - 1, 0)] if len(completions) else np.full(len(c_lengths), -1)
+        )
         last_p = prompts[np.maximum(p_starts + p_lengths - 1, 0)] if len(prompts) else np.full(len(p_lengths), -1)
         last = np.where(c_lengths > 0, last_c, np.where(p_lengths > 0, last_p, -1))
         has_eos = ((last != bounds.eos_id) | (joined == 0)).astype(np.int64)
@@ -164,16 +167,23 @@ class ChatSequences:
     markup is special tokens and the contents are text, and labels follow the same rules.
     """
 
-    def __init__(self, field: str, tokenizer, template: str | None, train_on: tuple[str, ...], bounds: Boundaries,
-                 *, parse_special_tokens: bool = False, specials=None):
+    def __init__(
+        self,
+        field: str,
+        tokenizer,
+        template: str | None,
+        train_on: tuple[str, ...],
+        bounds: Boundaries,
+        *,
+        parse_special_tokens: bool = False,
+        specials=None,
+    ):
         from packcli.tokenizing import SpecialTokenFinder, literal_alternation
 
         self.field, self.tokenizer, self.bounds = field, tokenizer, bounds
         self.template = template or tokenizer.chat_template
         if not self.template:
-            raise PackcliError(
-                "the tokenizer has no chat template; give one with --chat-template FILE (a Jinja file)"
-            )
+            raise PackcliError("the tokenizer has no chat template; give one with --chat-template FILE (a Jinja file)")
         self.train_on = train_on
         self.use_markers = bool(GENERATION_MARKER.search(self.template)) and train_on == ("assistant",)
         self.fields = {field: "messages"}
@@ -212,7 +222,9 @@ class ChatSequences:
         except PackcliError:
             raise
         except Exception as exc:  # jinja raises its own errors for templates that reject a conversation
-            raise PackcliError(f"{batch.source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            raise PackcliError(
+                f"{batch.source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
         result = from_lists(token_lists, label_lists, self.bounds)
         result.special_token_records = sum(holding)
         return result
@@ -245,7 +257,9 @@ class ChatSequences:
         def prefix(messages, add_generation_prompt):
             if not messages and not add_generation_prompt:
                 return []
-            return self._encode_rendered(self._render(messages, add_generation_prompt), messages, add_generation_prompt, location)[0]
+            return self._encode_rendered(
+                self._render(messages, add_generation_prompt), messages, add_generation_prompt, location
+            )[0]
 
         ids = prefix(conversation, False)
         return ids, self._labels_by_prefix(conversation, ids, location, prefix)
@@ -353,7 +367,9 @@ class ChatSequences:
                 "{% generation %} markers needs a newer transformers (or pass --parse-special-tokens)"
             ) from None
         again, indices = render_jinja_template(
-            conversations=[messages], chat_template=self.template, return_assistant_tokens_mask=True,
+            conversations=[messages],
+            chat_template=self.template,
+            return_assistant_tokens_mask=True,
             **self.tokenizer.special_tokens_map,
         )
         if again[0] != rendered:
@@ -451,7 +467,9 @@ def _check_ids(values, offsets, batch, field: str) -> None:
     found = _first_record_outside(values, offsets, 0, np.iinfo(np.int32).max)
     if found is not None:
         i, seq = found
-        raise PackcliError(f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id")
+        raise PackcliError(
+            f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < 0 else seq.max())}, not a token id"
+        )
 
 
 def _check_labels(values, offsets, batch, field: str) -> None:
@@ -460,10 +478,14 @@ def _check_labels(values, offsets, batch, field: str) -> None:
     found = _first_record_outside(values, offsets, int32.min, int32.max)
     if found is not None:
         i, seq = found
-        raise PackcliError(f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < int32.min else seq.max())}, not a label")
+        raise PackcliError(
+            f"{batch.location(i)}: {field!r} holds {int(seq.min() if seq.min() < int32.min else seq.max())}, not a label"
+        )
 
 
-def add_bounds_to_ids(values: np.ndarray, lengths: np.ndarray, label_values: np.ndarray | None, bounds: Boundaries) -> SequenceBatch:
+def add_bounds_to_ids(
+    values: np.ndarray, lengths: np.ndarray, label_values: np.ndarray | None, bounds: Boundaries
+) -> SequenceBatch:
     """from_lists' BOS/EOS rule on flat int64 ids (and labels, or None: every token learned,
     labels left out), with array arithmetic only."""
     n = len(lengths)
@@ -497,7 +519,9 @@ def add_bounds_to_ids(values: np.ndarray, lengths: np.ndarray, label_values: np.
     labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int32)
     labels[body_at] = label_values
     if bounds.eos_id is not None:
-        last_label = label_values[np.maximum(starts + lengths - 1, 0)] if len(label_values) else np.full(n, IGNORE_INDEX)
+        last_label = (
+            label_values[np.maximum(starts + lengths - 1, 0)] if len(label_values) else np.full(n, IGNORE_INDEX)
+        )
         learned = (filled & (last_label != IGNORE_INDEX))[has_eos == 1]
         labels[eos_at[learned]] = bounds.eos_id
     return SequenceBatch(tokens, out_lengths, labels)

@@ -145,10 +145,7 @@ class _NpyFile:
         self.rows += len(block)
 
     def close(self) -> None:
-        header = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
-            self.dtype.str,
-            (self.rows, *self.row_shape),
-        )
+        header = f"{{'descr': {self.dtype.str!r}, 'fortran_order': False, 'shape': {(self.rows, *self.row_shape)!r}, }}"
         prefix = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
         self.file.seek(0)
         self.file.write(prefix + header.ljust(NPY_HEADER_BYTES - 11).encode("latin1") + b"\n")
@@ -234,9 +231,7 @@ class ShardWriter:
         if self._current is not None:
             self._current.finish()
             os.replace(self._tmp_path(index), final)
-        self.shards.append(
-            ShardInfo(final.name, self._rows, self._sequences, self._tokens, checksum(final))
-        )
+        self.shards.append(ShardInfo(final.name, self._rows, self._sequences, self._tokens, checksum(final)))
         self._current = None
         self._rows = self._sequences = self._tokens = 0
 
@@ -275,7 +270,9 @@ def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_
     except PackcliError:
         raise
     except Exception as exc:
-        raise PackcliError(f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+        raise PackcliError(
+            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from exc
 
 
 def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
@@ -296,7 +293,9 @@ def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
             widths = np.diff(offsets)
             if (widths != seq_len).any():
                 bad = int(np.argmax(widths != seq_len))
-                raise PackcliError(f"{path.name} row {first_row + bad}: {name} has {widths[bad]} tokens, not seq_len {seq_len}")
+                raise PackcliError(
+                    f"{path.name} row {first_row + bad}: {name} has {widths[bad]} tokens, not seq_len {seq_len}"
+                )
             values = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
             fixed[name] = values.astype(np.int32, copy=False).reshape(n, seq_len)
         cu = batch.column("cu_seqlens")

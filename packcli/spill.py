@@ -154,7 +154,11 @@ class Spill:
         if lengths is None:
             lengths = np.load(directory / LENGTHS_FILE)
         size = (directory / TOKENS_FILE).stat().st_size
-        if size != meta["tokens"] * dtype.itemsize or len(lengths) != meta["sequences"] or int(lengths.sum()) != meta["tokens"]:
+        if (
+            size != meta["tokens"] * dtype.itemsize
+            or len(lengths) != meta["sequences"]
+            or int(lengths.sum()) != meta["tokens"]
+        ):
             raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
         return Spill(lengths, dtype, bool(meta["masked"]), meta, directory)
 

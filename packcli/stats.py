@@ -18,8 +18,8 @@ import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
 from packcli.options import PackOptions
-from packcli.rows import IGNORE_INDEX
 from packcli.report import RowStats, no_packing_baseline, render_table
+from packcli.rows import IGNORE_INDEX
 from packcli.shards import iter_output_rows, load_manifest
 
 CHART_BINS = 16
@@ -350,8 +350,12 @@ def stats_raw(opts: WhatIfOptions, progress=None) -> dict:
         "distributions": {"sequence_length": distribution("sequence_length", hist)},
         "what_if": [
             what_if(
-                lengths, seq_len, batch_size=opts.batch_size, buffer_size=opts.input.buffer_size,
-                overlong=opts.input.resolved_overlong, first_longer=corpus.first_longer_than.get(seq_len),
+                lengths,
+                seq_len,
+                batch_size=opts.batch_size,
+                buffer_size=opts.input.buffer_size,
+                overlong=opts.input.resolved_overlong,
+                first_longer=corpus.first_longer_than.get(seq_len),
                 unlearnable=corpus.unlearnable_when_truncated.get(seq_len),
             )
             for seq_len in opts.seq_lens
@@ -517,9 +521,13 @@ def render_what_if(console, report: dict) -> None:
                 name = f"[bold]{name}[/bold]"
             seconds = "" if m["seconds"] is None else _duration(m["seconds"])
             table.add_row(
-                name, f"{m['rows']:,}", f"{m['efficiency']:.2%}",
-                f"{m['speedup_vs_pad_to_seq_len']:.2f}x", f"{m['speedup_vs_pad_to_longest']:.2f}x",
-                seconds, style=style,
+                name,
+                f"{m['rows']:,}",
+                f"{m['efficiency']:.2%}",
+                f"{m['speedup_vs_pad_to_seq_len']:.2f}x",
+                f"{m['speedup_vs_pad_to_longest']:.2f}x",
+                seconds,
+                style=style,
             )
         console.print(table)
     console.print(
@@ -574,7 +582,9 @@ def plot_dirs(file: str, paths: list[str], histograms: list[dict], reports: list
             else:
                 ax.bar(x, y, width=(x[1] - x[0]) * 0.9 if len(x) > 1 else 0.8, color="tab:blue")
         ax.set_title(CHART_TITLES[name])
-        ax.set_xlabel({"fill_per_row": "% of seq_len", "sequences_per_row": "sequences", "sequence_length": "tokens"}[name])
+        ax.set_xlabel(
+            {"fill_per_row": "% of seq_len", "sequences_per_row": "sequences", "sequence_length": "tokens"}[name]
+        )
         ax.set_ylabel("% of sequences" if name == "sequence_length" else "% of rows")
         ax.grid(alpha=0.3)
     if several:
@@ -595,8 +605,16 @@ def plot_what_if(file: str, report: dict) -> None:
     left.bar(x, [b["count"] for b in bins], width=(x[1] - x[0]) * 0.9 if len(x) > 1 else 0.8, color="tab:blue")
     for result in report["what_if"]:
         left.axvline(result["seq_len"], color="tab:red", linestyle="--", linewidth=1)
-        left.annotate(f"{result['seq_len']:,}", (result["seq_len"], 1), xycoords=("data", "axes fraction"),
-                      rotation=90, va="top", ha="right", fontsize="small", color="tab:red")
+        left.annotate(
+            f"{result['seq_len']:,}",
+            (result["seq_len"], 1),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize="small",
+            color="tab:red",
+        )
     left.set_title(f"sequence length ({len(lengths):,} documents)")
     left.set_xlabel("tokens")
     left.set_ylabel("documents")
@@ -605,7 +623,9 @@ def plot_what_if(file: str, report: dict) -> None:
     width = 0.8 / len(report["what_if"])
     for i, result in enumerate(report["what_if"]):
         effs = [100 * m["efficiency"] for m in result["methods"]]
-        right.bar(np.arange(len(methods)) + i * width - 0.4 + width / 2, effs, width, label=f"--seq-len {result['seq_len']}")
+        right.bar(
+            np.arange(len(methods)) + i * width - 0.4 + width / 2, effs, width, label=f"--seq-len {result['seq_len']}"
+        )
     right.set_xticks(np.arange(len(methods)), methods, rotation=30, ha="right")
     right.set_ylabel("efficiency (% of tokens that are real)")
     right.set_ylim(0, 118)  # headroom for the legend above the 100% bars

@@ -91,8 +91,16 @@ def _no_length_changes(backend) -> None:
 # class...) may rewrite its post-processor or pre-tokenizer, so it goes through transformers.
 _PLAIN_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
 _PLAIN_KEYS = {
-    "backend", "tokenizer_class", "model_max_length", "clean_up_tokenization_spaces", "model_input_names",
-    "padding_side", "truncation_side", "chat_template", "added_tokens_decoder", "errors",
+    "backend",
+    "tokenizer_class",
+    "model_max_length",
+    "clean_up_tokenization_spaces",
+    "model_input_names",
+    "padding_side",
+    "truncation_side",
+    "chat_template",
+    "added_tokens_decoder",
+    "errors",
 }
 _SPECIAL_KEYS = ("eos_token", "bos_token", "pad_token", "unk_token")
 
@@ -127,7 +135,9 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
 
     if location.is_dir():
         file, config_path = location / "tokenizer.json", location / "tokenizer_config.json"
-        if not config_path.is_file() or any((location / n).exists() for n in ("special_tokens_map.json", "added_tokens.json")):
+        if not config_path.is_file() or any(
+            (location / n).exists() for n in ("special_tokens_map.json", "added_tokens.json")
+        ):
             return None
     elif location.name.endswith(".json") and location.is_file():
         file, config_path = location, location.with_name("tokenizer_config.json")
@@ -160,7 +170,11 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
     if any(token is not None and not added.get(token, (None, False))[1] for token in specials.values()):
         return None
     for index, token in (config.get("added_tokens_decoder") or {}).items():
-        if not (isinstance(token, dict) and str(index).isdigit() and added.get(token.get("content"), (None,))[0] == int(index)):
+        if not (
+            isinstance(token, dict)
+            and str(index).isdigit()
+            and added.get(token.get("content"), (None,))[0] == int(index)
+        ):
             return None
     _no_length_changes(backend)
     return TokenizerFile(backend, specials)
@@ -219,9 +233,7 @@ def resolve_special_ids(
     vocab_size = len(tokenizer)
     eos_id = token_id(tokenizer, eos_token, "--eos-token") if eos_token else tokenizer.eos_token_id
     if eos_id is None and need_eos:
-        raise PackcliError(
-            "the tokenizer has no EOS token; name one with --eos-token TOKEN (or pass --no-eos)"
-        )
+        raise PackcliError("the tokenizer has no EOS token; name one with --eos-token TOKEN (or pass --no-eos)")
     bos_id = tokenizer.bos_token_id
     if bos_id is None and need_bos:
         raise PackcliError("--bos was asked for but the tokenizer has no BOS token")
@@ -308,7 +320,7 @@ class SpecialTokenFinder:
         self.pattern = literal_alternation(self.contents)
 
     @classmethod
-    def of(cls, tokenizer) -> "SpecialTokenFinder":
+    def of(cls, tokenizer) -> SpecialTokenFinder:
         return cls(special_token_strings(tokenizer))
 
     def found(self, text: str) -> bool:

@@ -53,7 +53,11 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: i
             sample.append(text)
             size += len(text)
     setup.encoder = fastbpe.make_encoder(
-        setup.tokenizer, opts.tokenizer_backend, sample, threads=threads, fingerprint=setup.fingerprint,
+        setup.tokenizer,
+        opts.tokenizer_backend,
+        sample,
+        threads=threads,
+        fingerprint=setup.fingerprint,
         parse_special_tokens=opts.parse_special_tokens,
     )
     setup.builder.encode = setup.encoder.encode_batch
@@ -101,14 +105,26 @@ def setup_tokens(opts: PackOptions) -> TokenSetup:
         template = _read_template(opts.chat_template) if opts.chat_template else None
         roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
         builder = sequences.ChatSequences(
-            opts.messages_field, tokenizer, template, roles, bounds,
-            parse_special_tokens=opts.parse_special_tokens, specials=finder,
+            opts.messages_field,
+            tokenizer,
+            template,
+            roles,
+            bounds,
+            parse_special_tokens=opts.parse_special_tokens,
+            specials=finder,
         )
     else:
         builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
     return TokenSetup(
-        builder, vocab_size, specials.eos_id, specials.bos_id, specials.pad_id, add_bos,
-        tokenizing.fingerprint(tokenizer), "hf" if kind != "ids" else "none", tokenizer,
+        builder,
+        vocab_size,
+        specials.eos_id,
+        specials.bos_id,
+        specials.pad_id,
+        add_bos,
+        tokenizing.fingerprint(tokenizer),
+        "hf" if kind != "ids" else "none",
+        tokenizer,
     )
 
 
@@ -116,7 +132,9 @@ def _int_option(flag: str, value: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise PackcliError(f"{flag} must be a token id (a number) when there is no --tokenizer, not {value!r}", usage=True) from None
+        raise PackcliError(
+            f"{flag} must be a token id (a number) when there is no --tokenizer, not {value!r}", usage=True
+        ) from None
     if number < 0:
         raise PackcliError(f"{flag} must be a token id (>= 0), not {number}", usage=True)
     return number

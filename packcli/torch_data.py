@@ -99,11 +99,17 @@ class PackedBatch:
     def from_rows(rows: Rows) -> PackedBatch:
         """A batch from NumPy rows (`packcli.pack_sequences(...).rows`, a shard block)."""
         offsets = rows.cu_offsets
-        row_cu = [torch.as_tensor(np.asarray(rows.cu_seqlens[offsets[r] : offsets[r + 1]], dtype=np.int32))
-                  for r in range(len(rows))]
+        row_cu = [
+            torch.as_tensor(np.asarray(rows.cu_seqlens[offsets[r] : offsets[r + 1]], dtype=np.int32))
+            for r in range(len(rows))
+        ]
         real = torch.as_tensor(rows.real_lengths())
         return _batch(
-            _long(rows.input_ids), _long(rows.labels), _long(rows.position_ids), row_cu, real,
+            _long(rows.input_ids),
+            _long(rows.labels),
+            _long(rows.position_ids),
+            row_cu,
+            real,
         )
 
 
@@ -179,7 +185,7 @@ class PackingCollator:
         if all(label is None for label in labels):
             labels = None
         else:
-            labels = [l if l is not None else s for l, s in zip(labels, sequences)]
+            labels = [label if label is not None else s for label, s in zip(labels, sequences)]
         packed = pack_sequences(sequences, self.seq_len, pad_id=self.pad_id, labels=labels, **self.pack_options)
         return PackedBatch.from_rows(packed.rows)
 
@@ -234,7 +240,9 @@ class PackedDataset(torch.utils.data.Dataset):
                 raise PackcliError(f"{entry['path']}: listed in the manifest but missing")
             arrays = _open_npy(path) if self.format == "npy" else _decode_parquet(path, self.seq_len)
             if len(arrays["input_ids"]) != entry["rows"] or arrays["input_ids"].shape[1:] != (self.seq_len,):
-                raise PackcliError(f"{entry['path']}: holds {arrays['input_ids'].shape}, the manifest says {entry['rows']} rows of {self.seq_len}")
+                raise PackcliError(
+                    f"{entry['path']}: holds {arrays['input_ids'].shape}, the manifest says {entry['rows']} rows of {self.seq_len}"
+                )
             self._open[index] = arrays
         return self._open[index]
 
@@ -260,7 +268,9 @@ def block_causal_mask(batch: PackedBatch, dtype: torch.dtype = torch.float32) ->
     return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)
 
 
-def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, *, causal: bool = True, softmax_scale=None, backend: str = "auto"):
+def varlen_attention(
+    q, k, v, cu_seqlens, max_seqlen: int, *, causal: bool = True, softmax_scale=None, backend: str = "auto"
+):
     """Attention over packed tokens: q [tokens, heads, dim], k/v [tokens, kv_heads, dim].
 
     `backend="auto"` calls `flash_attn.flash_attn_varlen_func` when flash-attn is
@@ -274,8 +284,16 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, *, causal: bool = Tru
         raise PackcliError("backend='flash' needs flash-attn: pip install flash-attn")
     if flash is not None and (backend == "flash" or q.is_cuda):
         return flash(
-            q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
-            max_seqlen_k=max_seqlen, dropout_p=0.0, softmax_scale=softmax_scale, causal=causal,
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_seqlens,
+            cu_seqlens_k=cu_seqlens,
+            max_seqlen_q=max_seqlen,
+            max_seqlen_k=max_seqlen,
+            dropout_p=0.0,
+            softmax_scale=softmax_scale,
+            causal=causal,
         )
     if k.shape[1] != q.shape[1]:  # grouped-query attention
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
@@ -331,7 +349,9 @@ def _open_npy(path: Path) -> dict:
     try:
         return {name: np.load(path / f"{name}.npy", mmap_mode="c") for name in NPY_COLUMNS}
     except Exception as exc:
-        raise PackcliError(f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+        raise PackcliError(
+            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from exc
 
 
 def _decode_parquet(path: Path, seq_len: int) -> dict:
@@ -341,13 +361,26 @@ def _decode_parquet(path: Path, seq_len: int) -> dict:
     rows = Rows.concat(blocks) if blocks else None
     if rows is None:
         empty = np.zeros((0, seq_len), dtype=np.int32)
-        return {"input_ids": empty, "labels": empty, "position_ids": empty, "cu_seqlens": np.zeros(0, np.int32),
-                "cu_seqlens_offsets": np.zeros(1, np.int64), "num_segments": np.zeros(0, np.int32)}
+        return {
+            "input_ids": empty,
+            "labels": empty,
+            "position_ids": empty,
+            "cu_seqlens": np.zeros(0, np.int32),
+            "cu_seqlens_offsets": np.zeros(1, np.int64),
+            "num_segments": np.zeros(0, np.int32),
+        }
+
     # Writable copies only where needed: torch refuses to share read-only (Arrow) memory.
-    own = lambda a: np.require(a, requirements=["C", "W"])
+    def own(a):
+        return np.require(a, requirements=["C", "W"])
+
     return {
-        "input_ids": own(rows.input_ids), "labels": own(rows.labels), "position_ids": own(rows.position_ids),
-        "cu_seqlens": own(rows.cu_seqlens), "cu_seqlens_offsets": rows.cu_offsets, "num_segments": rows.num_segments,
+        "input_ids": own(rows.input_ids),
+        "labels": own(rows.labels),
+        "position_ids": own(rows.position_ids),
+        "cu_seqlens": own(rows.cu_seqlens),
+        "cu_seqlens_offsets": rows.cu_offsets,
+        "num_segments": rows.num_segments,
     }
 
 

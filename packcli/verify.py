@@ -49,14 +49,35 @@ def check_rows(
     "label is the id or -100" can be checked).
     """
     _check_arrays(
-        rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments,
-        seq_len=seq_len, pad_id=pad_id, vocab_size=vocab_size, labels_follow_ids=labels_follow_ids,
-        where=where, first_row=first_row,
+        rows.input_ids,
+        rows.labels,
+        rows.position_ids,
+        rows.cu_seqlens,
+        rows.cu_offsets,
+        rows.num_segments,
+        seq_len=seq_len,
+        pad_id=pad_id,
+        vocab_size=vocab_size,
+        labels_follow_ids=labels_follow_ids,
+        where=where,
+        first_row=first_row,
     )
 
 
 def _check_arrays(
-    ids, labels, positions, cu, offsets, num_segments, *, seq_len, pad_id, vocab_size, labels_follow_ids, where, first_row
+    ids,
+    labels,
+    positions,
+    cu,
+    offsets,
+    num_segments,
+    *,
+    seq_len,
+    pad_id,
+    vocab_size,
+    labels_follow_ids,
+    where,
+    first_row,
 ) -> tuple[int, int]:
     """check_rows on bare arrays (npy shards are checked straight from their memory maps).
 
@@ -85,22 +106,47 @@ def _check_arrays(
     for start in range(0, n, CHECK_BLOCK_ROWS):
         stop = min(start + CHECK_BLOCK_ROWS, n)
         bad, seqs, real = _first_bad_row(
-            ids, labels, positions, cu, offsets, num_segments, base, start, stop,
-            seq_len, pad, last_id, labels_follow_ids,
+            ids,
+            labels,
+            positions,
+            cu,
+            offsets,
+            num_segments,
+            base,
+            start,
+            stop,
+            seq_len,
+            pad,
+            last_id,
+            labels_follow_ids,
         )
         if bad >= 0:
             lo, hi = int(offsets[bad]) - base, int(offsets[bad + 1]) - base
-            fail(bad, _row_problem(
-                ids[bad], labels[bad], positions[bad], cu, lo, hi, int(num_segments[bad]),
-                seq_len, pad_id, vocab_size, labels_follow_ids,
-            ))
+            fail(
+                bad,
+                _row_problem(
+                    ids[bad],
+                    labels[bad],
+                    positions[bad],
+                    cu,
+                    lo,
+                    hi,
+                    int(num_segments[bad]),
+                    seq_len,
+                    pad_id,
+                    vocab_size,
+                    labels_follow_ids,
+                ),
+            )
         sequences += seqs
         real_tokens += real
     return sequences, real_tokens
 
 
 @njit(cache=True, nogil=True)
-def _first_bad_row(ids, labels, positions, cu, offsets, num_segments, base, start, stop, seq_len, pad_id, last_id, follow):
+def _first_bad_row(
+    ids, labels, positions, cu, offsets, num_segments, base, start, stop, seq_len, pad_id, last_id, follow
+):
     """Index of the first row in [start, stop) that breaks an invariant (-1 if none),
     with the sequences and real tokens of the rows before it.
 
@@ -160,7 +206,9 @@ def _first_bad_row(ids, labels, positions, cu, offsets, num_segments, base, star
     return -1, sequences, real_tokens
 
 
-def _row_problem(ids, labels, positions, cu_all, lo, hi, num_segments, seq_len, pad_id, vocab_size, labels_follow_ids) -> str:
+def _row_problem(
+    ids, labels, positions, cu_all, lo, hi, num_segments, seq_len, pad_id, vocab_size, labels_follow_ids
+) -> str:
     """What is wrong with one row the kernel flagged, in the order the checks are listed."""
     if lo < 0 or hi > len(cu_all):
         return "cu_seqlens offsets do not match the number of rows"
@@ -269,14 +317,18 @@ def verify_dir(out_dir) -> dict:
             size += shard_bytes
             for key, value in counted.items():
                 if value != shard[key]:
-                    raise PackcliError(f"{name}: has {value:,} {key.replace('_', ' ')}, the manifest says {shard[key]:,}")
+                    raise PackcliError(
+                        f"{name}: has {value:,} {key.replace('_', ' ')}, the manifest says {shard[key]:,}"
+                    )
                 totals[key] += value
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
     for key, value in manifest.get("totals", {}).items():
         if totals.get(key) != value:
-            raise PackcliError(f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}")
+            raise PackcliError(
+                f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
+            )
     seconds = time.perf_counter() - started
     return {"shards": len(shards), **totals, "bytes": size, "seconds": seconds}
 
@@ -313,9 +365,14 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
         n = len(arrays["input_ids"])
         offsets = arrays["cu_seqlens_offsets"]
         blocks = (
-            (arrays["input_ids"][start:stop], arrays["labels"][start:stop], arrays["position_ids"][start:stop],
-             arrays["cu_seqlens"][offsets[start] : offsets[stop]], offsets[start : stop + 1],
-             arrays["num_segments"][start:stop])
+            (
+                arrays["input_ids"][start:stop],
+                arrays["labels"][start:stop],
+                arrays["position_ids"][start:stop],
+                arrays["cu_seqlens"][offsets[start] : offsets[stop]],
+                offsets[start : stop + 1],
+                arrays["num_segments"][start:stop],
+            )
             for start in range(0, n, block_rows)
             for stop in [min(start + block_rows, n)]
         )
@@ -344,14 +401,18 @@ def _open_npy(path: Path, seq_len: int) -> dict:
     try:
         arrays = {name[:-4]: np.asarray(np.load(path / name, mmap_mode="r")) for name in NPY_FILES}
     except Exception as exc:
-        raise PackcliError(f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+        raise PackcliError(
+            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from exc
     n = len(arrays["input_ids"])
     for name in ("input_ids", "labels", "position_ids"):
         if arrays[name].shape != (n, seq_len):
             raise PackcliError(f"{path.name}: {name}.npy has shape {arrays[name].shape}, expected ({n}, {seq_len})")
     offsets = arrays["cu_seqlens_offsets"]
     if (
-        len(offsets) != n + 1 or len(arrays["num_segments"]) != n or offsets[0] != 0
+        len(offsets) != n + 1
+        or len(arrays["num_segments"]) != n
+        or offsets[0] != 0
         or offsets[-1] != len(arrays["cu_seqlens"])
     ):
         raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")

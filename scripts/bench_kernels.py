@@ -189,7 +189,9 @@ WINDOW_ALGORITHMS = ("bfd", "spfhp", "lpfhp")
 def pack_in_windows(lengths: np.ndarray, capacity: int, algorithm: str, window: int) -> int:
     """Rows when every `window` consecutive sequences are packed on their own, as
     `packcli pack --buffer-size` does (the last window may be shorter)."""
-    return sum(pack_lengths(lengths[i : i + window], capacity, algorithm).n_rows for i in range(0, len(lengths), window))
+    return sum(
+        pack_lengths(lengths[i : i + window], capacity, algorithm).n_rows for i in range(0, len(lengths), window)
+    )
 
 
 def bench_windows(title: str, lengths: np.ndarray, capacity: int, repeats: int, windows: tuple[int, ...]) -> None:
@@ -219,7 +221,7 @@ def bench_windows(title: str, lengths: np.ndarray, capacity: int, repeats: int, 
 
 def trl_pack_dataset():
     try:
-        from trl import pack_dataset  # noqa: F401
+        from trl import pack_dataset
     except Exception as error:  # not installed, or torch missing/broken
         return None, f"{type(error).__name__}: {error}".splitlines()[0]
     import trl
@@ -257,7 +259,12 @@ def bench_trl(lengths: np.ndarray, capacity: int, repeats: int, results: dict) -
     trl_rows = {}
     for label, map_kwargs in (("TRL bfd (default batches)", {}), ("TRL bfd (one batch)", {"batch_size": n})):
         packed = []
-        seconds = best_time(lambda: packed.append(pack_dataset(dataset, capacity, strategy="bfd", map_kwargs=map_kwargs)), 1)
+        seconds = best_time(
+            lambda packed=packed, map_kwargs=map_kwargs: packed.append(
+                pack_dataset(dataset, capacity, strategy="bfd", map_kwargs=map_kwargs)
+            ),
+            1,
+        )
         wall = LAST_WALL[0]
         rows = len(packed[-1])
         trl_rates[label] = n / seconds
@@ -273,7 +280,7 @@ def bench_trl(lengths: np.ndarray, capacity: int, repeats: int, results: dict) -
     trl_default_rows = trl_rows["TRL bfd (default batches)"]
     trl_whole_rows = trl_rows["TRL bfd (one batch)"]
     for algorithm in ALGORITHMS:
-        seconds = best_time(lambda: pack_lengths(lengths, capacity, algorithm), repeats)
+        seconds = best_time(lambda algorithm=algorithm: pack_lengths(lengths, capacity, algorithm), repeats)
         wall = LAST_WALL[0]
         rows = pack_lengths(lengths, capacity, algorithm).n_rows
         rate = n / seconds
@@ -283,7 +290,10 @@ def bench_trl(lengths: np.ndarray, capacity: int, repeats: int, results: dict) -
             flush=True,
         )
         results[("trl", capacity, algorithm)] = {
-            "speedup": rate / trl_rate, "rows": rows, "trl_rows": trl_default_rows, "trl_whole_rows": trl_whole_rows
+            "speedup": rate / trl_rate,
+            "rows": rows,
+            "trl_rows": trl_default_rows,
+            "trl_whole_rows": trl_whole_rows,
         }
 
 
@@ -367,7 +377,9 @@ def main() -> None:
     lognormal_titles = [f"lognormal {size:,}" for size in sizes]
     for size, title in zip(sizes, lognormal_titles):
         for capacity in (2048, 8192):
-            bench_set(title, lognormal(size, capacity, rng), capacity, repeats if size <= 1_000_000 else big_repeats, results)
+            bench_set(
+                title, lognormal(size, capacity, rng), capacity, repeats if size <= 1_000_000 else big_repeats, results
+            )
 
     window_rng = np.random.default_rng(11)
     windows = (1_000, 10_000, 100_000) if not args.quick else (1_000, 10_000)

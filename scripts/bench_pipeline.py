@@ -180,6 +180,7 @@ def child_limit(args) -> None:
 
         def encode(batch):
             return int(encoder.encode_batch(batch)[1].sum())
+
     t1 = time.perf_counter()
     with open(args.corpus, encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]
@@ -270,8 +271,8 @@ def child_datasets(args) -> None:
     block_size = args.seq_len
 
     def group_texts(examples):
-        concatenated = {k: list(chain(*examples[k])) for k in examples.keys()}
-        total_length = len(concatenated[list(examples.keys())[0]])
+        concatenated = {k: list(chain(*examples[k])) for k in examples}
+        total_length = len(concatenated[next(iter(examples))])
         total_length = (total_length // block_size) * block_size
         result = {
             k: [t[i : i + block_size] for i in range(0, total_length, block_size)] for k, t in concatenated.items()
@@ -371,8 +372,12 @@ def run_measured(cmd: list[str], env: dict, stdout_path: Path) -> dict:
     text = stdout_path.read_text(errors="replace")
     result = json.loads(text[text.index("{") :]) if "{" in text else {}
     return {
-        "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_mb": usage.ru_maxrss / 1024,
-        "tree_mb": peak_tree / MB, "pss_mb": peak_pss / MB, "out": result,
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "maxrss_mb": usage.ru_maxrss / 1024,
+        "tree_mb": peak_tree / MB,
+        "pss_mb": peak_pss / MB,
+        "out": result,
     }
 
 
@@ -396,17 +401,53 @@ class Config:
     def command(self, args, out: Path, cache: Path) -> list[str]:
         script = str(Path(__file__).resolve())
         if self.kind in ("limit", "conversion"):
-            return [PYTHON, script, "--child", self.kind, "--backend", self.backend, "--corpus", self.corpus,
-                    "--tokenizer", args.tokenizer]
+            return [
+                PYTHON,
+                script,
+                "--child",
+                self.kind,
+                "--backend",
+                self.backend,
+                "--corpus",
+                self.corpus,
+                "--tokenizer",
+                args.tokenizer,
+            ]
         if self.kind == "packcli":
             return [
-                PYTHON, "-m", "packcli", "pack", self.corpus, "--tokenizer", args.tokenizer,
-                "--seq-len", str(args.seq_len), "-o", str(out), "--json", *self.extra,
+                PYTHON,
+                "-m",
+                "packcli",
+                "pack",
+                self.corpus,
+                "--tokenizer",
+                args.tokenizer,
+                "--seq-len",
+                str(args.seq_len),
+                "-o",
+                str(out),
+                "--json",
+                *self.extra,
             ]
         return [
-            PYTHON, script, "--child", self.kind, "--corpus", self.corpus, "--tokenizer", args.tokenizer,
-            "--seq-len", str(args.seq_len), "--out", str(out), "--cache", str(cache),
-            "--num-proc", str(args.num_proc), "--trl-strategy", args.trl_strategy,
+            PYTHON,
+            script,
+            "--child",
+            self.kind,
+            "--corpus",
+            self.corpus,
+            "--tokenizer",
+            args.tokenizer,
+            "--seq-len",
+            str(args.seq_len),
+            "--out",
+            str(out),
+            "--cache",
+            str(cache),
+            "--num-proc",
+            str(args.num_proc),
+            "--trl-strategy",
+            args.trl_strategy,
         ]
 
     def run(self, args, scratch: Path) -> dict:
@@ -473,8 +514,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="~2M tokens, 1 round: a smoke run")
     parser.add_argument("--repeats", type=int, default=2, help="rounds; each figure is the best over them")
     parser.add_argument("--baseline-repeats", type=int, default=1, help="rounds that also run datasets/TRL (slow)")
-    parser.add_argument("--baseline-input", choices=("quarter", "full"), default="quarter",
-                        help="corpus of the datasets/TRL baselines and of the packcli run they are compared with")
+    parser.add_argument(
+        "--baseline-input",
+        choices=("quarter", "full"),
+        default="quarter",
+        help="corpus of the datasets/TRL baselines and of the packcli run they are compared with",
+    )
     parser.add_argument("--tokenizer", default="/tmp/qwen-tok")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--seq-len", type=int, default=4096)
@@ -495,7 +540,9 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.child:
-        {"limit": child_limit, "conversion": child_conversion, "datasets": child_datasets, "trl": child_trl}[args.child](args)
+        {"limit": child_limit, "conversion": child_conversion, "datasets": child_datasets, "trl": child_trl}[
+            args.child
+        ](args)
         return
 
     tokens = parse_count("2M" if args.quick and args.tokens == "50M" else args.tokens)
@@ -524,16 +571,33 @@ def make_configs(args, meta: dict) -> tuple[list[Config], list[Config]]:
     C = Config
     configs = [
         C("limit", "limit: HF encode_batch_fast, all cores", "limit", full, nf),
-        C("limit-tt", "tiktoken encoder alone (packcli's auto backend), all cores", "limit", full, nf, backend="tiktoken"),
+        C(
+            "limit-tt",
+            "tiktoken encoder alone (packcli's auto backend), all cores",
+            "limit",
+            full,
+            nf,
+            backend="tiktoken",
+        ),
     ]
     for mode in ("bin", "concat"):
         for fmt in ("parquet", "npy"):
-            configs.append(C(f"{mode}-{fmt}", f"packcli {mode} {fmt}", "packcli", full, nf, ["--mode", mode, "--format", fmt]))
+            configs.append(
+                C(f"{mode}-{fmt}", f"packcli {mode} {fmt}", "packcli", full, nf, ["--mode", mode, "--format", fmt])
+            )
     if not args.no_hf:  # the same tokenizer as the limit: the pipeline's own overhead
         for mode, fmt in (("bin", "parquet"), ("concat", "npy")):
             if True:
-                configs.append(C(f"hf-{mode}-{fmt}", f"packcli {mode} {fmt} --tokenizer-backend hf", "packcli", full, nf,
-                                 ["--mode", mode, "--format", fmt, "--tokenizer-backend", "hf"]))
+                configs.append(
+                    C(
+                        f"hf-{mode}-{fmt}",
+                        f"packcli {mode} {fmt} --tokenizer-backend hf",
+                        "packcli",
+                        full,
+                        nf,
+                        ["--mode", mode, "--format", fmt, "--tokenizer-backend", "hf"],
+                    )
+                )
     # Memory growth and scaling run on the quarter corpus (N) too; the full one is 4N.
     configs.append(C("bin-parquet-q", "packcli bin parquet (N/4 input)", "packcli", quarter, nq))
     configs += [
@@ -544,10 +608,22 @@ def make_configs(args, meta: dict) -> tuple[list[Config], list[Config]]:
     ]
     if not args.no_hf:
         configs += [
-            C("hf-w1", "packcli --tokenizer-backend hf --workers 1 (N/4 input)", "packcli", quarter, nq,
-              ["--workers", "1", "--tokenizer-backend", "hf"]),
-            C("hf-w2", "packcli --tokenizer-backend hf --workers 2 (N/4 input)", "packcli", quarter, nq,
-              ["--workers", "2", "--tokenizer-backend", "hf"]),
+            C(
+                "hf-w1",
+                "packcli --tokenizer-backend hf --workers 1 (N/4 input)",
+                "packcli",
+                quarter,
+                nq,
+                ["--workers", "1", "--tokenizer-backend", "hf"],
+            ),
+            C(
+                "hf-w2",
+                "packcli --tokenizer-backend hf --workers 2 (N/4 input)",
+                "packcli",
+                quarter,
+                nq,
+                ["--workers", "2", "--tokenizer-backend", "hf"],
+            ),
             C("limit-1", "limit: HF encode_batch_fast, 1 thread (N/4 input)", "limit", quarter, nq, threads=1),
             C("limit-2", "limit: HF encode_batch_fast, 2 threads (N/4 input)", "limit", quarter, nq, threads=2),
         ]
@@ -598,9 +674,17 @@ def run_all(args, workdir: Path, tokens: int, repeats: int) -> None:
     if not args.no_hf:
         conversion.run(args, scratch)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(
-            {"meta": meta, "seq_len": args.seq_len, "loads": loads,
-             "configs": {c.key: {"name": c.name, "runs": c.runs} for c in configs + baselines + [conversion]}}, indent=2))
+        Path(args.json_out).write_text(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "seq_len": args.seq_len,
+                    "loads": loads,
+                    "configs": {c.key: {"name": c.name, "runs": c.runs} for c in configs + baselines + [conversion]},
+                },
+                indent=2,
+            )
+        )
     report(args, meta, configs, baselines, loads, conversion)
 
 
@@ -617,7 +701,9 @@ def report(args, meta, configs, baselines, loads, conversion) -> None:
     def ratio_to(x: Config) -> str:
         if x.kind == "limit":
             ref = c["limit"] if x.tokens == limit.tokens else c.get("limit-2", c["limit-tt-2"])
-            return "1.00" if x is limit else f"{x.rate / c['limit'].rate:.2f} of limit" if x.tokens == limit.tokens else ""
+            return (
+                "1.00" if x is limit else f"{x.rate / c['limit'].rate:.2f} of limit" if x.tokens == limit.tokens else ""
+            )
         if x.kind == "packcli":
             return f"{x.rate / limit.rate:.2f} of limit" if x.tokens == limit.tokens else ""
         ref = c["bin-parquet" if x.tokens == limit.tokens else "bin-parquet-q"]
@@ -627,16 +713,32 @@ def report(args, meta, configs, baselines, loads, conversion) -> None:
     for x in configs + baselines:
         b = x.best
         if x.kind == "limit":
-            note = f"encode loop only; load {b['out']['load_s']:.1f} s, json read {b['out']['read_s']:.1f} s not counted"
+            note = (
+                f"encode loop only; load {b['out']['load_s']:.1f} s, json read {b['out']['read_s']:.1f} s not counted"
+            )
         elif x.kind == "packcli":
             t = b["out"].get("timings", {})
-            note = f"backend {b.get('backend')}; in-process {t.get('total', 0):.1f} s: read {t.get('read', 0):.1f}, " \
-                   f"tokenize {t.get('tokenize', 0):.1f}, pack {t.get('pack', 0):.1f}, write {t.get('write', 0):.1f}"
+            note = (
+                f"backend {b.get('backend')}; in-process {t.get('total', 0):.1f} s: read {t.get('read', 0):.1f}, "
+                f"tokenize {t.get('tokenize', 0):.1f}, pack {t.get('pack', 0):.1f}, write {t.get('write', 0):.1f}"
+            )
         else:
-            note = (f"{b['out'].get('rows', 0):,} rows; work in-process {b['out'].get('work_s', 0):.1f} s; "
-                    f"largest process {max(r['maxrss_mb'] for r in x.runs):,.0f} MB")
-        rows.append((x.name, f"{x.rate / 1e6:.2f}", ratio_to(x), f"{x.peak_mb:,.0f}", f"{x.peak_rss_sum_mb:,.0f}",
-                     f"{b['wall']:.1f}", f"{b['cpu']:.1f}", note))
+            note = (
+                f"{b['out'].get('rows', 0):,} rows; work in-process {b['out'].get('work_s', 0):.1f} s; "
+                f"largest process {max(r['maxrss_mb'] for r in x.runs):,.0f} MB"
+            )
+        rows.append(
+            (
+                x.name,
+                f"{x.rate / 1e6:.2f}",
+                ratio_to(x),
+                f"{x.peak_mb:,.0f}",
+                f"{x.peak_rss_sum_mb:,.0f}",
+                f"{b['wall']:.1f}",
+                f"{b['cpu']:.1f}",
+                note,
+            )
+        )
     headers = ("configuration", "M tok/s", "ratio", "peak PSS MB", "RSS sum MB", "wall s", "CPU s", "notes")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
@@ -658,24 +760,48 @@ def report(args, meta, configs, baselines, loads, conversion) -> None:
         x = c[key]
         if x.best.get("backend") == "tiktoken":
             ratio = x.rate / limit.rate
-            checks.append((f"{x.name} with the auto backend (tiktoken) >= 2.5x the HF limit", ratio >= 2.5, f"{ratio:.2f}x"))
+            checks.append(
+                (f"{x.name} with the auto backend (tiktoken) >= 2.5x the HF limit", ratio >= 2.5, f"{ratio:.2f}x")
+            )
     big, small = c["bin-parquet"], c["bin-parquet-q"]
-    checks.append(("peak memory (PSS sum), default options, < 1 GB", big.peak_mb < 1024,
-                   f"{big.peak_mb:,.0f} MB (RSS sum, shared pages counted per process: {big.peak_rss_sum_mb:,.0f} MB)"))
+    checks.append(
+        (
+            "peak memory (PSS sum), default options, < 1 GB",
+            big.peak_mb < 1024,
+            f"{big.peak_mb:,.0f} MB (RSS sum, shared pages counted per process: {big.peak_rss_sum_mb:,.0f} MB)",
+        )
+    )
     growth = big.peak_mb / small.peak_mb - 1
-    checks.append((f"peak memory growth for {big.tokens / small.tokens:.1f}x the input < 20%", growth < 0.2,
-                   f"{small.peak_mb:,.0f} -> {big.peak_mb:,.0f} MB ({growth:+.0%})"))
-    for w1, w2, l1, l2, label in (("w1", "w2", "limit-tt-1", "limit-tt-2", "default backend"),
-                                  ("hf-w1", "hf-w2", "limit-1", "limit-2", "--tokenizer-backend hf")):
+    checks.append(
+        (
+            f"peak memory growth for {big.tokens / small.tokens:.1f}x the input < 20%",
+            growth < 0.2,
+            f"{small.peak_mb:,.0f} -> {big.peak_mb:,.0f} MB ({growth:+.0%})",
+        )
+    )
+    for w1, w2, l1, l2, label in (
+        ("w1", "w2", "limit-tt-1", "limit-tt-2", "default backend"),
+        ("hf-w1", "hf-w2", "limit-1", "limit-2", "--tokenizer-backend hf"),
+    ):
         if w1 in c:
             scaling = c[w2].rate / c[w1].rate
-            checks.append((f"--workers 2 >= 1.7x --workers 1 ({label})", scaling >= 1.7,
-                           f"{scaling:.2f}x (the tokenizer alone, 2 threads / 1 thread: {c[l2].rate / c[l1].rate:.2f}x)"))
+            checks.append(
+                (
+                    f"--workers 2 >= 1.7x --workers 1 ({label})",
+                    scaling >= 1.7,
+                    f"{scaling:.2f}x (the tokenizer alone, 2 threads / 1 thread: {c[l2].rate / c[l1].rate:.2f}x)",
+                )
+            )
     for b in baselines:
         ref = c["bin-parquet" if b.tokens == limit.tokens else "bin-parquet-q"]
         faster, smaller = ref.rate / b.rate, b.peak_mb / ref.peak_mb
-        checks.append((f"packcli bin parquet beats {b.name}", faster > 1 and smaller > 1,
-                       f"{faster:.1f}x the tokens/s, {smaller:.1f}x less peak memory"))
+        checks.append(
+            (
+                f"packcli bin parquet beats {b.name}",
+                faster > 1 and smaller > 1,
+                f"{faster:.1f}x the tokens/s, {smaller:.1f}x less peak memory",
+            )
+        )
     for what, ok, detail in checks:
         print(f"  [{'PASS' if ok else 'MISS'}] {what}: {detail}")
     if conversion.runs:

@@ -81,13 +81,18 @@ def bench_encode(tokenizer, encoder, texts: list[str], repeats: int) -> dict:
     parts = batches(texts)
     hf_out = [encode_texts(tokenizer, b) for b in parts]
     fast_out = [encoder.encode_batch(b) for b in parts]
-    identical = all(
-        np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hf_out, fast_out)
-    )
+    identical = all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hf_out, fast_out))
     tokens = int(sum(len(a[0]) for a in hf_out))
     hf = best_time(lambda: [encode_texts(tokenizer, b) for b in parts], repeats)
     fast = best_time(lambda: [encoder.encode_batch(b) for b in parts], repeats)
-    return {"docs": len(texts), "tokens": tokens, "hf_s": hf, "fast_s": fast, "ratio": hf / fast, "identical": identical}
+    return {
+        "docs": len(texts),
+        "tokens": tokens,
+        "hf_s": hf,
+        "fast_s": fast,
+        "ratio": hf / fast,
+        "identical": identical,
+    }
 
 
 def bench_pack(spec: str, corpus: list[str], repeats: int, workdir: Path) -> dict | None:
@@ -104,13 +109,22 @@ def bench_pack(spec: str, corpus: list[str], repeats: int, workdir: Path) -> dic
         best, report = 0.0, None
         for _ in range(repeats):
             out = workdir / f"out-{backend}"
-            opts = PackOptions(inputs=[str(src)], output=str(out), tokenizer=spec, seq_len=2048, overwrite=True,
-                               tokenizer_backend=backend)
+            opts = PackOptions(
+                inputs=[str(src)],
+                output=str(out),
+                tokenizer=spec,
+                seq_len=2048,
+                overwrite=True,
+                tokenizer_backend=backend,
+            )
             report = run_pack(opts)
             best = max(best, report["tokens_per_second"])
         manifest = json.loads((workdir / f"out-{backend}" / "manifest.json").read_text())
-        results[backend] = {"tokens_per_second": best, "shards": [s["checksum"] for s in manifest["shards"]],
-                            "backend": report.get("tokenizer_backend")}
+        results[backend] = {
+            "tokens_per_second": best,
+            "shards": [s["checksum"] for s in manifest["shards"]],
+            "backend": report.get("tokenizer_backend"),
+        }
     return {
         "ratio": results["auto"]["tokens_per_second"] / results["hf"]["tokens_per_second"],
         "identical_shards": results["auto"]["shards"] == results["hf"]["shards"],
@@ -151,20 +165,26 @@ def main() -> None:
             warm = time.perf_counter() - start
             for corpus, docs in texts.items():
                 r = bench_encode(tokenizer, encoder, docs, args.repeats)
-                print(f"| {name} | {corpus} | {r['docs']:,} | {r['tokens']:,} | {r['hf_s']:.2f} s | {r['fast_s']:.2f} s "
-                      f"| **{r['ratio']:.2f}x** | {'yes' if r['identical'] else 'NO'} |")
+                print(
+                    f"| {name} | {corpus} | {r['docs']:,} | {r['tokens']:,} | {r['hf_s']:.2f} s | {r['fast_s']:.2f} s "
+                    f"| **{r['ratio']:.2f}x** | {'yes' if r['identical'] else 'NO'} |"
+                )
             pack_rows.append((name, cold, warm))
             for corpus in ("python-src",):
                 with tempfile.TemporaryDirectory() as work:
                     result = bench_pack(spec, texts[corpus], args.repeats, Path(work))
                 if result is None:
                     continue
-                print(f"| {name} | `packcli pack` {corpus} | | | | | **{result['ratio']:.2f}x** tokens/s "
-                      f"(auto ran {result['auto_backend']}) | shards identical: {'yes' if result['identical_shards'] else 'NO'} |")
+                print(
+                    f"| {name} | `packcli pack` {corpus} | | | | | **{result['ratio']:.2f}x** tokens/s "
+                    f"(auto ran {result['auto_backend']}) | shards identical: {'yes' if result['identical_shards'] else 'NO'} |"
+                )
     print()
     for name, cold, warm in pack_rows:
-        print(f"# {name}: make_encoder {cold:.2f} s with an empty cache, {warm:.2f} s from the cache "
-              "(both include the hard-string identity check)")
+        print(
+            f"# {name}: make_encoder {cold:.2f} s with an empty cache, {warm:.2f} s from the cache "
+            "(both include the hard-string identity check)"
+        )
 
 
 if __name__ == "__main__":

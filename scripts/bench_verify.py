@@ -63,7 +63,9 @@ def build_output(out: Path, fmt: str, tokens: int, seq_len: int, rows_per_shard:
         flat = rng.integers(3, VOCAB, size=int(lengths.sum()), dtype=np.int32)
         starts = np.cumsum(lengths) - lengths
         placement = pack_lengths(lengths, seq_len, "bfd")
-        rows = build_rows(flat, None, starts, lengths, placement.row, placement.offset, placement.n_rows, seq_len, PAD_ID)
+        rows = build_rows(
+            flat, None, starts, lengths, placement.row, placement.offset, placement.n_rows, seq_len, PAD_ID
+        )
         writer.add(rows)
         totals["rows"] += len(rows)
         totals["sequences"] += len(lengths)
@@ -78,7 +80,13 @@ def build_output(out: Path, fmt: str, tokens: int, seq_len: int, rows_per_shard:
         "format": fmt,
         "labels": "text",
         "options": {},
-        "tokenizer": {"name_or_path": "synthetic", "vocab_size": VOCAB, "eos_id": PAD_ID, "bos_id": None, "pad_id": PAD_ID},
+        "tokenizer": {
+            "name_or_path": "synthetic",
+            "vocab_size": VOCAB,
+            "eos_id": PAD_ID,
+            "bos_id": None,
+            "pad_id": PAD_ID,
+        },
         "totals": totals,
         "shards": [s.to_dict() for s in shards],
     }
@@ -134,8 +142,12 @@ def check_rows_only(out: Path) -> None:
 
     manifest = json.loads((out / "manifest.json").read_text())
     tokenizer = manifest["tokenizer"]
-    options = {"seq_len": manifest["seq_len"], "pad_id": tokenizer["pad_id"],
-               "vocab_size": tokenizer["vocab_size"], "labels_follow_ids": True}
+    options = {
+        "seq_len": manifest["seq_len"],
+        "pad_id": tokenizer["pad_id"],
+        "vocab_size": tokenizer["vocab_size"],
+        "labels_follow_ids": True,
+    }
     for shard in manifest["shards"]:
         _check_shard(out / shard["path"], manifest["format"], shard["path"], options)
 
@@ -151,18 +163,22 @@ def main() -> None:
     tokens = 6_000_000 if args.quick else 40_000_000
     rows_per_shard = max(1, (tokens // 8) // args.seq_len)  # about 8 shards
     print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} cores, {platform.machine()}")
-    print(f"corpus: ~{tokens / 1e6:.0f}M tokens, seq_len {args.seq_len}, ~{rows_per_shard} rows per shard, vocab {VOCAB} (uint16 ids)")
-    print(f"{'format':8} {'GB':>5} {'verify':>11} {'sha256':>11} {'read':>11} {'x sha256':>9} {'x read':>7}"
-          f" {'verify GB/cpu-s':>16} {'sha256 GB/cpu-s':>16} {'rows only':>11}")
+    print(
+        f"corpus: ~{tokens / 1e6:.0f}M tokens, seq_len {args.seq_len}, ~{rows_per_shard} rows per shard, vocab {VOCAB} (uint16 ids)"
+    )
+    print(
+        f"{'format':8} {'GB':>5} {'verify':>11} {'sha256':>11} {'read':>11} {'x sha256':>9} {'x read':>7}"
+        f" {'verify GB/cpu-s':>16} {'sha256 GB/cpu-s':>16} {'rows only':>11}"
+    )
     for fmt in ("npy", "parquet"):
         out = Path(args.out) / fmt
         build_output(out, fmt, tokens if fmt == "npy" else tokens // 2, args.seq_len, rows_per_shard)
         size = sum(f.stat().st_size for f in shard_files(out))
         verify_dir(out)  # warm-up: numba cache, page cache
-        t_verify, cpu_verify = best_of(args.repeats, lambda: verify_dir(out))
-        t_sha, cpu_sha = best_of(args.repeats, lambda: sha256_all(out))
-        t_read, _ = best_of(args.repeats, lambda: read_all(out))
-        t_rows, _ = best_of(args.repeats, lambda: check_rows_only(out))
+        t_verify, cpu_verify = best_of(args.repeats, lambda out=out: verify_dir(out))
+        t_sha, cpu_sha = best_of(args.repeats, lambda out=out: sha256_all(out))
+        t_read, _ = best_of(args.repeats, lambda out=out: read_all(out))
+        t_rows, _ = best_of(args.repeats, lambda out=out: check_rows_only(out))
         gb = size / 1e9
         print(
             f"{fmt:8} {gb:5.2f} {gb / t_verify:6.2f} GB/s {gb / t_sha:6.2f} GB/s {gb / t_read:6.2f} GB/s "

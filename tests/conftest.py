@@ -15,13 +15,15 @@ from typer.testing import CliRunner
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ["COLUMNS"] = "100"  # Rich output stable whatever the terminal
 
-from packcli.cli import app  # noqa: E402
-from packcli.tokenizing import BUNDLED_DIR  # noqa: E402
+from packcli.cli import app
+from packcli.tokenizing import BUNDLED_DIR
 
 WORDS = [f"w{i}" for i in range(200)]
 
 
-def _word_level_tokenizer(path: Path, vocab_size: int, *, eos: bool = True, pad: bool = False, bos: bool = False) -> Path:
+def _word_level_tokenizer(
+    path: Path, vocab_size: int, *, eos: bool = True, pad: bool = False, bos: bool = False
+) -> Path:
     """A whitespace word-level tokenizer: every id is predictable from the text."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

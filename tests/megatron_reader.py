@@ -53,9 +53,7 @@ def read_megatron(prefix) -> MegatronData:
     dtype = np.dtype(CODES[code]).newbyteorder("<")
     with open(f"{prefix}.bin", "rb") as f:
         data = f.read()
-    sequences = [
-        np.frombuffer(data, dtype=dtype, count=int(n), offset=int(p)) for n, p in zip(lengths, pointers)
-    ]
+    sequences = [np.frombuffer(data, dtype=dtype, count=int(n), offset=int(p)) for n, p in zip(lengths, pointers)]
     expected_end = int(pointers[-1]) + int(lengths[-1]) * dtype.itemsize if sequence_count else 0
     assert expected_end == len(data), "the .bin holds bytes no sequence points to"
     return MegatronData(code, dtype, lengths, pointers, document_index, sequences)

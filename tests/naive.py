@@ -106,7 +106,11 @@ def histogram_packer(lengths, capacity, longest_first, max_per_row=0):
                 if max_per_row:
                     per_row = min(per_row, max_per_row - len(old["pack"]))
                 taken = min(len(old["rows"]), remaining // per_row)
-                new = {"rows": old["rows"][:taken], "room": room - per_row * length, "pack": old["pack"] + [length] * per_row}
+                new = {
+                    "rows": old["rows"][:taken],
+                    "room": room - per_row * length,
+                    "pack": old["pack"] + [length] * per_row,
+                }
                 old["rows"] = old["rows"][taken:]
                 if old["rows"]:
                     stacks[room].append(old)
@@ -115,7 +119,11 @@ def histogram_packer(lengths, capacity, longest_first, max_per_row=0):
             else:
                 per_row = min(capacity // length, remaining, max_per_row or capacity)
                 taken = remaining // per_row
-                new = {"rows": list(range(n_rows, n_rows + taken)), "room": capacity - per_row * length, "pack": [length] * per_row}
+                new = {
+                    "rows": list(range(n_rows, n_rows + taken)),
+                    "room": capacity - per_row * length,
+                    "pack": [length] * per_row,
+                }
                 n_rows += taken
             remaining -= taken * per_row
             groups.append(new)
@@ -132,7 +140,7 @@ def histogram_packer(lengths, capacity, longest_first, max_per_row=0):
             if len(rows) >= copies:
                 grid = [(row, offset + c * length) for c in range(copies) for row in rows]
             slots[length] += grid
-    taken = {length: 0 for length in range(capacity + 1)}
+    taken = dict.fromkeys(range(capacity + 1), 0)
     row, offset = [0] * len(lengths), [0] * len(lengths)
     for i, length in enumerate(lengths):
         row[i], offset[i] = slots[length][taken[length]]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import load_rows, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packcli
-from conftest import load_rows, write_jsonl
 from packcli.errors import PackcliError
 from packcli.verify import check_rows
 
@@ -18,12 +18,28 @@ def test_library_equals_cli(tmp_path, packed):
     sequences = [rng.integers(4, 300, size=int(n)).tolist() for n in rng.integers(1, 90, size=120)]
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": s} for s in sequences])
     for algorithm, mode in (("bfd", "bin"), ("nf", "bin"), ("bfd", "concat")):
-        out = packed(path, "--ids-field", "ids", "--no-eos", "--pad-id", 0, "--seq-len", 64,
-                     "--algorithm", algorithm, "--mode", mode, "--buffer-size", 50)
+        out = packed(
+            path,
+            "--ids-field",
+            "ids",
+            "--no-eos",
+            "--pad-id",
+            0,
+            "--seq-len",
+            64,
+            "--algorithm",
+            algorithm,
+            "--mode",
+            mode,
+            "--buffer-size",
+            50,
+        )
         cli_rows, _ = load_rows(out)
         lib = packcli.pack_sequences(sequences, 64, algorithm=algorithm, mode=mode, pad_id=0, buffer_size=50)
         for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments"):
-            np.testing.assert_array_equal(getattr(lib.rows, name), getattr(cli_rows, name), err_msg=f"{algorithm} {mode} {name}")
+            np.testing.assert_array_equal(
+                getattr(lib.rows, name), getattr(cli_rows, name), err_msg=f"{algorithm} {mode} {name}"
+            )
 
 
 @settings(max_examples=60, deadline=None)

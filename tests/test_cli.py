@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import write_jsonl
 
 
@@ -45,8 +44,23 @@ def commands():
 
 
 # pack's options that are not about reading and tokenizing the input.
-PACK_ONLY = {"inputs", "output", "seq_len", "mode", "algorithm", "remainder", "shuffle", "seed", "format",
-             "rows_per_shard", "overwrite", "resume", "tmp_dir", "json_output", "debug"}
+PACK_ONLY = {
+    "inputs",
+    "output",
+    "seq_len",
+    "mode",
+    "algorithm",
+    "remainder",
+    "shuffle",
+    "seed",
+    "format",
+    "rows_per_shard",
+    "overwrite",
+    "resume",
+    "tmp_dir",
+    "json_output",
+    "debug",
+}
 
 
 def test_stats_takes_every_input_option_of_pack_defined_alike():
@@ -65,7 +79,13 @@ def test_stats_takes_every_input_option_of_pack_defined_alike():
     for name in input_options:
         a, b = pack[name], stats[name]
         assert (a.opts, a.secondary_opts, a.default, a.help, a.metavar, a.rich_help_panel) == (
-            b.opts, b.secondary_opts, b.default, b.help, b.metavar, b.rich_help_panel), name
+            b.opts,
+            b.secondary_opts,
+            b.default,
+            b.help,
+            b.metavar,
+            b.rich_help_panel,
+        ), name
         assert a.type_descriptor.annotation == b.type_descriptor.annotation, name
 
 
@@ -74,9 +94,13 @@ def test_help_shows_every_choice_from_the_core_in_panels(cli):
     from packcli.cli import INPUT, OUTPUT, PACKING, RUN, TOKENIZATION
 
     core = {
-        "mode": options.MODES, "algorithm": kernels.ALGORITHMS, "format": shards.FORMATS,
-        "tokenizer_backend": fastbpe.BACKENDS, "overlong": options.OVERLONG_POLICIES,
-        "remainder": options.REMAINDER_POLICIES, "on_bad_record": options.BAD_RECORD_POLICIES,
+        "mode": options.MODES,
+        "algorithm": kernels.ALGORITHMS,
+        "format": shards.FORMATS,
+        "tokenizer_backend": fastbpe.BACKENDS,
+        "overlong": options.OVERLONG_POLICIES,
+        "remainder": options.REMAINDER_POLICIES,
+        "on_bad_record": options.BAD_RECORD_POLICIES,
     }
     params = {p.name: p for p in commands()["pack"].params}
     text = cli("pack", "--help").stdout
@@ -121,9 +145,11 @@ def test_verify_prints_human_sizes_and_speeds(cli, packed, tmp_path, word_tokeni
     if checked.group(3):
         assert float(checked.group(3)) > 0 and checked.group(4) in ("B", "kB", "MB", "GB")
     summary = {"shards": 1, "rows": 3, "sequences": 5, "real_tokens": 20}
-    for size, seconds, expected in ((12_345, 0.0, "12.3 kB checked in under 1 ms"),
-                                    (3_000_000_000, 0.5, "3.00 GB checked at 6.00 GB/s"),
-                                    (999_600, 2.0, "1.00 MB checked at 500 kB/s")):
+    for size, seconds, expected in (
+        (12_345, 0.0, "12.3 kB checked in under 1 ms"),
+        (3_000_000_000, 0.5, "3.00 GB checked at 6.00 GB/s"),
+        (999_600, 2.0, "1.00 MB checked at 500 kB/s"),
+    ):
         monkeypatch.setattr(verify, "verify_dir", lambda _, s=size, t=seconds: {**summary, "bytes": s, "seconds": t})
         line = cli("verify", out).stdout.strip()
         assert line.endswith(f"({expected})"), line
@@ -132,8 +158,17 @@ def test_verify_prints_human_sizes_and_speeds(cli, packed, tmp_path, word_tokeni
 def test_human_bytes_has_three_significant_digits():
     from packcli.cli import human_bytes
 
-    cases = {0: "0 B", 999: "999 B", 999.6: "1.00 kB", 1234: "1.23 kB", 12_345: "12.3 kB", 123_456: "123 kB",
-             999_499: "999 kB", 999_500: "1.00 MB", 45_600_000_000: "45.6 GB"}
+    cases = {
+        0: "0 B",
+        999: "999 B",
+        999.6: "1.00 kB",
+        1234: "1.23 kB",
+        12_345: "12.3 kB",
+        123_456: "123 kB",
+        999_499: "999 kB",
+        999_500: "1.00 MB",
+        45_600_000_000: "45.6 GB",
+    }
     assert {size: human_bytes(size) for size in cases} == cases
 
 
@@ -158,8 +193,19 @@ def test_missing_text_field_names_field_and_keys(cli, doc, tmp_path, word_tokeni
 
 
 def test_skip_bad_records_counts_them(cli, doc, tmp_path, word_tokenizer):
-    result = cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
-                 "--on-bad-record", "skip", "--json")
+    result = cli(
+        "pack",
+        doc,
+        "-o",
+        tmp_path / "o",
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        8,
+        "--on-bad-record",
+        "skip",
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     documents = json.loads(result.stdout)["documents"]
     assert documents["read"] == 2 and documents["skipped"] == 1
@@ -177,20 +223,34 @@ def test_tokenizer_without_eos(cli, doc, tmp_path, no_eos_tokenizer):
     line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", no_eos_tokenizer, "--seq-len", 8))
     assert "no EOS token" in line and "--eos-token" in line
     # ...and it works once an EOS is named
-    ok = cli("pack", doc, "-o", tmp_path / "o2", "--tokenizer", no_eos_tokenizer, "--seq-len", 8,
-             "--eos-token", "<s>", "--on-bad-record", "skip")
+    ok = cli(
+        "pack",
+        doc,
+        "-o",
+        tmp_path / "o2",
+        "--tokenizer",
+        no_eos_tokenizer,
+        "--seq-len",
+        8,
+        "--eos-token",
+        "<s>",
+        "--on-bad-record",
+        "skip",
+    )
     assert ok.exit_code == 0, ok.stderr
 
 
 def test_eos_token_not_in_vocabulary(cli, doc, tmp_path, word_tokenizer):
-    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
-                              "--eos-token", "<nope>"))
+    line = one_error_line(
+        cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, "--eos-token", "<nope>")
+    )
     assert "'<nope>' is not a token" in line
 
 
 def test_pad_id_outside_vocabulary(cli, doc, tmp_path, word_tokenizer):
-    line = one_error_line(cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8,
-                              "--pad-id", 5000))
+    line = one_error_line(
+        cli("pack", doc, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 5000)
+    )
     assert "pad id 5000 is outside the vocabulary" in line
 
 
@@ -252,7 +312,9 @@ def test_output_that_is_a_file(cli, tmp_path, word_tokenizer):
 
 
 def test_missing_input_and_no_documents(cli, tmp_path, word_tokenizer):
-    line = one_error_line(cli("pack", tmp_path / "none.jsonl", "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    line = one_error_line(
+        cli("pack", tmp_path / "none.jsonl", "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8)
+    )
     assert "none.jsonl" in line
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -262,8 +324,19 @@ def test_missing_input_and_no_documents(cli, tmp_path, word_tokenizer):
 
 
 def test_debug_shows_the_traceback(tmp_path, word_tokenizer):
-    args = [sys.executable, "-m", "packcli", "pack", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o"),
-            "--tokenizer", str(word_tokenizer), "--seq-len", "8"]
+    args = [
+        sys.executable,
+        "-m",
+        "packcli",
+        "pack",
+        str(tmp_path / "none.jsonl"),
+        "-o",
+        str(tmp_path / "o"),
+        "--tokenizer",
+        str(word_tokenizer),
+        "--seq-len",
+        "8",
+    ]
     plain = subprocess.run(args, capture_output=True, text=True)
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
     debug = subprocess.run(args + ["--debug"], capture_output=True, text=True)
@@ -280,7 +353,15 @@ def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_toke
     assert verified.exit_code == 0 and verified.stdout.startswith("ok: ")
     stats = json.loads(cli("stats", tmp_path / "o", "--json").stdout)
     report = json.loads((tmp_path / "o" / "report.json").read_text())
-    for key in ("rows", "real_tokens", "padding_tokens", "efficiency", "label_tokens", "sequences_per_row", "fill_per_row"):
+    for key in (
+        "rows",
+        "real_tokens",
+        "padding_tokens",
+        "efficiency",
+        "label_tokens",
+        "sequences_per_row",
+        "fill_per_row",
+    ):
         assert stats[key] == report[key], key
 
 

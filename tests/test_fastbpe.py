@@ -23,9 +23,7 @@ from packcli.tokenizing import BUNDLED_NAME, encode_texts, load_tokenizer
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+LLAMA3_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -47,7 +45,10 @@ def gpt2_json() -> dict:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=3000,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_training_text(), trainer=trainer)
     return json.loads(tok.to_str())
@@ -61,15 +62,26 @@ def _save(spec: dict, path: Path, *, added: list[dict] | None = None) -> Path:
     for extra in added or []:
         from tokenizers import AddedToken
 
-        token = AddedToken(extra["content"], special=extra.get("special", False), normalized=extra.get("normalized", True),
-                           lstrip=extra.get("lstrip", False), rstrip=extra.get("rstrip", False))
+        token = AddedToken(
+            extra["content"],
+            special=extra.get("special", False),
+            normalized=extra.get("normalized", True),
+            lstrip=extra.get("lstrip", False),
+            rstrip=extra.get("rstrip", False),
+        )
         (tok.add_special_tokens if extra.get("special") else tok.add_tokens)([token])
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(path))
     return path
 
 
-def _variant(base: dict, *, pattern: str | None = None, ignore_merges: bool | None = None, normalizer=None,
-             prefix_space: bool | None = None) -> dict:
+def _variant(
+    base: dict,
+    *,
+    pattern: str | None = None,
+    ignore_merges: bool | None = None,
+    normalizer=None,
+    prefix_space: bool | None = None,
+) -> dict:
     spec = json.loads(json.dumps(base))
     if pattern is not None:
         spec["pre_tokenizer"] = {
@@ -88,8 +100,11 @@ def _variant(base: dict, *, pattern: str | None = None, ignore_merges: bool | No
     return spec
 
 
-NON_SPECIAL = [{"content": "packcli", "normalized": True}, {"content": " token", "normalized": False},
-               {"content": "é!", "normalized": True}]
+NON_SPECIAL = [
+    {"content": "packcli", "normalized": True},
+    {"content": " token", "normalized": False},
+    {"content": "é!", "normalized": True},
+]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +115,10 @@ def tokenizers_under_test(gpt2_json, tmp_path_factory) -> dict:
         "gpt2": (_variant(gpt2_json), None),
         "gpt2-prefix-space": (_variant(gpt2_json, prefix_space=True), None),
         "qwen-style": (_variant(gpt2_json, pattern=QWEN_PATTERN, ignore_merges=True), NON_SPECIAL),
-        "llama3-style-nfc": (_variant(gpt2_json, pattern=LLAMA3_PATTERN, ignore_merges=True, normalizer={"type": "NFC"}),
-                             NON_SPECIAL),
+        "llama3-style-nfc": (
+            _variant(gpt2_json, pattern=LLAMA3_PATTERN, ignore_merges=True, normalizer={"type": "NFC"}),
+            NON_SPECIAL,
+        ),
     }
     loaded = {"bundled": load_tokenizer(BUNDLED_NAME)}
     for name, (spec, added) in specs.items():
@@ -130,8 +147,8 @@ def _assert_identical(tokenizer, encoder, texts):
     if not (np.array_equal(want_len, got_len) and np.array_equal(want_flat, got_flat)):
         ends_w, ends_g = np.cumsum(want_len), np.cumsum(got_len)
         for i, text in enumerate(texts):
-            a = want_flat[ends_w[i] - want_len[i]: ends_w[i]].tolist()
-            b = got_flat[ends_g[i] - got_len[i]: ends_g[i]].tolist()
+            a = want_flat[ends_w[i] - want_len[i] : ends_w[i]].tolist()
+            b = got_flat[ends_g[i] - got_len[i] : ends_g[i]].tolist()
             assert a == b, f"text {i}: {text!r}"
 
 
@@ -153,10 +170,37 @@ def test_training_text_identical(encoders, name):
     _assert_identical(tok, encoder, texts + [t[i:] for t in texts[:5] for i in (1, 2, 3)])
 
 
-FRAGMENTS = SPECIALS + [c["content"] for c in NON_SPECIAL] + [
-    "<|im_", "|>", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "é", "e\u0301", ">\u0338", "\u212b", "ﬁ", "ſ",
-    "123", "x", "Hello", " world", "日本", "😀", "\u200d", "\u00a0", "packcli", "token",
-]
+FRAGMENTS = (
+    SPECIALS
+    + [c["content"] for c in NON_SPECIAL]
+    + [
+        "<|im_",
+        "|>",
+        " ",
+        "  ",
+        "\n",
+        "\r\n",
+        "\t",
+        "'s",
+        "'LL",
+        "é",
+        "e\u0301",
+        ">\u0338",
+        "\u212b",
+        "ﬁ",
+        "ſ",
+        "123",
+        "x",
+        "Hello",
+        " world",
+        "日本",
+        "😀",
+        "\u200d",
+        "\u00a0",
+        "packcli",
+        "token",
+    ]
+)
 text_strategy = st.one_of(
     st.text(max_size=80),
     st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), max_size=25).map("".join),
@@ -289,18 +333,32 @@ def _tiny_bpe(ignore_merges: bool) -> dict:
     for tok in ("ab", "bc", "abc"):
         vocab[tok] = len(vocab)
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
-                  "vocab": vocab, "merges": [["a", "b"], ["b", "c"], ["a", "bc"]]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": ignore_merges,
+            "vocab": vocab,
+            "merges": [["a", "b"], ["b", "c"], ["a", "bc"]],
+        },
     }
 
 
 def test_token_unreachable_by_its_merges_is_refused(tmp_path):
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(_tiny_bpe(False))))
     assert [t.value for t in tok.backend_tokenizer.model.tokenize("abc")] == ["ab", "c"]

@@ -20,8 +20,14 @@ def dataset_rows(ds) -> Rows:
     cu = [np.asarray(c, dtype=np.int32) for c in ds["cu_seqlens"]]
     offsets = np.concatenate([[0], np.cumsum([len(c) for c in cu])]).astype(np.int64)
     columns = {name: np.asarray(ds[name], dtype=np.int32).reshape(len(ds), -1) for name in hf.TRAIN_COLUMNS}
-    return Rows(columns["input_ids"], columns["labels"], columns["position_ids"],
-                np.concatenate(cu) if cu else np.zeros(0, np.int32), offsets, np.asarray(ds["num_segments"], np.int32))
+    return Rows(
+        columns["input_ids"],
+        columns["labels"],
+        columns["position_ids"],
+        np.concatenate(cu) if cu else np.zeros(0, np.int32),
+        offsets,
+        np.asarray(ds["num_segments"], np.int32),
+    )
 
 
 def assert_same_rows(a: Rows, b: Rows):
@@ -42,11 +48,13 @@ def test_pack_dataset_equals_pack_sequences_and_holds_the_invariants():
 
 
 def test_pack_dataset_from_a_tokenized_dataset_with_labels_and_eos():
-    source = datasets.Dataset.from_dict({
-        "input_ids": [[5, 6, 7], [8, 9]],
-        "labels": [[-100, -100, 7], [-100, 9]],
-        "text": ["a", "b"],
-    })
+    source = datasets.Dataset.from_dict(
+        {
+            "input_ids": [[5, 6, 7], [8, 9]],
+            "labels": [[-100, -100, 7], [-100, 9]],
+            "text": ["a", "b"],
+        }
+    )
     ds = hf.pack_dataset(source, 8, eos_id=1, pad_id=0, algorithm="nf", attention_mask=True)
     assert ds[0] == {
         "input_ids": [5, 6, 7, 1, 8, 9, 1, 0],
@@ -54,8 +62,12 @@ def test_pack_dataset_from_a_tokenized_dataset_with_labels_and_eos():
         "position_ids": [0, 1, 2, 3, 0, 1, 2, 0],
         "attention_mask": [1, 1, 1, 1, 1, 1, 1, 0],
     }
-    check_rows(dataset_rows(hf.pack_dataset(source, 8, eos_id=1, cu_seqlens=True)), seq_len=8, pad_id=0,
-               labels_follow_ids=False)
+    check_rows(
+        dataset_rows(hf.pack_dataset(source, 8, eos_id=1, cu_seqlens=True)),
+        seq_len=8,
+        pad_id=0,
+        labels_follow_ids=False,
+    )
     # a tokenizer's output (a dict) works the same
     assert hf.pack_dataset({"input_ids": [[5, 6, 7]]}, 4)[0]["input_ids"] == [5, 6, 7, 0]
 

@@ -193,7 +193,9 @@ def test_length_below_one(bad):
 
 
 def test_unknown_algorithm_lists_valid_ones():
-    with pytest.raises(PackcliError, match="unknown packing algorithm 'wfd'; choose one of nf, ff, ffd, bfd, spfhp, lpfhp"):
+    with pytest.raises(
+        PackcliError, match="unknown packing algorithm 'wfd'; choose one of nf, ff, ffd, bfd, spfhp, lpfhp"
+    ):
         pack_lengths([1], 8, "wfd")
 
 

@@ -48,8 +48,19 @@ def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer
     texts += ["w1 w2 w3 w4 w5 w6 w7"] * 3  # 8 tokens with EOS: ends exactly at a row end
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
     for fmt in ("parquet", "npy"):
-        out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8, "--mode", "concat", "--format", fmt,
-                     "--rows-per-shard", 7)
+        out = packed(
+            path,
+            "--tokenizer",
+            word_tokenizer,
+            "--seq-len",
+            8,
+            "--mode",
+            "concat",
+            "--format",
+            fmt,
+            "--rows-per-shard",
+            7,
+        )
         summary, stderr = export(cli, out, tmp_path / f"mega-{fmt}")
         data = read_megatron(tmp_path / f"mega-{fmt}")
         assert as_lists(data) == [word_ids(t) + [EOS] for t in texts]

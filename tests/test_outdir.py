@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import random_texts, write_jsonl
+
 from packcli.errors import PackcliError
 from packcli.outdir import LOCK_FILE, OutputLock
-
 
 HOLD_LOCK = (
     "import sys, time; from pathlib import Path; from packcli.outdir import OutputLock; "
@@ -30,7 +29,9 @@ def test_a_second_run_into_a_directory_in_use_fails_at_once(tmp_path, cli, packe
             result = cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 32, *extra)
             assert result.exit_code == 1
             lines = result.stderr.strip().splitlines()
-            assert len(lines) == 1 and "is in use by another packcli run" in lines[0] and f"pid {holder.pid}" in lines[0]
+            assert (
+                len(lines) == 1 and "is in use by another packcli run" in lines[0] and f"pid {holder.pid}" in lines[0]
+            )
         after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != LOCK_FILE}
         assert after == before  # the first run's output is untouched, even with --overwrite
     finally:

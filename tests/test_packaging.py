@@ -166,7 +166,10 @@ def test_the_scan_sees_function_level_and_optional_imports():
     assert ("packcli/torch_data.py", "torch", "<module>", "torch", False) in found
     assert ("packcli/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
     assert ("packcli/stats.py", "matplotlib", "matplotlib_figure", "plot", False) in found
-    assert any(imp.file == "packcli/reading.py" and imp.name == "pyarrow" and imp.scope != "<module>" for imp in PACKAGE_IMPORTS)
+    assert any(
+        imp.file == "packcli/reading.py" and imp.name == "pyarrow" and imp.scope != "<module>"
+        for imp in PACKAGE_IMPORTS
+    )
     assert ("packcli/torch_data.py", "flash_attn", "_flash_varlen", None, True) in found
 
 
@@ -176,8 +179,10 @@ def test_every_import_under_packcli_is_declared():
     for imp in PACKAGE_IMPORTS:
         if imp.used_when_present:
             if imp.name not in USED_WHEN_PRESENT:
-                problems.append(f"{imp.file}:{imp.line} imports {imp.name} when present: declare it in an extra "
-                                "and import it under needs_extra, or say in USED_WHEN_PRESENT why it is declared nowhere")
+                problems.append(
+                    f"{imp.file}:{imp.line} imports {imp.name} when present: declare it in an extra "
+                    "and import it under needs_extra, or say in USED_WHEN_PRESENT why it is declared nowhere"
+                )
             continue
         if imp.extra is not None and imp.extra not in extras:
             problems.append(f"{imp.file}:{imp.line}: needs_extra names {imp.extra!r}, which pyproject.toml lacks")
@@ -219,8 +224,23 @@ def parquet_out(tmp_path_factory) -> Path:
 
     tmp = tmp_path_factory.mktemp("parquet")
     path = write_jsonl(tmp / "in.jsonl", [{"input_ids": [5, 6, 7]}, {"input_ids": [8]}])
-    result = CliRunner().invoke(app, ["pack", str(path), "-o", str(tmp / "out"), "--ids-field", "input_ids",
-                                      "--eos-token", "1", "--pad-id", "0", "--seq-len", "8"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pack",
+            str(path),
+            "-o",
+            str(tmp / "out"),
+            "--ids-field",
+            "input_ids",
+            "--eos-token",
+            "1",
+            "--pad-id",
+            "0",
+            "--seq-len",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return tmp / "out"
 
@@ -259,7 +279,7 @@ SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if i
 
 
 def test_every_optional_import_has_a_trigger():
-    assert SITES == sorted(TRIGGERS)
+    assert sorted(TRIGGERS) == SITES
 
 
 @pytest.mark.parametrize("site", SITES, ids=[f"{m}.{f}" for m, f in SITES])
@@ -334,17 +354,26 @@ def test_a_plain_install_runs_every_command(tmp_path):
     requires (jinja2 for chat templates) fails here."""
     closure = base_closure()
     blocked = sorted(
-        name for name, dists in DISTRIBUTIONS.items()
+        name
+        for name, dists in DISTRIBUTIONS.items()
         if not {canonicalize_name(d) for d in dists} & closure and name.isidentifier()
     )
     assert "torch" in blocked and "datasets" in blocked and "matplotlib" in blocked
     demo = (Path(packcli.__file__).parent / "assets" / "demo.jsonl").read_text(encoding="utf-8").splitlines()[:20]
     text = tmp_path / "text.jsonl"
     text.write_text("\n".join(demo) + "\n", encoding="utf-8")
-    chat = write_jsonl(tmp_path / "chat.jsonl", [
-        {"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]}
-        for i in range(12)
-    ])
+    chat = write_jsonl(
+        tmp_path / "chat.jsonl",
+        [
+            {
+                "messages": [
+                    {"role": "user", "content": f"question {i}"},
+                    {"role": "assistant", "content": f"answer {i}"},
+                ]
+            }
+            for i in range(12)
+        ],
+    )
     out, chat_out = str(tmp_path / "out"), str(tmp_path / "chat-out")
     demo_tok = ["--tokenizer", "packcli:demo"]
     commands = {
@@ -358,12 +387,16 @@ def test_a_plain_install_runs_every_command(tmp_path):
         "plot": ["stats", out, "--plot", str(tmp_path / "p.png")],
     }
     spec = json.dumps({"blocked": blocked, "commands": commands})
-    run = subprocess.run([sys.executable, "-c", PLAIN_INSTALL], input=spec, capture_output=True, text=True,
-                         check=False, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", PLAIN_INSTALL], input=spec, capture_output=True, text=True, check=False, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.splitlines()[-1])
     for key in ("pack", "pack chat", "verify", "verify chat", "stats", "stats raw", "export"):
         assert results[key][0] == 0, (key, results[key])
-    assert results["plot"][:1] == [1] and results["plot"][2] == "error: --plot needs matplotlib: pip install 'packcli[plot]'\n"
+    assert (
+        results["plot"][:1] == [1]
+        and results["plot"][2] == "error: --plot needs matplotlib: pip install 'packcli[plot]'\n"
+    )
     assert results["torch_data"] == [1, "", "packcli.torch_data needs PyTorch: pip install 'packcli[torch]'"]
     assert results["hf"] == [1, "", "packcli.hf needs datasets: pip install 'packcli[hf]'"]

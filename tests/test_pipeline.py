@@ -10,10 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from conftest import load_rows, random_texts, real_segments, word_ids, write_jsonl
 
 import packcli
-
-from conftest import load_rows, random_texts, real_segments, word_ids, write_jsonl
 
 EOS = 1  # `</s>` in the word tokenizer
 
@@ -159,7 +158,9 @@ def test_bos_follows_a_tokenizer_that_adds_it(tmp_path, packed):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 2)])
     directory = tmp_path / "llamaish"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="[UNK]").save_pretrained(directory)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="[UNK]").save_pretrained(
+        directory
+    )
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "a b"}])
     rows, manifest = load_rows(packed(path, "--tokenizer", directory, "--seq-len", 8))
     assert real_segments(rows) == [[2, 3, 4, 1]] and manifest["options"]["bos"] is True
@@ -283,9 +284,23 @@ def test_json_report_has_the_spec_fields(corpus, cli, tmp_path, word_tokenizer):
     _, path = corpus
     result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 64, "--json")
     report = json.loads(result.stdout)
-    for key in ("documents", "sequences_packed", "overlong", "rows", "seq_len", "real_tokens", "padding_tokens",
-                "efficiency", "lower_bound_rows", "sequences_per_row", "fill_per_row", "label_tokens",
-                "no_packing", "timings", "tokens_per_second"):
+    for key in (
+        "documents",
+        "sequences_packed",
+        "overlong",
+        "rows",
+        "seq_len",
+        "real_tokens",
+        "padding_tokens",
+        "efficiency",
+        "lower_bound_rows",
+        "sequences_per_row",
+        "fill_per_row",
+        "label_tokens",
+        "no_packing",
+        "timings",
+        "tokens_per_second",
+    ):
         assert key in report, key
     assert set(report["timings"]) == {"read", "tokenize", "spill", "plan", "write", "total"}
     on_disk = json.loads((tmp_path / "o" / "report.json").read_text())

@@ -209,15 +209,18 @@ def test_several_inputs_are_read_in_order_given(tmp_path, stdin):
     assert [r["text"] for _, r in got] == ["parquet", "from stdin", "gz", "parquet"]
 
 
-@pytest.mark.parametrize("name,data", [
-    ("empty.jsonl", b""),
-    ("empty.jsonl.gz", b""),
-    ("empty-member.jsonl.gz", gzip.compress(b"")),
-    ("empty.jsonl.zst", b""),
-    ("empty-frame.jsonl.zst", zstandard.ZstdCompressor().compress(b"")),
-    ("blank.jsonl", b"\n\n  \n"),
-    ("empty.parquet", b""),
-])
+@pytest.mark.parametrize(
+    "name,data",
+    [
+        ("empty.jsonl", b""),
+        ("empty.jsonl.gz", b""),
+        ("empty-member.jsonl.gz", gzip.compress(b"")),
+        ("empty.jsonl.zst", b""),
+        ("empty-frame.jsonl.zst", zstandard.ZstdCompressor().compress(b"")),
+        ("blank.jsonl", b"\n\n  \n"),
+        ("empty.parquet", b""),
+    ],
+)
 def test_empty_files_yield_nothing(tmp_path, name, data):
     path = tmp_path / name
     path.write_bytes(data)
@@ -260,7 +263,10 @@ def test_batches_never_mix_sources(tmp_path):
     b = write_parquet(tmp_path / "b.parquet", {"text": ["b"] * 3})
     batches = list(read_batches([str(a), str(b)], TEXT, batch_size=2))
     assert [(x.source, x.kind, len(x)) for x in batches] == [
-        (str(a), "line", 2), (str(a), "line", 1), (str(b), "row", 2), (str(b), "row", 1)
+        (str(a), "line", 2),
+        (str(a), "line", 1),
+        (str(b), "row", 2),
+        (str(b), "row", 1),
     ]
 
 
@@ -285,12 +291,36 @@ def test_directory_is_expanded_recursively_sorted_and_filtered(tmp_path):
     root = tmp_path / "corpus"
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / ".hidden").mkdir()
-    for name in ["b.jsonl", "a.parquet", "sub/c.jsonl.zst", "sub/deeper/d.jsonl.gz", "notes.txt", "x.json",
-                 "y.arrow", "z.json.gz", ".hidden/e.jsonl", ".f.jsonl", "UPPER.JSONL", "state.json"]:
+    for name in [
+        "b.jsonl",
+        "a.parquet",
+        "sub/c.jsonl.zst",
+        "sub/deeper/d.jsonl.gz",
+        "notes.txt",
+        "x.json",
+        "y.arrow",
+        "z.json.gz",
+        ".hidden/e.jsonl",
+        ".f.jsonl",
+        "UPPER.JSONL",
+        "state.json",
+    ]:
         (root / name).write_bytes(b"")
     got = expand_inputs([str(root)])
-    assert got == [str(root / n) for n in ["UPPER.JSONL", "a.parquet", "b.jsonl", "state.json", "sub/c.jsonl.zst",
-                                           "sub/deeper/d.jsonl.gz", "x.json", "y.arrow", "z.json.gz"]]
+    assert got == [
+        str(root / n)
+        for n in [
+            "UPPER.JSONL",
+            "a.parquet",
+            "b.jsonl",
+            "state.json",
+            "sub/c.jsonl.zst",
+            "sub/deeper/d.jsonl.gz",
+            "x.json",
+            "y.arrow",
+            "z.json.gz",
+        ]
+    ]
 
 
 def test_glob_is_expanded_sorted_and_filtered(tmp_path):
@@ -306,7 +336,8 @@ def test_recursive_glob(tmp_path):
     (tmp_path / "x" / "y" / "deep.jsonl").write_bytes(b"")
     (tmp_path / "top.jsonl").write_bytes(b"")
     assert expand_inputs([str(tmp_path / "**" / "*.jsonl")]) == [
-        str(tmp_path / "top.jsonl"), str(tmp_path / "x" / "y" / "deep.jsonl")
+        str(tmp_path / "top.jsonl"),
+        str(tmp_path / "x" / "y" / "deep.jsonl"),
     ]
 
 
@@ -331,14 +362,21 @@ def test_relative_paths_stay_as_given(tmp_path, monkeypatch):
     assert expand_inputs(["d", "d/*.jsonl"]) == [os.path.join("d", "x.jsonl"), "d/x.jsonl"]
 
 
-@pytest.mark.parametrize("make,given,expected", [
-    (None, "missing.jsonl", "missing.jsonl: no such file or directory"),
-    (None, "nothing*.jsonl", "nothing*.jsonl: pattern matches no"),
-    ("data.csv", "data.csv", "data.csv: unsupported file type (supported: .jsonl, .jsonl.gz, .jsonl.zst, .json, "
-                             ".json.gz, .json.zst, .parquet, .arrow)"),
-    ("only.txt", "only.*", "only.*: pattern matches no .jsonl"),
-    ("emptydir/", "emptydir", "emptydir: directory has no .jsonl"),
-])
+@pytest.mark.parametrize(
+    "make,given,expected",
+    [
+        (None, "missing.jsonl", "missing.jsonl: no such file or directory"),
+        (None, "nothing*.jsonl", "nothing*.jsonl: pattern matches no"),
+        (
+            "data.csv",
+            "data.csv",
+            "data.csv: unsupported file type (supported: .jsonl, .jsonl.gz, .jsonl.zst, .json, "
+            ".json.gz, .json.zst, .parquet, .arrow)",
+        ),
+        ("only.txt", "only.*", "only.*: pattern matches no .jsonl"),
+        ("emptydir/", "emptydir", "emptydir: directory has no .jsonl"),
+    ],
+)
 def test_expand_inputs_errors(tmp_path, monkeypatch, make, given, expected):
     monkeypatch.chdir(tmp_path)
     if make and make.endswith("/"):
@@ -356,8 +394,16 @@ def test_expand_inputs_needs_at_least_one_input():
 
 
 def test_supported_suffixes_are_the_documented_ones():
-    assert SUPPORTED_SUFFIXES == (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst",
-                                  ".parquet", ".arrow")
+    assert SUPPORTED_SUFFIXES == (
+        ".jsonl",
+        ".jsonl.gz",
+        ".jsonl.zst",
+        ".json",
+        ".json.gz",
+        ".json.zst",
+        ".parquet",
+        ".arrow",
+    )
     docs = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
     input_row = next(line for line in docs.splitlines() if line.startswith("| `INPUT...`"))
     assert all(f"`{suffix}`" in input_row for suffix in SUPPORTED_SUFFIXES)
@@ -367,14 +413,24 @@ def test_supported_suffixes_are_the_documented_ones():
 
 # (line written at line 2, fields, reason counted under skip, problem in the message)
 BAD_JSONL = [
-    pytest.param(b'{"text": "a",}', TEXT, "malformed JSON",
-                 "malformed JSON (Expecting property name enclosed in double quotes at column 14)", id="malformed"),
+    pytest.param(
+        b'{"text": "a",}',
+        TEXT,
+        "malformed JSON",
+        "malformed JSON (Expecting property name enclosed in double quotes at column 14)",
+        id="malformed",
+    ),
     pytest.param(b'{"text": "unterminated', TEXT, "malformed JSON", "malformed JSON (Unterminated string", id="unterm"),
     pytest.param(b"[1, 2]", TEXT, "not an object", "record is a list, expected a JSON object", id="list-record"),
     pytest.param(b'"just text"', TEXT, "not an object", "record is a string, expected a JSON object", id="str-record"),
     pytest.param(b"null", TEXT, "not an object", "record is null, expected a JSON object", id="null-record"),
-    pytest.param(b'{"question": "q", "answer": "a"}', TEXT, "missing field",
-                 "missing field 'text' (fields present: 'question', 'answer')", id="missing"),
+    pytest.param(
+        b'{"question": "q", "answer": "a"}',
+        TEXT,
+        "missing field",
+        "missing field 'text' (fields present: 'question', 'answer')",
+        id="missing",
+    ),
     pytest.param(b"{}", TEXT, "missing field", "missing field 'text' (fields present: none)", id="missing-empty"),
     pytest.param(b'{"text": null}', TEXT, "wrong type", "field 'text' is null", id="null"),
     pytest.param(b'{"text": 3}', TEXT, "wrong type", "field 'text' is a number, expected a string", id="number"),
@@ -382,28 +438,78 @@ BAD_JSONL = [
     pytest.param(b'{"text": true}', TEXT, "wrong type", "field 'text' is a boolean, expected a string", id="bool"),
     pytest.param(b'{"text": ""}', TEXT, "empty text", "field 'text' is empty", id="empty"),
     pytest.param(b'{"text": "caf\xe9"}', TEXT, "invalid UTF-8", "invalid UTF-8 (byte 0xe9 at column 14)", id="utf8"),
-    pytest.param(b'{"text": "\\ud800 lone"}', TEXT, "invalid UTF-8",
-                 "field 'text' holds an unpaired surrogate ('\\ud800'), not valid text", id="surrogate"),
-    pytest.param(b'{"ids": "1 2"}', {"ids": "ids"}, "wrong type",
-                 "field 'ids' is a string, expected a list of integers", id="ids-str"),
+    pytest.param(
+        b'{"text": "\\ud800 lone"}',
+        TEXT,
+        "invalid UTF-8",
+        "field 'text' holds an unpaired surrogate ('\\ud800'), not valid text",
+        id="surrogate",
+    ),
+    pytest.param(
+        b'{"ids": "1 2"}',
+        {"ids": "ids"},
+        "wrong type",
+        "field 'ids' is a string, expected a list of integers",
+        id="ids-str",
+    ),
     pytest.param(b'{"ids": []}', {"ids": "ids"}, "empty field", "field 'ids' is an empty list", id="ids-empty"),
-    pytest.param(b'{"ids": [1, true]}', {"ids": "ids"}, "wrong type",
-                 "field 'ids' item 1 is a boolean, expected an integer", id="ids-bool"),
-    pytest.param(b'{"ids": [1, 2.0]}', {"ids": "ids"}, "wrong type",
-                 "field 'ids' item 1 is a number, expected an integer", id="ids-float"),
+    pytest.param(
+        b'{"ids": [1, true]}',
+        {"ids": "ids"},
+        "wrong type",
+        "field 'ids' item 1 is a boolean, expected an integer",
+        id="ids-bool",
+    ),
+    pytest.param(
+        b'{"ids": [1, 2.0]}',
+        {"ids": "ids"},
+        "wrong type",
+        "field 'ids' item 1 is a number, expected an integer",
+        id="ids-float",
+    ),
     pytest.param(b'{"ids": [1, null]}', {"ids": "ids"}, "wrong type", "field 'ids' item 1 is null", id="ids-null"),
-    pytest.param(b'{"ids": [1, 9999999999999999999]}', {"ids": "ids"}, "wrong type",
-                 "field 'ids' item 1 does not fit in int64", id="ids-overflow"),
-    pytest.param(b'{"messages": "hi"}', {"messages": "messages"}, "wrong type",
-                 "field 'messages' is a string, expected a list of messages", id="msgs-str"),
-    pytest.param(b'{"messages": []}', {"messages": "messages"}, "empty field",
-                 "field 'messages' is an empty list", id="msgs-empty"),
-    pytest.param(b'{"messages": ["hi"]}', {"messages": "messages"}, "wrong type",
-                 "field 'messages' item 0 is a string, expected an object with 'role' and 'content'", id="msgs-item"),
-    pytest.param(b'{"messages": [{"role": "user"}]}', {"messages": "messages"}, "missing field",
-                 "field 'messages' item 0 has no 'content' (keys present: 'role')", id="msgs-missing"),
-    pytest.param(b'{"messages": [{"role": "user", "content": 1}]}', {"messages": "messages"}, "wrong type",
-                 "field 'messages' item 0 'content' is a number, expected a string", id="msgs-content"),
+    pytest.param(
+        b'{"ids": [1, 9999999999999999999]}',
+        {"ids": "ids"},
+        "wrong type",
+        "field 'ids' item 1 does not fit in int64",
+        id="ids-overflow",
+    ),
+    pytest.param(
+        b'{"messages": "hi"}',
+        {"messages": "messages"},
+        "wrong type",
+        "field 'messages' is a string, expected a list of messages",
+        id="msgs-str",
+    ),
+    pytest.param(
+        b'{"messages": []}',
+        {"messages": "messages"},
+        "empty field",
+        "field 'messages' is an empty list",
+        id="msgs-empty",
+    ),
+    pytest.param(
+        b'{"messages": ["hi"]}',
+        {"messages": "messages"},
+        "wrong type",
+        "field 'messages' item 0 is a string, expected an object with 'role' and 'content'",
+        id="msgs-item",
+    ),
+    pytest.param(
+        b'{"messages": [{"role": "user"}]}',
+        {"messages": "messages"},
+        "missing field",
+        "field 'messages' item 0 has no 'content' (keys present: 'role')",
+        id="msgs-missing",
+    ),
+    pytest.param(
+        b'{"messages": [{"role": "user", "content": 1}]}',
+        {"messages": "messages"},
+        "wrong type",
+        "field 'messages' item 0 'content' is a number, expected a string",
+        id="msgs-content",
+    ),
     pytest.param(b'{"meta": null}', {"meta": "any"}, "wrong type", "field 'meta' is null", id="any-null"),
     pytest.param(b"[" * 100_000, TEXT, "malformed JSON", "malformed JSON (", id="deep-nesting"),
     pytest.param(b'{"text": 1' + b"1" * 5000 + b"}", TEXT, "malformed JSON", "malformed JSON (", id="huge-int"),
@@ -413,8 +519,10 @@ BAD_JSONL = [
 @pytest.mark.parametrize("line,fields,reason,problem", BAD_JSONL)
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst"])
 def test_bad_jsonl_record_fails_with_location_and_problem(tmp_path, suffix, line, fields, reason, problem):
-    good = {name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
-            for name, kind in fields.items()}
+    good = {
+        name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+        for name, kind in fields.items()
+    }
     path = write_jsonl(tmp_path / f"data{suffix}", [good, line, good])
     message = fail_message([path], fields)
     assert message.startswith(f"{path}:2: {problem}")
@@ -422,8 +530,10 @@ def test_bad_jsonl_record_fails_with_location_and_problem(tmp_path, suffix, line
 
 @pytest.mark.parametrize("line,fields,reason,problem", BAD_JSONL)
 def test_bad_jsonl_record_is_counted_under_skip(tmp_path, line, fields, reason, problem):
-    good = {name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
-            for name, kind in fields.items()}
+    good = {
+        name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+        for name, kind in fields.items()
+    }
     path = write_jsonl(tmp_path / "data.jsonl", [good, line, good])
     got, bad = read_skipping([path], fields)
     assert [loc for loc, _ in got] == [f"{path}:1", f"{path}:3"]
@@ -433,12 +543,15 @@ def test_bad_jsonl_record_is_counted_under_skip(tmp_path, line, fields, reason, 
     assert json.loads(json.dumps(bad.to_dict())) == {"total": 1, "by_reason": {reason: 1}, "examples": bad.examples}
 
 
-@pytest.mark.parametrize("line,reason", [
-    (b'{"text": "a",}', "malformed JSON"),
-    (b'{"text": "\\ud800"}', "invalid UTF-8"),  # orjson refuses it, json reads it, then we do
-    (b"[" * 100_000, "malformed JSON"),
-    (b'{"text": "caf\xe9"}', "invalid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "line,reason",
+    [
+        (b'{"text": "a",}', "malformed JSON"),
+        (b'{"text": "\\ud800"}', "invalid UTF-8"),  # orjson refuses it, json reads it, then we do
+        (b"[" * 100_000, "malformed JSON"),
+        (b'{"text": "caf\xe9"}', "invalid UTF-8"),
+    ],
+)
 def test_records_orjson_refuses_get_json_s_verdict(tmp_path, line, reason):
     path = write_jsonl(tmp_path / "data.jsonl", [{"text": "ok"}, line])
     assert fail_message([path]).startswith(f"{path}:2: ")
@@ -554,14 +667,17 @@ def test_parquet_missing_column_is_fatal(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", ["fail", "skip"])
-@pytest.mark.parametrize("column,kind,expected", [
-    (pa.array([1, 2], pa.int64()), "text", "column 'x' has type int64, expected a string"),
-    (pa.array([b"a"], pa.binary()), "text", "column 'x' has type binary, expected a string"),
-    (pa.array([["a"]]), "ids", "column 'x' has type list<element: string>, expected a list of integers"),
-    (pa.array([1]), "ids", "column 'x' has type int64, expected a list of integers"),
-    (pa.array([[{"role": "u"}]]), "messages", "column 'x' has type list<element: struct<role: string>>, expected"),
-    (pa.array(["hi"]), "messages", "column 'x' has type string, expected a list of structs"),
-])
+@pytest.mark.parametrize(
+    "column,kind,expected",
+    [
+        (pa.array([1, 2], pa.int64()), "text", "column 'x' has type int64, expected a string"),
+        (pa.array([b"a"], pa.binary()), "text", "column 'x' has type binary, expected a string"),
+        (pa.array([["a"]]), "ids", "column 'x' has type list<element: string>, expected a list of integers"),
+        (pa.array([1]), "ids", "column 'x' has type int64, expected a list of integers"),
+        (pa.array([[{"role": "u"}]]), "messages", "column 'x' has type list<element: struct<role: string>>, expected"),
+        (pa.array(["hi"]), "messages", "column 'x' has type string, expected a list of structs"),
+    ],
+)
 def test_parquet_wrong_column_type_is_fatal(tmp_path, mode, column, kind, expected):
     path = write_parquet(tmp_path / "typed.parquet", {"x": column})
     message = fail_message([path], {"x": kind}, on_bad_record=mode, bad=BadRecords())
@@ -593,18 +709,40 @@ BAD_PARQUET = [
     pytest.param({"text": ["a", "", "c"]}, TEXT, "empty text", "field 'text' is empty", id="empty"),
     pytest.param({"text": _invalid_utf8_strings()}, TEXT, "invalid UTF-8", "invalid UTF-8 (byte 0xff)", id="utf8"),
     pytest.param({"ids": [[1], None, [3]]}, {"ids": "ids"}, "wrong type", "field 'ids' is null", id="ids-null"),
-    pytest.param({"ids": [[1], [], [3]]}, {"ids": "ids"}, "empty field", "field 'ids' is an empty list", id="ids-empty"),
-    pytest.param({"ids": [[1], [2, None], [3]]}, {"ids": "ids"}, "wrong type", "field 'ids' item 1 is null",
-                 id="ids-item-null"),
-    pytest.param({"ids": pa.array([[1], [2**63], [3]], pa.list_(pa.uint64()))}, {"ids": "ids"}, "wrong type",
-                 "field 'ids' item 0 does not fit in int64", id="ids-uint64"),
-    pytest.param({"m": [[{"role": "u", "content": "c"}], None, [{"role": "u", "content": "c"}]]},
-                 {"m": "messages"}, "wrong type", "field 'm' is null", id="msgs-null"),
-    pytest.param({"m": [[{"role": "u", "content": "c"}], [], [{"role": "u", "content": "c"}]]},
-                 {"m": "messages"}, "empty field", "field 'm' is an empty list", id="msgs-empty"),
-    pytest.param({"m": [[{"role": "u", "content": "c"}], [{"role": "u", "content": None}],
-                        [{"role": "u", "content": "c"}]]},
-                 {"m": "messages"}, "wrong type", "field 'm' item 0 'content' is null", id="msgs-content-null"),
+    pytest.param(
+        {"ids": [[1], [], [3]]}, {"ids": "ids"}, "empty field", "field 'ids' is an empty list", id="ids-empty"
+    ),
+    pytest.param(
+        {"ids": [[1], [2, None], [3]]}, {"ids": "ids"}, "wrong type", "field 'ids' item 1 is null", id="ids-item-null"
+    ),
+    pytest.param(
+        {"ids": pa.array([[1], [2**63], [3]], pa.list_(pa.uint64()))},
+        {"ids": "ids"},
+        "wrong type",
+        "field 'ids' item 0 does not fit in int64",
+        id="ids-uint64",
+    ),
+    pytest.param(
+        {"m": [[{"role": "u", "content": "c"}], None, [{"role": "u", "content": "c"}]]},
+        {"m": "messages"},
+        "wrong type",
+        "field 'm' is null",
+        id="msgs-null",
+    ),
+    pytest.param(
+        {"m": [[{"role": "u", "content": "c"}], [], [{"role": "u", "content": "c"}]]},
+        {"m": "messages"},
+        "empty field",
+        "field 'm' is an empty list",
+        id="msgs-empty",
+    ),
+    pytest.param(
+        {"m": [[{"role": "u", "content": "c"}], [{"role": "u", "content": None}], [{"role": "u", "content": "c"}]]},
+        {"m": "messages"},
+        "wrong type",
+        "field 'm' item 0 'content' is null",
+        id="msgs-content-null",
+    ),
     pytest.param({"v": [1, None, 3]}, {"v": "any"}, "wrong type", "field 'v' is null", id="any-null"),
 ]
 
@@ -652,11 +790,14 @@ def test_unsupported_suffix_given_to_read_batches(tmp_path):
     )
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"on_bad_record": "ignore"}, "--on-bad-record must be one of fail, skip, not 'ignore'"),
-    ({"batch_size": 0}, "batch size must be at least 1"),
-    ({"fields": {"text": "tokens"}}, "field 'text': unknown kind 'tokens'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"on_bad_record": "ignore"}, "--on-bad-record must be one of fail, skip, not 'ignore'"),
+        ({"batch_size": 0}, "batch size must be at least 1"),
+        ({"fields": {"text": "tokens"}}, "field 'text': unknown kind 'tokens'"),
+    ],
+)
 def test_bad_options_fail_at_the_call(tmp_path, kwargs, match):
     kwargs = {"fields": TEXT, **kwargs}
     with pytest.raises(PackcliError, match=match):
@@ -687,8 +828,9 @@ lines = st.one_of(
     st.builds(_encode, json_values, st.booleans()),
     st.builds(_encode, records, st.booleans()),
 ).map(lambda line: line.replace(b"\n", b" "))
-field_sets = st.sampled_from([TEXT, {"ids": "ids"}, {"messages": "messages"},
-                              {"text": "text", "ids": "ids", "meta": "any"}, {}])
+field_sets = st.sampled_from(
+    [TEXT, {"ids": "ids"}, {"messages": "messages"}, {"text": "text", "ids": "ids", "meta": "any"}, {}]
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -717,7 +859,6 @@ def test_random_input_only_ever_raises_packcli_error(stdin, body, fields, batch_
         good += len(batch)
     assert good + bad.total == bad.records_seen == sum(1 for line in body if line.strip())
     assert all("\n" not in example for example in bad.examples)
-
 
 
 # ----------------------------------------------------------------------------- JSON arrays
@@ -762,8 +903,9 @@ def test_json_messages_in_sharegpt_shape(tmp_path):
     record = {"conversations": [{"from": "human", "value": "Hi?"}, {"from": "gpt", "value": "Hello."}], "id": "x"}
     path = write_json(tmp_path / "sharegpt.json", [record, record])
     got = read_all([path], {"conversations": "messages"})
-    assert [r["conversations"] for _, r in got] == [[{"role": "user", "content": "Hi?"},
-                                                     {"role": "assistant", "content": "Hello."}]] * 2
+    assert [r["conversations"] for _, r in got] == [
+        [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+    ] * 2
 
 
 @pytest.mark.parametrize("data", [b"", b"  \n", b"[]", b" [ \n ] \n"])
@@ -780,14 +922,19 @@ def test_bad_record_in_json_array_is_named_by_its_line(tmp_path):
     got, bad = read_skipping([path])
     assert [loc for loc, _ in got] == [f"{path}:2", f"{path}:11"]
     assert bad.counts == {"missing field": 1, "empty text": 1} and bad.records_seen == 4
-    assert bad.examples == [f"{path}:5: missing field 'text' (fields present: 'question')", f"{path}:8: field 'text' is empty"]
+    assert bad.examples == [
+        f"{path}:5: missing field 'text' (fields present: 'question')",
+        f"{path}:8: field 'text' is empty",
+    ]
 
 
 def test_malformed_record_with_balanced_brackets_is_one_bad_record(tmp_path):
     path = tmp_path / "data.json"
     path.write_bytes(b'[\n  {"text": "a"},\n  {"text": "b",\n   "x": 1,}, \n  {"text": "c"}\n]\n')
     message = fail_message([path])
-    assert message == f"{path}:3: malformed JSON (Expecting property name enclosed in double quotes at line 4 column 11)"
+    assert (
+        message == f"{path}:3: malformed JSON (Expecting property name enclosed in double quotes at line 4 column 11)"
+    )
     got, bad = read_skipping([path])
     assert [loc for loc, _ in got] == [f"{path}:2", f"{path}:5"] and bad.counts == {"malformed JSON": 1}
 
@@ -812,8 +959,12 @@ BROKEN_ARRAYS = [
     pytest.param(b'[{"text": "a"},\n]', 2, "a ',' before the closing ']'", id="trailing-comma"),
     pytest.param(b'[{"text": "a"},\n {"text": "b"', 2, "the file ends inside a record", id="cut-record"),
     pytest.param(b'[{"text": "a"},\n {"text": "b', 2, "a string that never ends", id="cut-string"),
-    pytest.param(b'[{"text": "a"},\n {"text": "b"}', 2, "expected ',' or ']' after a record, found the end of the file",
-                 id="no-closing"),
+    pytest.param(
+        b'[{"text": "a"},\n {"text": "b"}',
+        2,
+        "expected ',' or ']' after a record, found the end of the file",
+        id="no-closing",
+    ),
     pytest.param(b'[{"text": "a"},', 1, "the file ends inside the array", id="ends-after-comma"),
     pytest.param(b'[{"text": "a"},\n {"text": ["b"}]', 2, "'}' does not close the bracket before it", id="mismatch"),
     pytest.param(b'[{"text": "a"}]\n\n{"text": "b"}', 3, "'{' after the closing ']'", id="after-array"),
@@ -853,16 +1004,19 @@ def test_truncated_json_gz_counts_once(tmp_path):
 json_records = st.lists(
     st.fixed_dictionaries(
         {"text": st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30)},
-        optional={"n": st.lists(st.integers(-5, 5) | st.none(), max_size=4),
-                  "o": st.dictionaries(st.text(max_size=3), st.text("[]{}\"\\,: ab", max_size=6), max_size=3)},
+        optional={
+            "n": st.lists(st.integers(-5, 5) | st.none(), max_size=4),
+            "o": st.dictionaries(st.text(max_size=3), st.text('[]{}"\\,: ab', max_size=6), max_size=3),
+        },
     ),
     max_size=8,
 )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(records=json_records, indent=st.sampled_from([None, 0, 1, 4]), chunk=st.integers(1, 40),
-       ensure_ascii=st.booleans())
+@given(
+    records=json_records, indent=st.sampled_from([None, 0, 1, 4]), chunk=st.integers(1, 40), ensure_ascii=st.booleans()
+)
 def test_json_array_read_in_small_chunks_equals_json_loads(tmp_path, monkeypatch, records, indent, chunk, ensure_ascii):
     """Chunk boundaries fall anywhere: inside strings, escapes, numbers, between records."""
     monkeypatch.setattr(reading, "_READ_CHUNK", chunk)
@@ -908,8 +1062,11 @@ def test_arrow_bad_rows_are_reported_by_row_across_batches(tmp_path):
     got, bad = read_skipping([path], {"ids": "ids"}, batch_size=4)
     assert [loc for loc, _ in got] == [f"{path} row {i}" for i in range(20) if i not in (3, 11, 12)]
     assert [r["ids"].tolist() for _, r in got] == [[i] for i in range(20) if i not in (3, 11, 12)]
-    assert bad.examples == [f"{path} row 3: field 'ids' is null", f"{path} row 11: field 'ids' is an empty list",
-                            f"{path} row 12: field 'ids' item 1 is null"]
+    assert bad.examples == [
+        f"{path} row 3: field 'ids' is null",
+        f"{path} row 11: field 'ids' is an empty list",
+        f"{path} row 12: field 'ids' item 1 is null",
+    ]
     assert fail_message([path], {"ids": "ids"}) == f"{path} row 3: field 'ids' is null"
 
 
@@ -917,10 +1074,13 @@ def test_arrow_bad_rows_are_reported_by_row_across_batches(tmp_path):
 def test_unreadable_or_mistyped_arrow_is_fatal(tmp_path, mode):
     garbage = tmp_path / "garbage.arrow"
     garbage.write_bytes(b"not arrow at all")
-    assert fail_message([garbage], on_bad_record=mode, bad=BadRecords()).startswith(f"{garbage}: cannot read Arrow file (")
+    assert fail_message([garbage], on_bad_record=mode, bad=BadRecords()).startswith(
+        f"{garbage}: cannot read Arrow file ("
+    )
     typed = write_arrow(tmp_path / "typed.arrow", pa.table({"text": [1, 2]}))
     assert fail_message([typed], on_bad_record=mode, bad=BadRecords()) == (
-        f"{typed}: column 'text' has type int64, expected a string")
+        f"{typed}: column 'text' has type int64, expected a string"
+    )
 
 
 def test_empty_arrow_file_holds_no_records(tmp_path):
@@ -964,7 +1124,10 @@ def test_save_to_disk_metadata_is_never_data(tmp_path):
     assert expand_inputs([str(saved / "*")]) == [str(saved / "data-00000-of-00001.arrow")]
     with pytest.raises(PackcliError) as caught:
         expand_inputs([str(saved / "state.json")])
-    assert str(caught.value) == f"{saved / 'state.json'}: metadata of a datasets save_to_disk directory; give the directory ({saved})"
+    assert (
+        str(caught.value)
+        == f"{saved / 'state.json'}: metadata of a datasets save_to_disk directory; give the directory ({saved})"
+    )
 
 
 def test_dataset_dict_directory_is_refused_naming_its_splits(tmp_path):
@@ -973,12 +1136,17 @@ def test_dataset_dict_directory_is_refused_naming_its_splits(tmp_path):
     datasets.disable_progress_bars()
     split = datasets.Dataset.from_dict({"text": ["x"]})
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dd"))
-    for given in [tmp_path / "dd", tmp_path]:
+    for where in [tmp_path / "dd", tmp_path]:
         with pytest.raises(PackcliError) as caught:
-            expand_inputs([str(given)])
+            expand_inputs([str(where)])
         dd = tmp_path / "dd"
-        assert str(caught.value) == f"{dd}: a datasets DatasetDict; give one split as input ({dd / 'train'}, {dd / 'test'})"
-    assert expand_inputs([str(tmp_path / "dd" / "train")]) == [str(tmp_path / "dd" / "train" / "data-00000-of-00001.arrow")]
+        assert (
+            str(caught.value)
+            == f"{dd}: a datasets DatasetDict; give one split as input ({dd / 'train'}, {dd / 'test'})"
+        )
+    assert expand_inputs([str(tmp_path / "dd" / "train")]) == [
+        str(tmp_path / "dd" / "train" / "data-00000-of-00001.arrow")
+    ]
 
 
 def test_missing_data_file_of_a_dataset(tmp_path):
@@ -993,18 +1161,35 @@ def test_missing_data_file_of_a_dataset(tmp_path):
 SHAPES = {
     "text": ({"text": "text"}, [{"text": "first ✓"}, {"text": "second"}, {"text": "third"}]),
     "prompt-completion": ({"p": "text", "c": "text"}, [{"p": "2+3?", "c": " 5"}, {"p": "hi", "c": " there"}]),
-    "messages": ({"m": "messages"}, [
-        {"m": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]},
-        {"m": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go"}]},
-    ]),
-    "messages-extra-fields": ({"m": "messages"}, [
-        {"m": [{"role": "user", "content": "Hi?", "name": "ann"}, {"role": "assistant", "content": "", "name": "bot"}]},
-    ]),
-    "sharegpt": ({"m": "messages"}, [
-        {"m": [{"from": "human", "value": "Who?"}, {"from": "gpt", "value": "Me."}]},
-        {"m": [{"from": "system", "value": "Sys"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
-    ]),
-    "ids": ({"ids": "ids", "labels": "ids"}, [{"ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"ids": [70000], "labels": [7]}]),
+    "messages": (
+        {"m": "messages"},
+        [
+            {"m": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]},
+            {"m": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go"}]},
+        ],
+    ),
+    "messages-extra-fields": (
+        {"m": "messages"},
+        [
+            {
+                "m": [
+                    {"role": "user", "content": "Hi?", "name": "ann"},
+                    {"role": "assistant", "content": "", "name": "bot"},
+                ]
+            },
+        ],
+    ),
+    "sharegpt": (
+        {"m": "messages"},
+        [
+            {"m": [{"from": "human", "value": "Who?"}, {"from": "gpt", "value": "Me."}]},
+            {"m": [{"from": "system", "value": "Sys"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
+        ],
+    ),
+    "ids": (
+        {"ids": "ids", "labels": "ids"},
+        [{"ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"ids": [70000], "labels": [7]}],
+    ),
 }
 
 
@@ -1040,20 +1225,32 @@ def test_same_records_read_the_same_from_every_format(tmp_path, shape):
     assert all(result == results["d.jsonl"] for result in results.values()), results
 
 
-@pytest.mark.parametrize("column", [
-    pa.array(["a", "b"], pa.large_string()),
-    pa.array(["a", "b"]).dictionary_encode(),
-    pa.array(["a", "b"], pa.string_view()),
-], ids=["large_string", "dictionary", "string_view"])
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["a", "b"], pa.large_string()),
+        pa.array(["a", "b"]).dictionary_encode(),
+        pa.array(["a", "b"], pa.string_view()),
+    ],
+    ids=["large_string", "dictionary", "string_view"],
+)
 def test_text_column_types_read_as_text(tmp_path, column):
     path = write_arrow(tmp_path / "t.arrow", pa.table({"text": column}))
     assert [r["text"] for _, r in read_all([path])] == ["a", "b"]
 
 
-@pytest.mark.parametrize("arrow_type", [
-    pa.list_(pa.int32()), pa.large_list(pa.int64()), pa.list_(pa.uint16()), pa.list_(pa.int64(), 2),
-    pa.list_(pa.uint64()), pa.large_list(pa.int8()),
-], ids=str)
+@pytest.mark.parametrize(
+    "arrow_type",
+    [
+        pa.list_(pa.int32()),
+        pa.large_list(pa.int64()),
+        pa.list_(pa.uint16()),
+        pa.list_(pa.int64(), 2),
+        pa.list_(pa.uint64()),
+        pa.large_list(pa.int8()),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
 def test_ids_column_types_read_as_int64(tmp_path, arrow_type, suffix):
     table = pa.table({"ids": pa.array([[1, 2], [3, 4], [5, 6]], arrow_type)})
@@ -1067,17 +1264,25 @@ def test_ids_column_types_read_as_int64(tmp_path, arrow_type, suffix):
 
 def test_messages_column_mixing_both_shapes(tmp_path):
     """One table with ShareGPT and OpenAI turns: Arrow fills the other shape's fields with nulls."""
-    records = [{"m": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
-               {"m": [{"role": "user", "content": "Q2"}]}]
+    records = [
+        {"m": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]},
+        {"m": [{"role": "user", "content": "Q2"}]},
+    ]
     path = write_arrow(tmp_path / "mixed.arrow", pa.Table.from_pylist(records))
     got = read_all([path], {"m": "messages"})
-    assert [r["m"] for _, r in got] == [[{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
-                                        [{"role": "user", "content": "Q2"}]]
+    assert [r["m"] for _, r in got] == [
+        [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+        [{"role": "user", "content": "Q2"}],
+    ]
 
 
 def test_sharegpt_column_with_an_unknown_speaker(tmp_path):
-    path = write_parquet(tmp_path / "s.parquet", {"m": [[{"from": "human", "value": "Q"}], [{"from": "robot", "value": "A"}]]})
-    assert fail_message([path], {"m": "messages"}).startswith(f"{path} row 1: field 'm' item 0 'from' is 'robot', not one of")
+    path = write_parquet(
+        tmp_path / "s.parquet", {"m": [[{"from": "human", "value": "Q"}], [{"from": "robot", "value": "A"}]]}
+    )
+    assert fail_message([path], {"m": "messages"}).startswith(
+        f"{path} row 1: field 'm' item 0 'from' is 'robot', not one of"
+    )
 
 
 # ----------------------------------------------------------------------------- JSONL token ids

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_texts, write_jsonl
 from packcli.verify import verify_dir
 
 
@@ -55,8 +55,19 @@ def test_bad_jsonl_records(tmp_path, cli, word_tokenizer, content, where, proble
     line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 8))
     assert where in line and problem in line
     assert_incomplete(out)
-    skipped = cli("pack", path, "-o", tmp_path / "s", "--tokenizer", word_tokenizer, "--seq-len", 8,
-                  "--on-bad-record", "skip", "--json")
+    skipped = cli(
+        "pack",
+        path,
+        "-o",
+        tmp_path / "s",
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        8,
+        "--on-bad-record",
+        "skip",
+        "--json",
+    )
     if skipped.exit_code == 0:
         documents = json.loads(skipped.stdout)["documents"]
         assert documents["skipped"] == 1 and where in documents["skipped_examples"][0]
@@ -92,7 +103,9 @@ def test_truncated_gzip_and_empty_file(tmp_path, cli, word_tokenizer):
     assert_incomplete(out)
     empty = tmp_path / "empty.parquet"
     pq.write_table(pa.table({"text": pa.array([], type=pa.string())}), empty)
-    assert "no documents" in one_line(cli("pack", empty, "-o", tmp_path / "e", "--tokenizer", word_tokenizer, "--seq-len", 8))
+    assert "no documents" in one_line(
+        cli("pack", empty, "-o", tmp_path / "e", "--tokenizer", word_tokenizer, "--seq-len", 8)
+    )
 
 
 def test_unwritable_output(tmp_path, cli, word_tokenizer):
@@ -116,8 +129,24 @@ def test_disk_full_mid_run(tmp_path, cli, word_tokenizer, monkeypatch):
 
     monkeypatch.setattr(shards._NpyFile, "write", fill_up)
     out = tmp_path / "o"
-    line = one_line(cli("pack", path, "-o", out, "--tokenizer", word_tokenizer, "--seq-len", 32,
-                        "--format", "npy", "--rows-per-shard", 10, "--buffer-size", 20))
+    line = one_line(
+        cli(
+            "pack",
+            path,
+            "-o",
+            out,
+            "--tokenizer",
+            word_tokenizer,
+            "--seq-len",
+            32,
+            "--format",
+            "npy",
+            "--rows-per-shard",
+            10,
+            "--buffer-size",
+            20,
+        )
+    )
     assert "No space left on device" in line and str(out) in line
     assert_incomplete(out)
     assert (out / "shard-00000").is_dir()  # finished shards stay, for --resume
@@ -125,7 +154,9 @@ def test_disk_full_mid_run(tmp_path, cli, word_tokenizer, monkeypatch):
 
 def test_pad_id_that_collides_with_the_data(tmp_path, cli, word_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2"}, {"text": "w3 w7"}])
-    line = one_line(cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 11))
+    line = one_line(
+        cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 11)
+    )
     assert "d.jsonl:2" in line and "--pad-id 11 occurs in the data" in line
     ok = cli("pack", path, "-o", tmp_path / "o2", "--tokenizer", word_tokenizer, "--seq-len", 8, "--pad-id", 1)
     assert ok.exit_code == 0  # the EOS id as pad is the usual choice, not a collision
@@ -143,8 +174,26 @@ def big_corpus(tmp_path_factory) -> Path:
 
 
 def pack_command(corpus, out, tokenizer, *extra) -> list[str]:
-    return [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--tokenizer", str(tokenizer),
-            "--seq-len", "128", "--rows-per-shard", "300", "--buffer-size", "5000", "--format", "npy", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "packcli",
+        "pack",
+        str(corpus),
+        "-o",
+        str(out),
+        "--tokenizer",
+        str(tokenizer),
+        "--seq-len",
+        "128",
+        "--rows-per-shard",
+        "300",
+        "--buffer-size",
+        "5000",
+        "--format",
+        "npy",
+        *extra,
+    ]
 
 
 def start_and_stop(command, out: Path, when, sig) -> subprocess.CompletedProcess:
@@ -282,7 +331,11 @@ def test_fuzz_records_never_crash(tmp_path_factory, cli, word_tokenizer, lines, 
 
 def test_kill_9_with_one_plan_then_resume_reuses_the_spill(tmp_path, big_corpus, word_tokenizer):
     def command(out, *extra):
-        return [part for part in pack_command(big_corpus, out, word_tokenizer, *extra) if part not in ("--buffer-size", "5000")]
+        return [
+            part
+            for part in pack_command(big_corpus, out, word_tokenizer, *extra)
+            if part not in ("--buffer-size", "5000")
+        ]
 
     whole = tmp_path / "whole"
     subprocess.run(command(whole), check=True, capture_output=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_shards import make_rows
 
 from packcli.report import RowStats, _median
-from test_shards import make_rows
 
 
 @settings(max_examples=40, deadline=None)

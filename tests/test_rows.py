@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from naive_layout import naive_cut_pieces, naive_rows
+
 from packcli.rows import Rows, build_rows, cut_pieces
 from packcli.verify import check_rows
 
@@ -47,7 +47,9 @@ def test_build_rows_matches_reference(case, pad_id):
     want = naive_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id)
     for name in ("input_ids", "labels", "position_ids", "num_segments"):
         assert getattr(rows, name).tolist() == want[name], name
-    assert [rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]].tolist() for r in range(n_rows)] == want["cu_seqlens"]
+    assert [rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]].tolist() for r in range(n_rows)] == want[
+        "cu_seqlens"
+    ]
     check_rows(rows, seq_len=seq_len, pad_id=pad_id, labels_follow_ids=labels is None)
 
 

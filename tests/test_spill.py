@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import random_texts, write_jsonl
 from packcli import ingest, pipeline
 from packcli.errors import PackcliError
 from packcli.spill import COMPLETE_FILE, Spill, SpillWriter, open_complete
@@ -152,8 +152,21 @@ def _limit_file_size(limit: int):
 def test_a_full_disk_while_spilling_is_one_line_and_no_manifest(tmp_path, word_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(3000, max_words=200)])
     out = tmp_path / "o"
-    command = [sys.executable, "-m", "packcli", "pack", str(path), "-o", str(out), "--tokenizer", str(word_tokenizer),
-               "--seq-len", "256", "--format", "npy"]
+    command = [
+        sys.executable,
+        "-m",
+        "packcli",
+        "pack",
+        str(path),
+        "-o",
+        str(out),
+        "--tokenizer",
+        str(word_tokenizer),
+        "--seq-len",
+        "256",
+        "--format",
+        "npy",
+    ]
     # The input is ~1.4 MB; a 200 kB limit lets the small files through and stops the spill.
     result = subprocess.run(command, capture_output=True, text=True, preexec_fn=_limit_file_size(200_000))
     assert result.returncode == 1, result.stderr
@@ -167,7 +180,9 @@ def _peak_rss_kb(command: list[str]) -> int:
         "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
-    return int(subprocess.run([sys.executable, "-c", script, *command], check=True, capture_output=True, text=True).stdout)
+    return int(
+        subprocess.run([sys.executable, "-c", script, *command], check=True, capture_output=True, text=True).stdout
+    )
 
 
 def _long_documents(path: Path, documents: int, seed: int) -> Path:
@@ -186,8 +201,27 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path):
     peaks = []
     for name, documents in (("small", 600), ("large", 2400)):
         corpus = _long_documents(tmp_path / f"{name}.parquet", documents, seed=documents)
-        command = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(tmp_path / name), "--ids-field", "ids",
-                   "--eos-token", "2", "--pad-id", "0", "--seq-len", "8192", "--format", "npy", "--workers", "1"]
+        command = [
+            sys.executable,
+            "-m",
+            "packcli",
+            "pack",
+            str(corpus),
+            "-o",
+            str(tmp_path / name),
+            "--ids-field",
+            "ids",
+            "--eos-token",
+            "2",
+            "--pad-id",
+            "0",
+            "--seq-len",
+            "8192",
+            "--format",
+            "npy",
+            "--workers",
+            "1",
+        ]
         peaks.append(_peak_rss_kb(command))
     small, large = peaks
     # The large corpus holds 24M more tokens (96 MB as int32) than the small one; a window

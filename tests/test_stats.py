@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import load_rows, random_texts, write_jsonl
+
 from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.pipeline import PackOptions
 from packcli.stats import (
@@ -67,14 +67,27 @@ def by_hand(out):
     }
 
 
-@pytest.mark.parametrize("options", [("--format", "npy"), ("--mode", "concat", "--rows-per-shard", "3"), ("--algorithm", "nf")])
+@pytest.mark.parametrize(
+    "options", [("--format", "npy"), ("--mode", "concat", "--rows-per-shard", "3"), ("--algorithm", "nf")]
+)
 def test_stats_on_output_equals_figures_counted_by_hand(packed, corpus, word_tokenizer, options):
     path, _ = corpus
     out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 48, *options)
     report = stats_dir(out)
     expected = by_hand(out)
-    for key in ("rows", "sequences_packed", "real_tokens", "padding_tokens", "label_tokens", "efficiency",
-                "lower_bound_rows", "sequences_per_row", "fill_per_row", "sequence_length", "no_packing"):
+    for key in (
+        "rows",
+        "sequences_packed",
+        "real_tokens",
+        "padding_tokens",
+        "label_tokens",
+        "efficiency",
+        "lower_bound_rows",
+        "sequences_per_row",
+        "fill_per_row",
+        "sequence_length",
+        "no_packing",
+    ):
         assert report[key] == pytest.approx(expected[key]), key
     # Every distribution adds up to its population, and the bins tile their range.
     dist = report["distributions"]
@@ -137,7 +150,10 @@ def test_several_dirs_side_by_side(packed, corpus, word_tokenizer, cli):
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     efficiency_line = next(line for line in text.splitlines() if "efficiency" in line)
-    assert f"{both[str(a)]['efficiency']:.2%}" in efficiency_line and f"{both[str(b)]['efficiency']:.2%}" in efficiency_line
+    assert (
+        f"{both[str(a)]['efficiency']:.2%}" in efficiency_line
+        and f"{both[str(b)]['efficiency']:.2%}" in efficiency_line
+    )
     result = cli("stats", a, b)
     assert result.exit_code == 0 and str(a) in result.stdout and "bin nf" in result.stdout
 
@@ -209,7 +225,9 @@ def test_stats_raw_cli_table_json_and_80_columns(tmp_path, corpus, word_tokenize
     from rich.console import Console
 
     path, _ = corpus
-    result = cli("stats", path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 128, "--batch-size", 4, "--json")
+    result = cli(
+        "stats", path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 128, "--batch-size", 4, "--json"
+    )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert [r["seq_len"] for r in report["what_if"]] == [32, 128]
@@ -261,7 +279,11 @@ def test_plot_writes_png(tmp_path, corpus, word_tokenizer, packed, cli):
     path, _ = corpus
     a = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32)
     b = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
-    for name, args in (("one", [a]), ("two", [a, b]), ("raw", [path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 64])):
+    for name, args in (
+        ("one", [a]),
+        ("two", [a, b]),
+        ("raw", [path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--seq-len", 64]),
+    ):
         image = tmp_path / f"{name}.png"
         result = cli("stats", *args, "--plot", image)
         assert result.exit_code == 0, result.stderr
@@ -333,6 +355,10 @@ def test_stats_raw_token_ids_without_tokenizer(tmp_path, cli, packed):
 def test_stats_raw_workers_and_backend_do_not_change_lengths(tmp_path, corpus, word_tokenizer):
     path, texts = corpus
     expected = [len(t.split()) + 1 for t in texts]
-    for options in ({"workers": 2, "tokenizer_backend": "hf"}, {"workers": 1}, {"workers": 2, "tokenizer_backend": "auto"}):
+    for options in (
+        {"workers": 2, "tokenizer_backend": "hf"},
+        {"workers": 1},
+        {"workers": 2, "tokenizer_backend": "auto"},
+    ):
         report = stats_raw(raw_options([path], [64], tokenizer=str(word_tokenizer), **options))
         assert report["tokens"] == sum(expected) and report["sequence_length"]["max"] == max(expected), options

@@ -75,11 +75,13 @@ def test_tokenizer_json_truncation_is_switched_off(tmp_path, word_tokenizer):
     backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
     backend.enable_truncation(max_length=2)
     backend.save(str(directory / "tokenizer.json"))
-    flat, lengths = encode_texts(load_tokenizer(str(directory)), ["w1 w2 w3 w4 w5"])
+    _, lengths = encode_texts(load_tokenizer(str(directory)), ["w1 w2 w3 w4 w5"])
     assert lengths.tolist() == [5]
 
 
-@pytest.mark.parametrize("name", ["demo_tokenizer", "word_tokenizer", "big_tokenizer", "no_eos_tokenizer", "bos_tokenizer"])
+@pytest.mark.parametrize(
+    "name", ["demo_tokenizer", "word_tokenizer", "big_tokenizer", "no_eos_tokenizer", "bos_tokenizer"]
+)
 def test_tokenizer_file_is_what_transformers_loads(request, name):
     from packcli.tokenizing import TokenizerFile, adds_bos_by_default
 
@@ -137,7 +139,9 @@ def test_special_token_strings_are_text_unless_parsed():
     as_text, _ = encode_texts(tokenizer, [text])
     parsed, _ = encode_texts(tokenizer, [text], parse_special_tokens=True)
     assert eot not in as_text and im_start not in as_text and word in as_text  # added words still match
-    assert parsed.tolist() == backend.encode(text, add_special_tokens=False).ids and eot in parsed and im_start in parsed
+    assert (
+        parsed.tolist() == backend.encode(text, add_special_tokens=False).ids and eot in parsed and im_start in parsed
+    )
     assert as_text[-1] == parsed[-1] == word
     assert backend.encode_special_tokens is False  # the tokenizer is left as it was
     assert tokenizer.encode("<|endoftext|>", add_special_tokens=False) == [eot]  # as transformers encodes

@@ -34,8 +34,12 @@ def batch_rows(batch: PackedBatch) -> Rows:
     offsets = np.concatenate([[0], np.cumsum([len(c) for c in cu])]).astype(np.int64)
     real = batch.attention_mask.sum(dim=1).numpy()
     num_segments = np.array([len(c) - 1 - (r < batch.input_ids.shape[1]) for c, r in zip(cu, real)], dtype=np.int32)
-    return Rows(*(getattr(batch, n).numpy().astype(np.int32) for n in ("input_ids", "labels", "position_ids")),
-                np.concatenate(cu), offsets, num_segments)
+    return Rows(
+        *(getattr(batch, n).numpy().astype(np.int32) for n in ("input_ids", "labels", "position_ids")),
+        np.concatenate(cu),
+        offsets,
+        num_segments,
+    )
 
 
 def flat_cu(row_cu, seq_len):
@@ -58,8 +62,23 @@ def outputs(tmp_path_factory, word_tokenizer):
     dirs = {}
     for fmt in ("npy", "parquet"):
         dirs[fmt] = tmp / fmt
-        result = CliRunner().invoke(app, ["pack", str(path), "-o", str(dirs[fmt]), "--tokenizer", str(word_tokenizer),
-                                          "--seq-len", "48", "--format", fmt, "--rows-per-shard", "10"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "pack",
+                str(path),
+                "-o",
+                str(dirs[fmt]),
+                "--tokenizer",
+                str(word_tokenizer),
+                "--seq-len",
+                "48",
+                "--format",
+                fmt,
+                "--rows-per-shard",
+                "10",
+            ],
+        )
         assert result.exit_code == 0, result.output
     return dirs
 
@@ -167,8 +186,15 @@ def test_varlen_attention_keeps_sequences_apart(monkeypatch):
 def tiny_llama(attn: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, attn_implementation=attn)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation=attn,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).to(torch.float64).eval()
 
@@ -203,21 +229,33 @@ def test_packed_rows_give_each_sequence_the_loss_it_has_alone():
 
         # 1. what the collators feed a transformers model (packed mask from position_ids)
         out = sdpa(**batch.model_inputs())
-        torch.testing.assert_close(per_token_loss(out.logits, batch.labels)[learned], expected[learned], rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            per_token_loss(out.logits, batch.labels)[learned], expected[learned], rtol=0, atol=1e-10
+        )
         assert abs(out.loss.item() - expected[learned].mean().item()) < 1e-6  # HF's loss runs in float32
         # 2. an explicit block-diagonal causal mask built from cu_seqlens (eager softmax is float32)
         mask = block_causal_mask(batch, torch.float64)
-        got = losses(eager, input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False)
+        got = losses(
+            eager, input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False
+        )
         torch.testing.assert_close(got, expected[learned], rtol=0, atol=1e-6)
         # 3. leaks are caught: a plain causal mask over the whole row changes the losses
         causal = torch.zeros_like(mask).masked_fill(
-            ~torch.ones(24, 24, dtype=torch.bool).tril(), torch.finfo(torch.float64).min)
-        leaky = losses(eager, input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=causal, use_cache=False)
+            ~torch.ones(24, 24, dtype=torch.bool).tril(), torch.finfo(torch.float64).min
+        )
+        leaky = losses(
+            eager, input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=causal, use_cache=False
+        )
         assert (leaky - expected[learned]).abs().max() > 1e-3
         # ... which is what transformers does when given an attention_mask of ones (why
         # packcli.hf leaves that column out by default)
-        leaky = losses(sdpa, input_ids=batch.input_ids, position_ids=batch.position_ids,
-                       attention_mask=torch.ones_like(batch.input_ids), use_cache=False)
+        leaky = losses(
+            sdpa,
+            input_ids=batch.input_ids,
+            position_ids=batch.position_ids,
+            attention_mask=torch.ones_like(batch.input_ids),
+            use_cache=False,
+        )
         assert (leaky - expected[learned]).abs().max() > 1e-3
 
 
@@ -225,11 +263,22 @@ def test_trainer_runs_on_a_loaded_output(outputs, tmp_path):
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
     from transformers import Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=4, max_steps=2,
-                             report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
     model = tiny_llama("sdpa").float().train()
-    trainer = Trainer(model=model, args=args, train_dataset=hf.load(outputs["parquet"], cache_dir=str(tmp_path / "c")),
-                      data_collator=hf.collator)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=hf.load(outputs["parquet"], cache_dir=str(tmp_path / "c")),
+        data_collator=hf.collator,
+    )
     result = trainer.train()
     assert result.global_step == 2 and np.isfinite(result.training_loss)
 

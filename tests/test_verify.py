@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import random_texts, write_jsonl
+from test_shards import make_rows
+
 from packcli.errors import PackcliError
 from packcli.shards import checksum
 from packcli.verify import check_rows, verify_dir
-from test_shards import make_rows
 
 
 @pytest.fixture

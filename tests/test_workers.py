@@ -6,8 +6,8 @@ import json
 import os
 
 import pytest
-
 from conftest import random_texts, write_jsonl
+
 from packcli.errors import PackcliError
 from packcli.workers import WorkerPool, can_fork
 
@@ -60,6 +60,7 @@ def test_a_dead_worker_is_one_clear_error():
 
 def assert_same_files(a, b, ignore: tuple[str, ...]) -> None:
     """The same files under both directories, byte for byte, except those named in ignore."""
+
     def files(root):
         return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.name not in ignore)
 
@@ -71,8 +72,11 @@ def assert_same_files(a, b, ignore: tuple[str, ...]) -> None:
 
 CHAT = [
     [{"role": "user", "content": "Hi? ✓"}, {"role": "assistant", "content": "Hello, <|im_end|> there."}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
-     {"role": "assistant", "content": "4"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+    ],
 ]
 
 
@@ -123,8 +127,22 @@ def test_a_bad_record_found_in_a_worker_names_its_line(tmp_path, cli):
     records.append({"messages": CHAT[0]})
     path = write_jsonl(tmp_path / "chat.jsonl", records)
     out = tmp_path / "out"
-    result = cli("pack", path, "-o", out, "--tokenizer", "packcli:demo", "--seq-len", 128,
-                 "--messages-field", "messages", "--chat-template", template, "--workers", 2)
+    result = cli(
+        "pack",
+        path,
+        "-o",
+        out,
+        "--tokenizer",
+        "packcli:demo",
+        "--seq-len",
+        128,
+        "--messages-field",
+        "messages",
+        "--chat-template",
+        template,
+        "--workers",
+        2,
+    )
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{path}:1500: the chat template does not render turn 1" in lines[0]
