@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-installed
 # may pull a CUDA build of several GB that no test uses.
 TORCH := torch==2.13.0
 
-.PHONY: install install-test demo test bench assets clean
+.PHONY: install install-test demo lint test cov bench assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -35,8 +35,19 @@ demo: $(STAMP)
 	$(BIN)/packcli verify demo-out
 	$(BIN)/packcli stats demo-out
 
-test: $(TEST_STAMP)
+# ruff (lint and format) and mypy, configured in pyproject.toml.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check packcli tests scripts
+	$(BIN)/ruff format --check packcli tests scripts
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -q
+
+# The suite with the Numba kernels run as plain Python, under coverage, and the total.
+cov: $(TEST_STAMP)
+	NUMBA_DISABLE_JIT=1 $(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m coverage report
 
 # Benchmarks print ratios against baselines measured in the same run. They use the real
 # corpora in ../shared/data (never needed by tests) and a real 151k-token vocabulary built

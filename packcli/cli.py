@@ -348,7 +348,9 @@ def _progress():
             totals["tokens"] += tokens
             elapsed = bar.tasks[0].elapsed or 0.0
             rate = totals["tokens"] / elapsed if elapsed > 0 else 0.0
-            bar.update(task, completed=done_bytes, total=total_bytes, rate=rate, **totals)
+            bar.update(
+                task, completed=done_bytes, total=total_bytes, rate=rate, docs=totals["docs"], tokens=totals["tokens"]
+            )
 
         yield advance
 

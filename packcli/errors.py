@@ -1,5 +1,6 @@
 """The one exception type core code raises; the CLI turns it into one line and exit 1."""
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
@@ -34,7 +35,7 @@ class Interrupted(PackcliError):
 
 
 @contextmanager
-def needs_extra(extra: str, what: str):
+def needs_extra(extra: str, what: str) -> Iterator[None]:
     """Turn a missing optional library into one line naming the extra that installs it.
 
     `what` says who needs which library ("packcli.torch_data needs PyTorch"). The imports

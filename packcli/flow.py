@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Timer:
@@ -12,19 +16,19 @@ class Timer:
 
     STAGES = ("read", "tokenize", "spill", "plan", "write")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
 
-    def timed_iter(self, name: str, iterator):
-        iterator = iter(iterator)
+    def timed_iter(self, name: str, items: Iterable[T]) -> Iterator[T]:
+        iterator = iter(items)
         while True:
             with self.stage(name):
                 item = next(iterator, None)
@@ -33,7 +37,7 @@ class Timer:
             yield item
 
 
-def prefetch(iterator, depth: int = 2):
+def prefetch(iterator: Iterable[T], depth: int = 2) -> Generator[T, None, None]:
     """Run an iterator in a thread, so reading the next batch overlaps tokenizing this one
     (the tokenizers release the GIL); items and the first error arrive in order.
 
@@ -42,11 +46,11 @@ def prefetch(iterator, depth: int = 2):
     import queue
     import threading
 
-    items: queue.Queue = queue.Queue(maxsize=depth)
+    items: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
 
-    def put(item) -> bool:
+    def put(item: tuple[Any, BaseException | None]) -> bool:
         while not stop.is_set():
             try:
                 items.put(item, timeout=0.1)
@@ -83,7 +87,7 @@ def prefetch(iterator, depth: int = 2):
 
 
 @contextmanager
-def signals_raise():
+def signals_raise() -> Iterator[None]:
     """SIGTERM stops a run like Ctrl-C does: temporary files removed, no manifest."""
     import signal
     import threading
@@ -94,7 +98,7 @@ def signals_raise():
         yield
         return
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name, signum)
 
     previous = signal.signal(signal.SIGTERM, stop)

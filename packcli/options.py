@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from packcli.choices import (
     ALGORITHMS,
@@ -15,6 +16,9 @@ from packcli.choices import (
     TOKENIZER_BACKENDS,
 )
 from packcli.errors import PackcliError
+
+if TYPE_CHECKING:
+    from packcli.plan import PlanSettings
 
 MAX_SEQ_LEN = 1 << 20
 
@@ -75,80 +79,75 @@ class PackOptions:
 
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
-
-        def usage(message: str):
-            return PackcliError(message, usage=True)
-
-        def choice(name: str, value, allowed) -> None:
-            if value not in allowed:
-                raise usage(f"--{name} must be one of {', '.join(allowed)}, not {value!r}")
-
         if not self.inputs:
-            raise usage("no INPUT given")
-        if not 1 <= self.seq_len <= MAX_SEQ_LEN:
-            raise usage(f"--seq-len must be between 1 and {MAX_SEQ_LEN:,}, not {self.seq_len}")
-        choice("mode", self.mode, MODES)
-        choice("algorithm", self.algorithm, ALGORITHMS)
-        choice("remainder", self.remainder, REMAINDER_POLICIES)
-        choice("format", self.format, FORMATS)
-        choice("on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
-        choice("tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
-        if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
-            raise usage(
-                "--tokenizer-backend tiktoken does not apply to "
-                + (
-                    "--messages-field (chat templates are tokenized by transformers)"
-                    if self.input_kind == "chat"
-                    else "--ids-field"
-                )
-            )
-        if self.overlong is not None:
-            choice("overlong", self.overlong, OVERLONG_POLICIES)
-        for name in ("buffer_size", "rows_per_shard", "workers"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise usage(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-        if self.pad_id is not None and self.pad_id < 0:
-            raise usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+            raise _usage("no INPUT given")
+        self._check_values()
+        self._check_input_kind()
         if self.resume and self.overwrite:
-            raise usage("--resume and --overwrite exclude each other")
-        kinds = [
-            flag
-            for flag, given in (
-                ("--text-field", self.text_field is not None),
-                ("--prompt-field/--completion-field", bool(self.prompt_field or self.completion_field)),
-                ("--messages-field", self.messages_field is not None),
-                ("--ids-field", self.ids_field is not None),
-            )
-            if given
-        ]
+            raise _usage("--resume and --overwrite exclude each other")
+        if self.tokenizer is None and self.input_kind != "ids":
+            raise _usage("--tokenizer is required (only --ids-field input can do without)")
+
+    def _check_values(self) -> None:
+        check_seq_len(self.seq_len, "--seq-len")
+        check_choice("--mode", self.mode, MODES)
+        check_choice("--algorithm", self.algorithm, ALGORITHMS)
+        check_choice("--remainder", self.remainder, REMAINDER_POLICIES)
+        check_choice("--format", self.format, FORMATS)
+        check_choice("--on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
+        check_choice("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
+        if self.overlong is not None:
+            check_choice("--overlong", self.overlong, OVERLONG_POLICIES)
+        for flag, value in (
+            ("--buffer-size", self.buffer_size),
+            ("--rows-per-shard", self.rows_per_shard),
+            ("--workers", self.workers),
+        ):
+            check_positive(flag, value)
+        if self.pad_id is not None and self.pad_id < 0:
+            raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+
+    def _check_input_kind(self) -> None:
+        """Exactly one kind of input, and the options that go with it."""
+        given = {
+            "--text-field": self.text_field is not None,
+            "--prompt-field/--completion-field": bool(self.prompt_field or self.completion_field),
+            "--messages-field": self.messages_field is not None,
+            "--ids-field": self.ids_field is not None,
+        }
+        kinds = [flag for flag, present in given.items() if present]
         if len(kinds) > 1:
-            raise usage(f"conflicting field options: {' and '.join(kinds)} (give exactly one kind of input)")
+            raise _usage(f"conflicting field options: {' and '.join(kinds)} (give exactly one kind of input)")
         for flag, value in (
             ("--text-field", self.text_field),
             ("--messages-field", self.messages_field),
             ("--ids-field", self.ids_field),
         ):
             if value == "":
-                raise usage(f"{flag} must name a field")
+                raise _usage(f"{flag} must name a field")
         if bool(self.prompt_field) != bool(self.completion_field):
-            raise usage("--prompt-field and --completion-field go together")
+            raise _usage("--prompt-field and --completion-field go together")
         if self.prompt_field and self.prompt_field == self.completion_field:
-            raise usage("--prompt-field and --completion-field must name different fields")
+            raise _usage("--prompt-field and --completion-field must name different fields")
+        if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
+            chat = self.input_kind == "chat"
+            why = "--messages-field (chat templates are tokenized by transformers)" if chat else "--ids-field"
+            raise _usage("--tokenizer-backend tiktoken does not apply to " + why)
+        self._check_companions()
+
+    def _check_companions(self) -> None:
         if self.labels_field and not self.ids_field:
-            raise usage("--labels-field goes with --ids-field")
+            raise _usage("--labels-field goes with --ids-field")
         if self.chat_template and not self.messages_field:
-            raise usage("--chat-template goes with --messages-field")
+            raise _usage("--chat-template goes with --messages-field")
         roles = tuple(r.strip() for r in self.train_on.split(",") if r.strip())
         if not roles or any(r not in ROLES for r in roles):
-            raise usage(f"--train-on takes roles from {', '.join(ROLES)}, not {self.train_on!r}")
+            raise _usage(f"--train-on takes roles from {', '.join(ROLES)}, not {self.train_on!r}")
         if self.train_on != "assistant" and not self.messages_field:
-            raise usage("--train-on goes with --messages-field")
-        if self.tokenizer is None and self.input_kind != "ids":
-            raise usage("--tokenizer is required (only --ids-field input can do without)")
+            raise _usage("--train-on goes with --messages-field")
 
-    def plan_settings(self):
-        from packcli.plan import PlanSettings
+    def plan_settings(self) -> PlanSettings:
+        from packcli.plan import PlanSettings  # lazy: plan imports numba, kept off `packcli --help`
 
         return PlanSettings(
             seq_len=self.seq_len,
@@ -159,3 +158,23 @@ class PackOptions:
             shuffle=self.shuffle,
             seed=self.seed,
         )
+
+
+def _usage(message: str) -> PackcliError:
+    return PackcliError(message, usage=True)
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """One rule for every choice, named as the caller names it (`--mode` or `mode`)."""
+    if value not in allowed:
+        raise _usage(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def check_positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise _usage(f"{name} must be at least 1, not {value}")
+
+
+def check_seq_len(value: int, name: str = "seq_len") -> None:
+    if not 1 <= value <= MAX_SEQ_LEN:
+        raise _usage(f"{name} must be between 1 and {MAX_SEQ_LEN:,}, not {value}")

@@ -15,13 +15,17 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from packcli.errors import PackcliError
 
 LOCK_FILE = ".packcli.lock"
 RUN_FILE = ".packcli-run.json"
 SPILL_DIR = ".packcli-spill"
+T = TypeVar("T")
+Json = dict[str, Any]
 OWNED_PREFIXES = (
     "shard-",
     ".shard-",
@@ -128,7 +132,7 @@ def remove_path(path: Path) -> None:
         path.unlink()
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: Json) -> None:
     tmp = path.with_name("." + path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(data, indent=2) + "\n")
@@ -137,7 +141,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def guarded(out_dir: Path, action, *args):
+def guarded(out_dir: Path, action: Callable[..., T], *args: Any) -> T:
     """Writing errors (a full disk above all) as one line naming the directory."""
     try:
         return action(*args)
@@ -148,7 +152,7 @@ def guarded(out_dir: Path, action, *args):
 # ----------------------------------------------------------------------------- resume
 
 
-def input_identity(path: str) -> dict:
+def input_identity(path: str) -> Json:
     if path == "-":
         return {"path": "-"}
     stat = os.stat(path)
@@ -161,7 +165,7 @@ def input_identity(path: str) -> dict:
     return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sample_sha256": digest.hexdigest()}
 
 
-def run_identity(options: dict, paths: list[str], tokenizer_fingerprint: str | None, version: str) -> dict:
+def run_identity(options: Json, paths: list[str], tokenizer_fingerprint: str | None, version: str) -> Json:
     return {
         "packcli_version": version,
         "options": options,
@@ -170,15 +174,15 @@ def run_identity(options: dict, paths: list[str], tokenizer_fingerprint: str | N
     }
 
 
-def identity_hash(identity: dict) -> str:
+def identity_hash(identity: Json) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def save_run(out_dir: Path, identity: dict) -> None:
+def save_run(out_dir: Path, identity: Json) -> None:
     write_json_atomic(out_dir / RUN_FILE, identity)
 
 
-def check_resumable(out_dir: Path, identity: dict) -> None:
+def check_resumable(out_dir: Path, identity: Json) -> None:
     """Refuse, naming the first difference, unless this is the interrupted run's job."""
     if any(entry.get("path") == "-" for entry in identity["inputs"]):
         raise PackcliError("--resume cannot check input read from stdin; give the input as files")
@@ -194,7 +198,7 @@ def check_resumable(out_dir: Path, identity: dict) -> None:
         raise PackcliError(f"refusing to resume: {difference} differs from the interrupted run's")
 
 
-def _first_difference(old: dict, new: dict) -> str | None:
+def _first_difference(old: Json, new: Json) -> str | None:
     if old.get("packcli_version") != new["packcli_version"]:
         return f"packcli version ({new['packcli_version']} vs {old.get('packcli_version')})"
     if old.get("tokenizer_fingerprint") != new["tokenizer_fingerprint"]:
@@ -213,7 +217,7 @@ def _first_difference(old: dict, new: dict) -> str | None:
     return None
 
 
-def completed_shards(out_dir: Path, shard_name) -> int:
+def completed_shards(out_dir: Path, shard_name: Callable[[int], str]) -> int:
     """How many shards, numbered from 0 without a gap, are finished; the rest is removed."""
     count = 0
     while (out_dir / shard_name(count)).exists():

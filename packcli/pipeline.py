@@ -236,6 +236,7 @@ def _windows(job: Job, chunks, outcome: Outcome, writer, timer: Timer) -> None:
     masked = job.setup.builder.labels != "text"
     dtype = ids_dtype(job.setup.vocab_size)
     size = opts.buffer_size
+    assert size is not None  # windows are what --buffer-size asks for
     carry = None
     pending = iter(_cut_windows(chunks, size, opts.mode))
     index = 0
