@@ -861,7 +861,7 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
     lengths = _as_lengths(lengths, capacity)
     # int32 is enough (rows < MAX_SEQUENCES, offsets < MAX_CAPACITY) and halves what the
     # kernels write. Fresh output pages are faulted in on first write: ~3.4 us per 4 KB
-    # page on this VM, 6.6 ms for two 1M-element outputs, as much as a whole packer. One
+    # page on the development machine, 6.6 ms for two 1M-element outputs, as much as a whole packer. One
     # buffer for both is big enough (>= 4 MiB from 512Ki sequences) for numpy to ask for
     # transparent huge pages, 512 times fewer faults.
     row, offset = np.empty((2, lengths.shape[0]), dtype=np.int32)

@@ -274,7 +274,7 @@ def bench_trl(lengths: np.ndarray, capacity: int, repeats: int, results: dict) -
             f"| {rows:,} | {gap(rows, lb)} |"
         )
     # Speed is checked against TRL's faster configuration. Efficiency is checked against
-    # pack_dataset(strategy="bfd") as the issue names it, i.e. as users call it (default
+    # pack_dataset(strategy="bfd") as the target names it, i.e. as users call it (default
     # batches), and TRL's whole-set run is reported beside it.
     trl_rate = max(trl_rates.values())
     trl_default_rows = trl_rows["TRL bfd (default batches)"]
@@ -298,7 +298,7 @@ def bench_trl(lengths: np.ndarray, capacity: int, repeats: int, results: dict) -
 
 
 # --------------------------------------------------------------------------------------
-# Issue targets
+# Targets
 # --------------------------------------------------------------------------------------
 
 
@@ -308,7 +308,7 @@ TARGET_TITLES = ("lognormal 1,000,000", "lognormal 10,000,000")
 def check_targets(results: dict, lognormal_titles: list[str]) -> None:
     print("\n### Targets")
     print("(speeds are CPU-time based and depend on the machine; the ratios above are the portable part)\n")
-    # The issue's sets: 1M lengths for bfd, 1M and 10M for the histogram packers (--quick
+    # The target sets: 1M lengths for bfd, 1M and 10M for the histogram packers (--quick
     # also runs 100k, where fixed costs per call weigh more; it is not a target set).
     lognormal_titles = [t for t in lognormal_titles if t in TARGET_TITLES]
     lognormal_title = TARGET_TITLES[0]

@@ -1,11 +1,11 @@
-"""Benchmark `packcli pack` end to end (issue 6): tokens/s against the tokenizer alone, peak memory,
+"""Benchmark `packcli pack` end to end: tokens/s against the tokenizer alone, peak memory,
 scaling over workers, and the `datasets` / TRL recipes, all measured side by side in one run.
 
     python scripts/bench_pipeline.py                    # 50M tokens, 2 rounds (about 35 minutes on 2 cores)
     python scripts/bench_pipeline.py --quick            # ~2M tokens, 1 round, a smoke run of a few minutes
     python scripts/bench_pipeline.py --tokens 20M --no-baselines --no-hf
 
-docs/benchmarks.md ("Pipeline throughput and memory (issue 6)") has the measured table.
+docs/benchmarks/ has the measured runs (pipeline-*.md).
 
 Corpus (built in a temporary directory, never in the repo): GSM8K train (question + "\\n" +
 answer), the FastChat conversations (turns joined with "\\n") and Python source files from
@@ -756,7 +756,7 @@ def report(args, meta, configs, baselines, loads, conversion) -> None:
                 if x:
                     ratio = x.rate / limit.rate
                     checks.append((f"packcli {mode} {fmt} ({label}) >= 0.9x the limit", ratio >= 0.9, f"{ratio:.2f}x"))
-    for key in ("bin-parquet", "concat-npy"):  # issue 9: the auto backend against the HF limit
+    for key in ("bin-parquet", "concat-npy"):  # the auto backend against the HF limit
         x = c[key]
         if x.best.get("backend") == "tiktoken":
             ratio = x.rate / limit.rate

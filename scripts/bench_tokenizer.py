@@ -12,9 +12,8 @@ vocabulary (build it with scripts/make_bench_tokenizer.py). Corpora: GSM8K train
 (question + answer), FastChat dummy conversations (turns joined) and Python source files
 from this interpreter's site-packages.
 
-If `packcli pack` already has `--tokenizer-backend` (PackOptions.tokenizer_backend), the
-end-to-end run is measured as well: tokens/s of `auto` over `hf`, and whether the shards
-are byte-identical.
+The end-to-end run is measured as well: `packcli pack` tokens/s with `auto` over `hf`,
+and whether the shards are byte-identical.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 Both are committed so that `make demo` and the tests run offline. The tokenizer is a
 small byte-level BPE (GPT-2 style, no BOS added on encode, no pad token: pad falls back
 to EOS) with a ChatML template; the corpus is one JSONL document per source/doc file.
-Run from the repository root: `make assets`.
+Run from the repository root: `make assets` rebuilds both. `--corpus-only` rebuilds only
+the corpus and keeps the committed tokenizer: retraining it on changed files changes its
+merges, hence every id it gives and every demo output.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -77,12 +80,16 @@ def build_tokenizer(files: list[Path]) -> Path:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus-only", action="store_true", help="keep the committed tokenizer")
+    args = parser.parse_args()
     ASSETS.mkdir(parents=True, exist_ok=True)
     files = corpus_files()
-    tok_dir = build_tokenizer(files)
+    if not args.corpus_only:
+        tok_dir = build_tokenizer(files)
+        size = sum(p.stat().st_size for p in tok_dir.iterdir())
+        print(f"tokenizer: {tok_dir.relative_to(ROOT)} ({size // 1024} KiB)")
     corpus = build_corpus(files)
-    size = sum(p.stat().st_size for p in tok_dir.iterdir())
-    print(f"tokenizer: {tok_dir.relative_to(ROOT)} ({size // 1024} KiB)")
     print(f"corpus: {corpus.relative_to(ROOT)} ({corpus.stat().st_size // 1024} KiB, {len(files)} files)")
 
 

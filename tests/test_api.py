@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import load_rows, write_jsonl
+from helpers import load_rows, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

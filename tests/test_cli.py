@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 
 @pytest.fixture
@@ -344,7 +344,7 @@ def test_debug_shows_the_traceback(tmp_path, word_tokenizer):
 
 
 def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_tokenizer):
-    from conftest import random_texts
+    from helpers import random_texts
 
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(50)])
     result = cli("pack", path, "-o", tmp_path / "o", "--tokenizer", word_tokenizer, "--seq-len", 64)

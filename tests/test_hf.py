@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import load_rows, random_texts, write_jsonl
+from helpers import load_rows, random_texts, write_jsonl
 
 import packcli
 from packcli import hf

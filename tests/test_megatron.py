@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import load_rows, random_texts, real_segments, word_ids, write_jsonl
+from helpers import load_rows, random_texts, real_segments, word_ids, write_jsonl
 from megatron_reader import read_megatron
 
 EOS, BOS = 1, 2

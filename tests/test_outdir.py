@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import random_texts, write_jsonl
+from helpers import random_texts, write_jsonl
 
 from packcli.errors import PackcliError
 from packcli.outdir import LOCK_FILE, OutputLock
@@ -60,7 +60,7 @@ def test_lock_in_process(tmp_path):
 def test_concat_windows_give_the_rows_of_one_plan(tmp_path, packed, word_tokenizer):
     """Windows carry the stream's tail into the next: without shuffling, the rows are the
     same whatever the window."""
-    from conftest import load_rows
+    from helpers import load_rows
 
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(400)])
     options = ("--tokenizer", word_tokenizer, "--seq-len", 50, "--mode", "concat", "--no-shuffle")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import write_jsonl
+from helpers import write_jsonl
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import load_rows, random_texts, real_segments, word_ids, write_jsonl
+from helpers import load_rows, random_texts, real_segments, word_ids, write_jsonl
 
 import packcli
 

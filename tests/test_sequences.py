@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import load_rows, real_segments, write_jsonl
+from helpers import load_rows, real_segments, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import random_texts, write_jsonl
+from helpers import random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import load_rows, random_texts, write_jsonl
+from helpers import load_rows, random_texts, write_jsonl
 
 from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.pipeline import PackOptions

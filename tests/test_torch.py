@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import load_rows, random_texts, write_jsonl
+from helpers import load_rows, random_texts, write_jsonl
 
 import packcli
 from packcli import hf

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import random_texts, write_jsonl
+from helpers import random_texts, write_jsonl
 from test_shards import make_rows
 
 from packcli.errors import PackcliError

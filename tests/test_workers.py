@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import random_texts, write_jsonl
+from helpers import random_texts, write_jsonl
 
 from packcli.errors import PackcliError
 from packcli.workers import WorkerPool, can_fork
