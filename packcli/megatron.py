@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.manifest import load_manifest
+from packcli.shards import iter_output_rows
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -59,8 +61,6 @@ def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
     last. `dtype` is "uint16" or "int32" (default: Megatron's rule from the vocabulary
     size, int32 when it is unknown).
     """
-    from packcli.shards import iter_output_rows, load_manifest
-
     if dtype is not None and dtype not in DTYPES:
         raise PackcliError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", usage=True)
     out_dir = Path(out_dir)

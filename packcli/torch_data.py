@@ -29,7 +29,9 @@ from packcli.errors import PackcliError, needs_extra
 with needs_extra("torch", "packcli.torch_data needs PyTorch"):
     import torch
 
+from packcli.manifest import load_manifest
 from packcli.rows import Rows
+from packcli.shards import read_shard
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
 
@@ -202,8 +204,6 @@ class PackedDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, path):
-        from packcli.shards import load_manifest
-
         self.path = Path(path)
         self.manifest = load_manifest(self.path)
         self.seq_len = self.manifest["seq_len"]
@@ -355,8 +355,6 @@ def _open_npy(path: Path) -> dict:
 
 
 def _decode_parquet(path: Path, seq_len: int) -> dict:
-    from packcli.shards import read_shard
-
     blocks = list(read_shard(path, "parquet", seq_len))
     rows = Rows.concat(blocks) if blocks else None
     if rows is None:

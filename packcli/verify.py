@@ -24,8 +24,9 @@ import numpy as np
 from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.manifest import load_manifest
 from packcli.rows import IGNORE_INDEX, Rows
-from packcli.shards import NPY_FILES
+from packcli.shards import NPY_FILES, read_shard
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -266,8 +267,6 @@ def _first(mask) -> int:
 
 def verify_dir(out_dir) -> dict:
     """Every shard against the manifest (rows, checksums, totals) and every row invariant."""
-    from packcli.shards import load_manifest
-
     started = time.perf_counter()
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
@@ -377,8 +376,6 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
             for stop in [min(start + block_rows, n)]
         )
     else:
-        from packcli.shards import read_shard
-
         blocks = (
             (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
             for rows in read_shard(path, fmt, seq_len, block_rows=block_rows)
