@@ -241,58 +241,75 @@ def what_if(
     then windows of `buffer_size` sequences. Tokens processed count padding, since a
     model computes on it; the speed-up is the ratio of tokens processed, which leaves
     out attention's cost that grows with the square of the segment length."""
-    from packcli.kernels import ALGORITHMS, pack_lengths
-
     policy = overlong or "split"
     n_long = int((lengths > seq_len).sum())
     if n_long and policy == "error":
         _refuse_overlong(lengths, seq_len, first_longer)
     sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
     no_labels = int(unlearnable.sum()) if policy == "truncate" and unlearnable is not None else 0
-    real = int(sequences.sum())
-    pad_tokens = len(sequences) * seq_len
-    longest_tokens = pad_to_longest_tokens(sequences, batch_size)
-
-    def entry(method: str, rows: int, processed: int, seconds: float | None, kind: str) -> dict:
-        return {
-            "method": method,
-            "kind": kind,
-            "rows": rows,
-            "tokens_processed": processed,
-            "efficiency": real / processed if processed else 0.0,
-            "speedup_vs_pad_to_seq_len": pad_tokens / processed if processed else 0.0,
-            "speedup_vs_pad_to_longest": longest_tokens / processed if processed else 0.0,
-            "seconds": seconds,
-        }
-
+    scale = _Scale(
+        real=int(sequences.sum()),
+        pad_tokens=len(sequences) * seq_len,
+        longest_tokens=pad_to_longest_tokens(sequences, batch_size),
+    )
     methods = [
-        entry("pad to seq_len", len(sequences), pad_tokens, None, "no packing"),
-        entry(f"pad to longest/{batch_size}", len(sequences), longest_tokens, None, "no packing"),
+        scale.entry("pad to seq_len", len(sequences), scale.pad_tokens, None, "no packing"),
+        scale.entry(f"pad to longest/{batch_size}", len(sequences), scale.longest_tokens, None, "no packing"),
+        *_packer_entries(scale, sequences, seq_len, buffer_size),
     ]
-    _warm_up_packers()
-    for algorithm in ALGORITHMS:
-        started, rows = time.perf_counter(), 0
-        window = buffer_size or max(1, len(sequences))
-        for start in range(0, len(sequences), window):
-            rows += pack_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
-        methods.append(entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin"))
     # concat joins whole documents (no overlong policy) and pads the last row.
     concat_rows = -(-int(lengths.sum()) // seq_len)
-    concat = entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
+    concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
     concat["efficiency"] = int(lengths.sum()) / (concat_rows * seq_len)
     methods.append(concat)
-    bound = -(-real // seq_len)
-    methods.append(entry("lower bound", bound, bound * seq_len, None, "bound"))
+    bound = -(-scale.real // seq_len)
+    methods.append(scale.entry("lower bound", bound, bound * seq_len, None, "bound"))
     return {
         "seq_len": seq_len,
         "sequences": len(sequences),
-        "real_tokens": real,
+        "real_tokens": scale.real,
         "overlong": {"policy": policy, "count": n_long, "tokens_lost": lost, "dropped_without_labels": no_labels},
         "batch_size": batch_size,
         "buffer_size": buffer_size,
         "lower_bound_rows": bound,
         "methods": methods,
     }
+
+
+@dataclass
+class _Scale:
+    """The real tokens and the two no-packing baselines every method is measured against."""
+
+    real: int
+    pad_tokens: int
+    longest_tokens: int
+
+    def entry(self, method: str, rows: int, processed: int, seconds: float | None, kind: str) -> dict:
+        return {
+            "method": method,
+            "kind": kind,
+            "rows": rows,
+            "tokens_processed": processed,
+            "efficiency": self.real / processed if processed else 0.0,
+            "speedup_vs_pad_to_seq_len": self.pad_tokens / processed if processed else 0.0,
+            "speedup_vs_pad_to_longest": self.longest_tokens / processed if processed else 0.0,
+            "seconds": seconds,
+        }
+
+
+def _packer_entries(scale: _Scale, sequences: np.ndarray, seq_len: int, buffer_size: int | None) -> list[dict]:
+    """Every bin packer on the sequences, in windows of `buffer_size` as pack plans them, timed."""
+    from packcli.kernels import ALGORITHMS, pack_lengths
+
+    _warm_up_packers()
+    entries = []
+    for algorithm in ALGORITHMS:
+        started, rows = time.perf_counter(), 0
+        window = buffer_size or max(1, len(sequences))
+        for start in range(0, len(sequences), window):
+            rows += pack_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
+        entries.append(scale.entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin"))
+    return entries
 
 
 def _refuse_overlong(lengths: np.ndarray, seq_len: int, first_longer: tuple[str, int] | None) -> None:

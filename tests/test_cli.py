@@ -90,13 +90,13 @@ def test_stats_takes_every_input_option_of_pack_defined_alike():
 
 
 def test_help_shows_every_choice_from_the_core_in_panels(cli):
-    from packcli import fastbpe, kernels, options, shards
+    from packcli import fastbpe, kernels, manifest, options
     from packcli.cli import INPUT, OUTPUT, PACKING, RUN, TOKENIZATION
 
     core = {
         "mode": options.MODES,
         "algorithm": kernels.ALGORITHMS,
-        "format": shards.FORMATS,
+        "format": manifest.FORMATS,
         "tokenizer_backend": fastbpe.BACKENDS,
         "overlong": options.OVERLONG_POLICIES,
         "remainder": options.REMAINDER_POLICIES,
