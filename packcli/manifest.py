@@ -228,7 +228,7 @@ class Buffer(TypedDict):
     efficiency_in_one_window: float
 
 
-class Spill(TypedDict):
+class SpillSummary(TypedDict):
     bytes: int
     reused: bool
     tmp_dir: str | None
@@ -268,7 +268,7 @@ class Report(TypedDict, total=False):
     no_packing: NoPacking
     remainder: Remainder
     buffer: Buffer
-    spill: Spill
+    spill: SpillSummary
     timings: dict[str, float]
     tokens_per_second: float
 
@@ -284,7 +284,7 @@ def build_report(
     workers: dict[str, Any],
     remainder_tokens: int,
     buffer: Buffer | None,
-    spill: Spill,
+    spill: SpillSummary,
     timings: dict[str, float],
     total_seconds: float,
 ) -> Report:

@@ -238,7 +238,7 @@ class PackedDataset(torch.utils.data.Dataset):
             path = self.path / entry["path"]
             if not path.exists():
                 raise PackcliError(f"{entry['path']}: listed in the manifest but missing")
-            arrays = _open_npy(path) if self.format == "npy" else _decode_parquet(path, self.seq_len)
+            arrays = _npy_shard_private_maps(path) if self.format == "npy" else _decode_parquet(path, self.seq_len)
             if len(arrays["input_ids"]) != entry["rows"] or arrays["input_ids"].shape[1:] != (self.seq_len,):
                 raise PackcliError(
                     f"{entry['path']}: holds {arrays['input_ids'].shape}, the manifest says {entry['rows']} rows of {self.seq_len}"
@@ -341,7 +341,7 @@ def _as_list(values) -> list:
     return np.asarray(values).reshape(-1).tolist()
 
 
-def _open_npy(path: Path) -> dict:
+def _npy_shard_private_maps(path: Path) -> dict:
     """Copy-on-write memory maps: torch wants writable arrays, and writes stay private."""
     missing = [name for name in NPY_COLUMNS if not (path / f"{name}.npy").is_file()]
     if missing:

@@ -351,7 +351,7 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
     if fmt == "npy":
-        arrays = _open_npy(path, seq_len)
+        arrays = _npy_shard_maps(path, seq_len)
         n = len(arrays["input_ids"])
         offsets = arrays["cu_seqlens_offsets"]
         blocks = (
@@ -381,7 +381,7 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     return counted
 
 
-def _open_npy(path: Path, seq_len: int) -> dict:
+def _npy_shard_maps(path: Path, seq_len: int) -> dict:
     """Memory maps of an npy shard: the kernel streams through them, nothing is copied."""
     missing = [name for name in NPY_FILES if not (path / name).is_file()]
     if missing:
