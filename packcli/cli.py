@@ -8,8 +8,9 @@ usage errors), with the traceback only under --debug.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -353,7 +354,7 @@ def _progress():
         yield advance
 
 
-def _show_report(report: dict, title: str, json_output: bool) -> None:
+def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
     from packcli import render
 
     if json_output:

@@ -38,7 +38,7 @@ from packcli.shards import iter_output_rows
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
-DTYPE_CODES = {
+DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.uint8): 1,
     np.dtype(np.int8): 2,
     np.dtype(np.int16): 3,
@@ -48,7 +48,7 @@ DTYPE_CODES = {
     np.dtype(np.float32): 7,
     np.dtype(np.uint16): 8,
 }
-DTYPES = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
+DTYPES: dict[str, np.dtype] = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
 
 
 def megatron_dtype(vocab_size: int | None) -> np.dtype:
@@ -142,18 +142,18 @@ def _real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
     return lengths, starts_row
 
 
-def _document_rule(manifest: dict) -> tuple[str, int | None, list[str]]:
+def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:
     """How documents are told apart across rows: segment, eos or bos (see the module doc)."""
     options = manifest.get("options", {})
     if manifest.get("mode") != "concat":
         return "segment", None, []
     if options.get("shuffle"):
         return "segment", None, ["rows are shuffled, so documents cut at row boundaries are exported in pieces"]
-    tokenizer = manifest["tokenizer"]
-    if options.get("eos", True) and tokenizer.get("eos_id") is not None:
-        return "eos", int(tokenizer["eos_id"]), []
-    if options.get("bos") and tokenizer.get("bos_id") is not None:
-        return "bos", int(tokenizer["bos_id"]), []
+    eos_id, bos_id = manifest["tokenizer"].get("eos_id"), manifest["tokenizer"].get("bos_id")
+    if options.get("eos", True) and eos_id is not None:
+        return "eos", int(eos_id), []
+    if options.get("bos") and bos_id is not None:
+        return "bos", int(bos_id), []
     return "segment", None, ["without EOS or BOS, documents cut at row boundaries are exported in pieces"]
 
 

@@ -23,6 +23,7 @@ from packcli.flow import Timer, prefetch, signals_raise
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
 from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
+from packcli.report import RowStats
 from packcli.tokensetup import TokenSetup, setup_tokens
 
 SHARD_TOKENS = 1 << 25
@@ -60,11 +61,11 @@ class Job:
 class Outcome:
     """What the stages hand to the report."""
 
+    stats: RowStats
     counts: IngestCounts = field(default_factory=IngestCounts)
     bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
     remainder_tokens: int = 0
     shards: list = field(default_factory=list)
-    stats: object = None
 
 
 def run_pack(opts: PackOptions, progress=None) -> Report:
@@ -123,7 +124,6 @@ def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
 
 
 def _execute(job: Job, stream: TokenStream, bad, paths: list[str], timer: Timer, progress) -> Outcome:
-    from packcli.report import RowStats
     from packcli.shards import ShardWriter
 
     opts = job.opts

@@ -9,9 +9,13 @@ without a terminal and what it shows without a corpus.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
 
 from packcli.errors import PackcliError, needs_extra
 from packcli.stats import binned
@@ -30,13 +34,12 @@ CHART_TITLES = {
 # ----------------------------------------------------------------------------- report tables
 
 
-def to_json(report: dict) -> str:
-    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+def to_json(value: object) -> str:
+    return json.dumps(value, indent=2, sort_keys=False) + "\n"
 
 
-def render_table(report: dict, title: str):
+def render_table(report: Mapping[str, Any], title: str) -> Table:
     """A Rich table of the figures a user looks at first."""
-    from rich.table import Table
 
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
@@ -126,14 +129,14 @@ def export_line(summary: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- terminal
 
 
-def render_stats(console, path: str, report: dict) -> None:
+def render_stats(console: Console, path: str, report: Mapping[str, Any]) -> None:
     console.print(render_table(report, f"packcli stats {path}"))
     for name, bins in report["distributions"].items():
         if bins:
             console.print(render_chart(_chart_title(name, report), bins, console.width))
 
 
-def _chart_title(name: str, report: dict) -> str:
+def _chart_title(name: str, report: Mapping[str, Any]) -> str:
     seq_len = report["seq_len"]
     if name == "fill_per_row":
         fill = report["fill_per_row"]
@@ -145,11 +148,8 @@ def _chart_title(name: str, report: dict) -> str:
     return f"{CHART_TITLES[name]}: min {lengths['min']:,}, median {lengths['median']:,.0f}, max {lengths['max']:,}"
 
 
-def render_chart(title: str, bins: list[dict], width: int = 80):
+def render_chart(title: str, bins: list[dict], width: int = 80) -> Group:
     """A horizontal bar chart: one line per bin, `range | bar | count | share`."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
 
     bins = _collapse_empty_ends(bins)
     total = sum(b["count"] for b in bins) or 1
@@ -207,9 +207,8 @@ def sparkline(bins: list[dict]) -> str:
     return "".join(" " if not b["count"] else SPARKS[min(7, (len(SPARKS) * b["count"] - 1) // peak)] for b in bins)
 
 
-def render_compare(console, paths: list[str], reports: list[dict]) -> None:
+def render_compare(console: Console, paths: list[str], reports: Sequence[Mapping[str, Any]]) -> None:
     """Several packed outputs in one table, a column each."""
-    from rich.table import Table
 
     table = Table(title="packcli stats: " + ", ".join(paths), title_justify="left")
     table.add_column("", style="bold", no_wrap=True)
@@ -238,8 +237,7 @@ def render_compare(console, paths: list[str], reports: list[dict]) -> None:
     console.print("[dim]charts: low to high, left to right; bins as in `packcli stats DIR --json`[/dim]")
 
 
-def render_what_if(console, report: dict) -> None:
-    from rich.table import Table
+def render_what_if(console: Console, report: Mapping[str, Any]) -> None:
 
     docs = report["documents"]
     lengths = report["sequence_length"]
@@ -302,13 +300,15 @@ def _duration(seconds: float) -> str:
 # ----------------------------------------------------------------------------- --plot
 
 
-def matplotlib_figure():
+def matplotlib_figure() -> type:
     with needs_extra("plot", "--plot needs matplotlib"):
         from matplotlib.figure import Figure
     return Figure
 
 
-def plot_dirs(file: str, paths: list[str], histograms: list[dict], reports: list[dict]) -> None:
+def plot_dirs(
+    file: str, paths: list[str], histograms: list[dict[str, np.ndarray]], reports: Sequence[Mapping[str, Any]]
+) -> None:
     """The three distributions of one or several outputs, as shares so sizes compare."""
     Figure = matplotlib_figure()
     fig = Figure(figsize=(13, 4), layout="constrained")
@@ -352,7 +352,7 @@ def plot_dirs(file: str, paths: list[str], histograms: list[dict], reports: list
     _save(fig, file)
 
 
-def plot_what_if(file: str, report: dict) -> None:
+def plot_what_if(file: str, report: Mapping[str, Any]) -> None:
     """Sequence lengths against each seq_len, and efficiency of every method."""
     Figure = matplotlib_figure()
     fig = Figure(figsize=(13, 4.5), layout="constrained")
@@ -395,7 +395,7 @@ def plot_what_if(file: str, report: dict) -> None:
     _save(fig, file)
 
 
-def _save(fig, file: str) -> None:
+def _save(fig: Any, file: str) -> None:
     try:
         fig.savefig(file, dpi=110)
     except (OSError, ValueError) as exc:

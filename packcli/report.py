@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from packcli.manifest import NoPacking, RowSummary
 from packcli.rows import IGNORE_INDEX, Rows
 
 
@@ -41,7 +42,7 @@ class RowStats:
     def sequences(self) -> int:
         return int(self.segment_lengths.sum())
 
-    def summary(self) -> dict:
+    def summary(self) -> RowSummary:
         rows, real, seq_len = self.rows, self.real_tokens, self.seq_len
         capacity = rows * seq_len
         return {
@@ -69,7 +70,7 @@ class RowStats:
             },
         }
 
-    def histograms(self) -> dict:
+    def histograms(self) -> dict[str, np.ndarray]:
         return {
             "fill_per_row": self.fill,
             "sequences_per_row": self.segments_per_row,
@@ -110,7 +111,7 @@ def _median(hist: np.ndarray) -> float:
     return (lower + upper) / 2
 
 
-def no_packing_baseline(sequence_rows: int, real_tokens: int, seq_len: int) -> dict:
+def no_packing_baseline(sequence_rows: int, real_tokens: int, seq_len: int) -> NoPacking:
     """Every sequence padded to seq_len in rows of its own."""
     capacity = sequence_rows * seq_len
     return {"rows": sequence_rows, "efficiency": real_tokens / capacity if capacity else 0.0}

@@ -201,7 +201,7 @@ class ShardWriter:
         self.id_dtype = ids_dtype(vocab_size)
         self.done_shards = done_shards
         self.shards: list[ShardInfo] = []
-        self._current = None
+        self._current: _ParquetShard | _NpyShard | None = None
         self._rows = self._sequences = self._tokens = 0
 
     def _tmp_path(self, index: int) -> Path:
@@ -211,12 +211,10 @@ class ShardWriter:
         start = 0
         while start < len(rows):
             skipping = len(self.shards) < self.done_shards
-            if self._current is None and not skipping:
-                self._open()
             take = min(len(rows) - start, self.rows_per_shard - self._rows)
             block = rows.slice(start, start + take)
             if not skipping:
-                self._current.write(block)
+                self._open_shard().write(block)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
             self._tokens += int(block.real_lengths().sum())
@@ -224,12 +222,15 @@ class ShardWriter:
             if self._rows == self.rows_per_shard:
                 self._close_shard()
 
-    def _open(self) -> None:
-        tmp = self._tmp_path(len(self.shards))
-        if self.fmt == "parquet":
-            self._current = _ParquetShard(tmp, self.seq_len)
-        else:
-            self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+    def _open_shard(self) -> _ParquetShard | _NpyShard:
+        """The shard being written, opened on its first rows."""
+        if self._current is None:
+            tmp = self._tmp_path(len(self.shards))
+            if self.fmt == "parquet":
+                self._current = _ParquetShard(tmp, self.seq_len)
+            else:
+                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+        return self._current
 
     def _close_shard(self) -> None:
         index = len(self.shards)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.manifest import load_manifest
+from packcli.manifest import NoPacking, RowSummary, load_manifest
 from packcli.options import PackOptions
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import IGNORE_INDEX
@@ -35,11 +35,21 @@ def is_packed_output(path) -> bool:
 # ----------------------------------------------------------------------------- packed DIR
 
 
-def stats_dir(path: str) -> dict:
+def stats_dir(path: str) -> OutputStats:
     return dir_stats(path)[0]
 
 
-def dir_stats(path: str) -> tuple[dict, dict]:
+class OutputStats(RowSummary):
+    """`packcli stats DIR`: the rows' figures, measured again, and their charts' bins."""
+
+    no_packing: NoPacking
+    mode: str | None
+    algorithm: str | None
+    format: str
+    distributions: dict[str, list[dict[str, int]]]
+
+
+def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
     """(the report, its full histograms); the histograms feed --plot at a finer grain."""
     out_dir = Path(path)
     manifest = load_manifest(out_dir)
@@ -47,18 +57,21 @@ def dir_stats(path: str) -> tuple[dict, dict]:
     stats = RowStats(seq_len)
     for _, rows in iter_output_rows(out_dir, manifest):
         stats.add(rows)
-    report = stats.summary()
-    # From shards alone each segment is one sequence; a concat document is not recoverable.
-    report["no_packing"] = no_packing_baseline(report["sequences_packed"], report["real_tokens"], seq_len)
-    report["mode"] = manifest.get("mode")
-    report["algorithm"] = manifest.get("algorithm")
-    report["format"] = manifest.get("format")
+    summary = stats.summary()
     histograms = stats.histograms()
-    report["distributions"] = {name: distribution(name, hist) for name, hist in histograms.items()}
+    report: OutputStats = {
+        **summary,
+        # From shards alone each segment is one sequence; a concat document is not recoverable.
+        "no_packing": no_packing_baseline(summary["sequences_packed"], summary["real_tokens"], seq_len),
+        "mode": manifest.get("mode"),
+        "algorithm": manifest.get("algorithm"),
+        "format": manifest["format"],
+        "distributions": {name: distribution(name, hist) for name, hist in histograms.items()},
+    }
     return report, histograms
 
 
-def distribution(name: str, hist: np.ndarray, bins: int = CHART_BINS) -> list[dict]:
+def distribution(name: str, hist: np.ndarray, bins: int = CHART_BINS) -> list[dict[str, int]]:
     """A histogram binned for a chart: fill over 1..seq_len (the scale of a row), the
     others over the range that occurs, so no chart is a column of empty lines."""
     nonzero = np.flatnonzero(hist)
@@ -73,7 +86,7 @@ def distribution(name: str, hist: np.ndarray, bins: int = CHART_BINS) -> list[di
     return binned(hist, lo, hi, bins)
 
 
-def binned(hist: np.ndarray, lo: int, hi: int, bins: int = CHART_BINS) -> list[dict]:
+def binned(hist: np.ndarray, lo: int, hi: int, bins: int = CHART_BINS) -> list[dict[str, int]]:
     """hist[lo..hi] folded into at most `bins` bins of a round width (1, 2, 5 x 10^k or 2^k)."""
     width = _round_width(-(-(hi - lo + 1) // bins))
     cumulative = np.concatenate([[0], np.cumsum(hist)])
@@ -152,7 +165,7 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     setup = setup_tokens(pack_opts)
     bad = reading.BadRecords()
     chunks, first_longer = [], {}
-    unlearnable = {seq_len: [] for seq_len in opts.seq_lens}
+    unlearnable: dict[int, list[np.ndarray]] = {seq_len: [] for seq_len in opts.seq_lens}
     stream = TokenStream(pack_opts, setup, paths, bad, Timer())  # pack's backend choice and workers
     with closing(stream):
         for batch, sequences in stream:

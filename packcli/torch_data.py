@@ -184,11 +184,10 @@ class PackingCollator:
                 label = None if label is None else [*label, self.eos_id]
             sequences.append(ids)
             labels.append(label)
-        if all(label is None for label in labels):
-            labels = None
-        else:
-            labels = [label if label is not None else s for label, s in zip(labels, sequences)]
-        packed = pack_sequences(sequences, self.seq_len, pad_id=self.pad_id, labels=labels, **self.pack_options)
+        learned = None
+        if any(label is not None for label in labels):
+            learned = [label if label is not None else s for label, s in zip(labels, sequences)]
+        packed = pack_sequences(sequences, self.seq_len, pad_id=self.pad_id, labels=learned, **self.pack_options)
         return PackedBatch.from_rows(packed.rows)
 
 
