@@ -23,7 +23,7 @@ from packcli.flow import Timer, prefetch, signals_raise
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
 from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.report import RowStats
+from packcli.report import RowStats, no_packing_baseline
 from packcli.tokensetup import TokenSetup, setup_tokens
 
 SHARD_TOKENS = 1 << 25
@@ -320,7 +320,6 @@ def _bad_dict(bad) -> BadRecordCounts:
 
 def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> Report:
     from packcli.kernels import bfd_rows_from_counts
-    from packcli.report import no_packing_baseline
 
     opts, counts = job.opts, outcome.counts
     summary = outcome.stats.summary()
