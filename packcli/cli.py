@@ -8,8 +8,9 @@ usage errors), with the traceback only under --debug.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -355,13 +356,13 @@ def _progress():
         yield advance
 
 
-def _show_report(report: dict, title: str, json_output: bool) -> None:
-    from packcli.report import render_table, to_json
+def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
+    from packcli import render
 
     if json_output:
-        sys.stdout.write(to_json(report))
+        sys.stdout.write(render.to_json(report))
     else:
-        _stdout().print(render_table(report, title))
+        _stdout().print(render.render_table(report, title))
 
 
 @app.command()
@@ -456,8 +457,8 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
 
 
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
-    from packcli.report import to_json
-    from packcli.stats import dir_stats, is_packed_output, plot_dirs, render_compare, render_stats
+    from packcli import render
+    from packcli.stats import dir_stats, is_packed_output
 
     reports, histograms = [], []
     for path in paths:
@@ -472,37 +473,35 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
         reports.append(report)
         histograms.append(hists)
     if plot:
-        plot_dirs(plot, paths, histograms, reports)
+        render.plot_dirs(plot, paths, histograms, reports)
     if json_output:
-        sys.stdout.write(to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
+        sys.stdout.write(render.to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
         return
     console = _stdout()
     if len(reports) == 1:
-        render_stats(console, paths[0], reports[0])
+        render.render_stats(console, paths[0], reports[0])
     else:
-        render_compare(console, paths, reports)
+        render.render_compare(console, paths, reports)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
 
 
 def _stats_raw(options, plot: str | None, json_output: bool) -> None:
-    from packcli.report import to_json
-    from packcli.stats import plot_what_if, render_what_if, stats_raw
+    from packcli import render
+    from packcli.stats import stats_raw
 
     if plot:  # fail before the work, not after it
-        from packcli.stats import matplotlib_figure
-
-        matplotlib_figure()
+        render.matplotlib_figure()
     with _progress() as progress:
         report = stats_raw(options, progress=progress)
     if plot:
-        plot_what_if(plot, report)
+        render.plot_what_if(plot, report)
     report.pop("_lengths")
     if json_output:
-        sys.stdout.write(to_json(report))
+        sys.stdout.write(render.to_json(report))
         return
     console = _stdout()
-    render_what_if(console, report)
+    render.render_what_if(console, report)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
 
@@ -515,40 +514,14 @@ def verify(
 ) -> None:
     """Check every shard against the manifest and every row invariant; exit 1 on the first violation."""
     with _errors(debug):
+        from packcli import render
         from packcli.verify import verify_dir
 
         summary = verify_dir(path)
         if json_output:
-            from packcli.report import to_json
-
-            sys.stdout.write(to_json(summary))
+            sys.stdout.write(render.to_json(summary))
             return
-        print(
-            f"ok: {path}: {summary['shards']} shard(s), {summary['rows']:,} rows, "
-            f"{summary['sequences']:,} sequences, {summary['real_tokens']:,} real tokens "
-            f"({_checked(summary['bytes'], summary['seconds'])})"
-        )
-
-
-BYTE_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
-SHORTEST_TIMED = 1e-3  # seconds; below it a speed is mostly timer noise
-
-
-def human_bytes(size: float) -> str:
-    """3 significant digits in decimal units: 512 B, 12.3 kB, 1.00 MB, 45.6 GB."""
-    if round(size) < 1000:
-        return f"{round(size)} B"
-    for power, unit in enumerate(BYTE_UNITS[1:], start=1):
-        digits = f"{size / 1000**power:#.3g}"  # '#' keeps the zeros of 1.00
-        if float(digits) < 1000:
-            return f"{digits.rstrip('.')} {unit}"
-    return f"{size / 1000 ** (len(BYTE_UNITS) - 1):,.0f} {BYTE_UNITS[-1]}"
-
-
-def _checked(size: int, seconds: float) -> str:
-    if seconds < SHORTEST_TIMED:
-        return f"{human_bytes(size)} checked in under 1 ms"
-    return f"{human_bytes(size)} checked at {human_bytes(size / seconds)}/s"
+        print(render.verify_line(path, summary))
 
 
 export_app = typer.Typer(help="Write packed output in other training frameworks' formats.", no_args_is_help=True)
@@ -556,7 +529,7 @@ app.add_typer(export_app, name="export")
 
 
 @export_app.command("megatron")
-def export_megatron(
+def export_megatron_command(
     path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
     prefix: Annotated[str, typer.Argument(help="Output prefix: writes PREFIX.bin and PREFIX.idx.", show_default=False)],
     dtype: Annotated[
@@ -571,20 +544,16 @@ def export_megatron(
 ) -> None:
     """Write the Megatron-LM PREFIX.bin/PREFIX.idx pair (IndexedDataset), one document per sequence."""
     with _errors(debug):
-        from packcli.megatron import export_megatron as run_export
+        from packcli import render
+        from packcli.megatron import export_megatron
 
-        summary = run_export(path, prefix, dtype=dtype)
+        summary = export_megatron(path, prefix, dtype=dtype)
         for note in summary["notes"]:
             sys.stderr.write(f"note: {note}\n")
         if json_output:
-            from packcli.report import to_json
-
-            sys.stdout.write(to_json(summary))
+            sys.stdout.write(render.to_json(summary))
             return
-        print(
-            f"ok: wrote {summary['bin']} and {summary['idx']}: {summary['documents']:,} documents, "
-            f"{summary['tokens']:,} tokens ({summary['dtype']})"
-        )
+        print(render.export_line(summary))
 
 
 def main() -> None:

@@ -26,7 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
+from packcli.manifest import load_manifest
 from packcli.rows import Rows
+from packcli.shards import int32_array, iter_output_rows
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
 EXTRA_COLUMNS = ("cu_seqlens", "num_segments")
@@ -78,8 +80,6 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
     to int32, a copy of 4 bytes per token; for outputs larger than memory use
     `packcli.torch_data.PackedDataset` or `--format parquet`.
     """
-    from packcli.shards import iter_output_rows, load_manifest
-
     path = Path(path)
     manifest = load_manifest(path)
     keep = [*TRAIN_COLUMNS, *(EXTRA_COLUMNS if cu_seqlens else ())]
@@ -117,8 +117,6 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
     with needs_extra("hf", "packcli.hf needs datasets"):
         import datasets
         from datasets.table import InMemoryTable
-
-    from packcli.shards import int32_array
 
     seq_len = rows.seq_len
     columns = {name: getattr(rows, name) for name in TRAIN_COLUMNS}

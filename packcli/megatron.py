@@ -27,14 +27,18 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.manifest import Manifest, load_manifest
+from packcli.rows import Rows
+from packcli.shards import iter_output_rows
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
-DTYPE_CODES = {
+DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.uint8): 1,
     np.dtype(np.int8): 2,
     np.dtype(np.int16): 3,
@@ -44,7 +48,7 @@ DTYPE_CODES = {
     np.dtype(np.float32): 7,
     np.dtype(np.uint16): 8,
 }
-DTYPES = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
+DTYPES: dict[str, np.dtype] = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
 
 
 def megatron_dtype(vocab_size: int | None) -> np.dtype:
@@ -52,22 +56,18 @@ def megatron_dtype(vocab_size: int | None) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size is not None and vocab_size < 65500 else np.dtype(np.int32)
 
 
-def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
+def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | None = None) -> dict[str, Any]:
     """Write PREFIX.bin and PREFIX.idx for a packed directory; returns a summary.
 
     Both files are written under temporary names and renamed when complete, `.idx`
     last. `dtype` is "uint16" or "int32" (default: Megatron's rule from the vocabulary
     size, int32 when it is unknown).
     """
-    from packcli.shards import iter_output_rows, load_manifest
-
     if dtype is not None and dtype not in DTYPES:
         raise PackcliError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", usage=True)
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
-    seq_len = manifest["seq_len"]
     token_dtype = DTYPES[dtype] if dtype else megatron_dtype(manifest["tokenizer"].get("vocab_size"))
-    max_id = np.iinfo(token_dtype).max
     rule, token, notes = _document_rule(manifest)
 
     prefix = Path(prefix)
@@ -75,35 +75,9 @@ def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
         raise PackcliError(f"{prefix.parent}: no such directory")
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
     bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
-    documents = _Documents()
-    tokens = 0
     try:
         with open(bin_tmp, "wb") as data:
-            carry = False  # may the previous row's last segment go on in the next row?
-            seen = 0
-            for _, rows in iter_output_rows(out_dir, manifest):
-                real = rows.real_lengths()
-                counts = rows.num_segments.astype(np.int64)
-                if (counts < 1).any():
-                    bad = seen + int(np.argmax(counts < 1))
-                    raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
-                seen += len(rows)
-                # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
-                first = np.repeat(rows.cu_offsets[:-1], counts)
-                index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
-                lengths = (rows.cu_seqlens[index + 1] - rows.cu_seqlens[index]).astype(np.int64)
-                starts_row = np.zeros(len(lengths), dtype=bool)
-                starts_row[np.cumsum(counts) - counts] = True
-                joins = np.zeros(len(lengths), dtype=bool)
-                joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
-                documents.add(lengths, joins)
-
-                ids = rows.input_ids[np.arange(seq_len)[None, :] < real[:, None]]
-                if len(ids) and int(ids.max()) > max_id:
-                    raise PackcliError(f"token id {int(ids.max())} does not fit {token_dtype.name}: pass dtype int32")
-                data.write(ids.astype(token_dtype).tobytes())
-                tokens += len(ids)
-        lengths = documents.finish()
+            lengths, tokens = _write_tokens(data, out_dir, manifest, token_dtype, rule, token)
         if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
             raise PackcliError("a document is longer than 2^31 tokens, more than the .idx format holds")
         _write_index(idx_tmp, lengths, token_dtype)
@@ -127,18 +101,59 @@ def export_megatron(out_dir, prefix, *, dtype: str | None = None) -> dict:
     }
 
 
-def _document_rule(manifest: dict) -> tuple[str, int | None, list[str]]:
+def _write_tokens(
+    data: BinaryIO, out_dir: Path, manifest: Manifest, token_dtype: np.dtype, rule: str, token: int | None
+) -> tuple[np.ndarray, int]:
+    """The real tokens of every row into `data`, in order; (document lengths, tokens written)."""
+    seq_len = manifest["seq_len"]
+    max_id = np.iinfo(token_dtype).max
+    documents = _Documents()
+    tokens = 0
+    carry = False  # may the previous row's last segment go on in the next row?
+    seen = 0
+    for _, rows in iter_output_rows(out_dir, manifest):
+        lengths, starts_row = _real_segments(rows, first_row=seen)
+        seen += len(rows)
+        real = rows.real_lengths()
+        joins = np.zeros(len(lengths), dtype=bool)
+        joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
+        documents.add(lengths, joins)
+
+        ids = rows.input_ids[np.arange(seq_len)[None, :] < real[:, None]]
+        if len(ids) and int(ids.max()) > max_id:
+            raise PackcliError(f"token id {int(ids.max())} does not fit {token_dtype.name}: pass dtype int32")
+        data.write(ids.astype(token_dtype).tobytes())
+        tokens += len(ids)
+    return documents.finish(), tokens
+
+
+def _real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of the real segments of a block of rows, and which of them start a row."""
+    counts = rows.num_segments.astype(np.int64)
+    if (counts < 1).any():
+        bad = first_row + int(np.argmax(counts < 1))
+        raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
+    # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
+    first = np.repeat(rows.cu_offsets[:-1], counts)
+    index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
+    lengths = (rows.cu_seqlens[index + 1] - rows.cu_seqlens[index]).astype(np.int64)
+    starts_row = np.zeros(len(lengths), dtype=bool)
+    starts_row[np.cumsum(counts) - counts] = True
+    return lengths, starts_row
+
+
+def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:
     """How documents are told apart across rows: segment, eos or bos (see the module doc)."""
     options = manifest.get("options", {})
     if manifest.get("mode") != "concat":
         return "segment", None, []
     if options.get("shuffle"):
         return "segment", None, ["rows are shuffled, so documents cut at row boundaries are exported in pieces"]
-    tokenizer = manifest["tokenizer"]
-    if options.get("eos", True) and tokenizer.get("eos_id") is not None:
-        return "eos", int(tokenizer["eos_id"]), []
-    if options.get("bos") and tokenizer.get("bos_id") is not None:
-        return "bos", int(tokenizer["bos_id"]), []
+    eos_id, bos_id = manifest["tokenizer"].get("eos_id"), manifest["tokenizer"].get("bos_id")
+    if options.get("eos", True) and eos_id is not None:
+        return "eos", int(eos_id), []
+    if options.get("bos") and bos_id is not None:
+        return "bos", int(bos_id), []
     return "segment", None, ["without EOS or BOS, documents cut at row boundaries are exported in pieces"]
 
 

@@ -21,10 +21,11 @@ from packcli import __version__, outdir
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
+from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
+from packcli.report import RowStats, no_packing_baseline
 from packcli.tokensetup import TokenSetup, setup_tokens
 
-FORMAT_VERSION = 2
 SHARD_TOKENS = 1 << 25
 
 
@@ -60,14 +61,14 @@ class Job:
 class Outcome:
     """What the stages hand to the report."""
 
+    stats: RowStats
     counts: IngestCounts = field(default_factory=IngestCounts)
-    bad: dict = field(default_factory=dict)
+    bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
     remainder_tokens: int = 0
     shards: list = field(default_factory=list)
-    stats: object = None
 
 
-def run_pack(opts: PackOptions, progress=None) -> dict:
+def run_pack(opts: PackOptions, progress=None) -> Report:
     """Pack the inputs into opts.output; returns the report. Raises PackcliError."""
     from packcli import reading
 
@@ -123,7 +124,6 @@ def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
 
 
 def _execute(job: Job, stream: TokenStream, bad, paths: list[str], timer: Timer, progress) -> Outcome:
-    from packcli.report import RowStats
     from packcli.shards import ShardWriter
 
     opts = job.opts
@@ -307,7 +307,10 @@ def _tail(spill, plan, seq_len: int):
     return tokens, lengths, learned
 
 
-def _bad_dict(bad) -> dict:
+def _bad_dict(bad) -> BadRecordCounts:
+    """The reader's tally for the report and the spill record (None: nothing read yet)."""
+    if bad is None:
+        return {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
     return {
         "read": bad.records_seen,
         "skipped": bad.total,
@@ -316,95 +319,47 @@ def _bad_dict(bad) -> dict:
     }
 
 
-def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> dict:
+def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> Report:
     from packcli.kernels import bfd_rows_from_counts
-    from packcli.report import no_packing_baseline
 
-    opts, setup, counts = job.opts, job.setup, outcome.counts
+    opts, counts = job.opts, outcome.counts
     summary = outcome.stats.summary()
-    report = {
-        "documents": {
-            "read": outcome.bad["read"],
-            "skipped": outcome.bad["skipped"],
-            "skipped_by_reason": outcome.bad["by_reason"],
-            "skipped_examples": outcome.bad["examples"],
-            "special_token_records": counts.special_token_records,
-        },
-        "input": opts.input_kind,
-        "mode": opts.mode,
-        "algorithm": opts.algorithm if opts.mode == "bin" else None,
-        "tokenizer_backend": setup.backend,
-        "tokenizer_backend_reason": setup.backend_reason,
-        "workers": workers_used(opts, processes),
-        "overlong": {
-            "policy": opts.resolved_overlong if opts.mode == "bin" else "none (concat mode crosses rows)",
-            "count": counts.overlong,
-            "tokens_lost": counts.overlong_tokens_lost,
-            "dropped_without_labels": counts.no_labels_dropped,
-        },
-        **summary,
-        "no_packing": no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], opts.seq_len),
-    }
-    if opts.mode == "concat":
-        report["remainder"] = {"policy": opts.remainder, "tokens": outcome.remainder_tokens}
-    else:
+    buffer = None
+    if opts.mode == "bin":
         one = bfd_rows_from_counts(job.histogram, opts.seq_len) if job.histogram is not None else 0
-        report["buffer"] = {
-            "plan": "global" if opts.buffer_size is None else "windows",
-            "size": opts.buffer_size,
-            "windows": job.windows,
-            "bfd_rows_in_one_window": one,
-            "extra_rows": summary["rows"] - one,
-            "efficiency_in_one_window": summary["real_tokens"] / (one * opts.seq_len) if one else 0.0,
-        }
-    report["spill"] = {"bytes": job.spill_bytes, "reused": job.spill_reused, "tmp_dir": opts.tmp_dir}
-    report["timings"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(total, 4)}
-    dropped = outcome.remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
-    seen = summary["real_tokens"] + counts.overlong_tokens_lost + dropped
-    report["tokens_per_second"] = seen / total if total > 0 else 0.0
-    return report
+        buffer = buffer_section(opts, summary, windows=job.windows, bfd_rows_in_one_window=one)
+    return build_report(
+        opts,
+        job.setup,
+        summary=summary,
+        no_packing=no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], opts.seq_len),
+        counts=counts,
+        bad=outcome.bad,
+        workers=workers_used(opts, processes),
+        remainder_tokens=outcome.remainder_tokens,
+        buffer=buffer,
+        spill={"bytes": job.spill_bytes, "reused": job.spill_reused, "tmp_dir": opts.tmp_dir},
+        timings=timer.seconds,
+        total_seconds=total,
+    )
 
 
-def _manifest(job: Job, outcome: Outcome, report: dict) -> dict:
+def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     from packcli.shards import ids_dtype
 
     opts, setup = job.opts, job.setup
-    return {
-        "format_version": FORMAT_VERSION,
-        "packcli_version": __version__,
-        "mode": opts.mode,
-        "algorithm": opts.algorithm if opts.mode == "bin" else None,
-        "plan": "global" if opts.buffer_size is None else "windows",
-        "seq_len": opts.seq_len,
-        "format": opts.format,
-        "labels": setup.builder.labels,
-        "options": resolved_options(opts, setup, job.rows_per_shard),
-        "tokenizer": {
-            "name_or_path": opts.tokenizer,
-            "vocab_size": setup.vocab_size,
-            "eos_id": setup.eos_id,
-            "bos_id": setup.bos_id,
-            "pad_id": setup.pad_id,
-            "fingerprint": setup.fingerprint,
-            "backend": setup.backend,
-        },
-        "columns": {
-            "input_ids": "list<int32>" if opts.format == "parquet" else ids_dtype(setup.vocab_size).name,
-            "labels": "int32",
-            "position_ids": "int32",
-            "cu_seqlens": "int32",
-            "num_segments": "int32",
-        },
-        "totals": {
-            "rows": report["rows"],
-            "sequences": report["sequences_packed"],
-            "real_tokens": report["real_tokens"],
-        },
-        "shards": [s.to_dict() for s in outcome.shards],
-    }
+    return build_manifest(
+        opts,
+        setup,
+        labels=setup.builder.labels,
+        options=resolved_options(opts, setup, job.rows_per_shard),
+        npy_ids_dtype=ids_dtype(setup.vocab_size).name,
+        totals={"rows": report["rows"], "sequences": report["sequences_packed"], "real_tokens": report["real_tokens"]},
+        shards=[s.to_dict() for s in outcome.shards],
+    )
 
 
-def _finish(job: Job, outcome: Outcome, report: dict) -> None:
+def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     """Report, then manifest (last: its presence means complete), then the spill goes."""
     from packcli.spill import remove_spill
 
@@ -414,7 +369,7 @@ def _finish(job: Job, outcome: Outcome, report: dict) -> None:
     remove_spill(job.spill_dir)
 
 
-def _finished_report(out_dir: Path) -> dict:
+def _finished_report(out_dir: Path) -> Report:
     """--resume on a run that had finished: nothing to do, the same report again."""
     sys.stderr.write(f"{out_dir} is already complete; nothing to resume\n")
     return json.loads((out_dir / "report.json").read_text(encoding="utf-8"))

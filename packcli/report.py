@@ -7,11 +7,11 @@ writes; `stats` feeds the rows it reads back from the shards: one code path for 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
+from packcli.manifest import NoPacking, RowSummary
 from packcli.rows import IGNORE_INDEX, Rows
 
 
@@ -42,7 +42,7 @@ class RowStats:
     def sequences(self) -> int:
         return int(self.segment_lengths.sum())
 
-    def summary(self) -> dict:
+    def summary(self) -> RowSummary:
         rows, real, seq_len = self.rows, self.real_tokens, self.seq_len
         capacity = rows * seq_len
         return {
@@ -70,7 +70,7 @@ class RowStats:
             },
         }
 
-    def histograms(self) -> dict:
+    def histograms(self) -> dict[str, np.ndarray]:
         return {
             "fill_per_row": self.fill,
             "sequences_per_row": self.segments_per_row,
@@ -111,59 +111,7 @@ def _median(hist: np.ndarray) -> float:
     return (lower + upper) / 2
 
 
-def no_packing_baseline(sequence_rows: int, real_tokens: int, seq_len: int) -> dict:
+def no_packing_baseline(sequence_rows: int, real_tokens: int, seq_len: int) -> NoPacking:
     """Every sequence padded to seq_len in rows of its own."""
     capacity = sequence_rows * seq_len
     return {"rows": sequence_rows, "efficiency": real_tokens / capacity if capacity else 0.0}
-
-
-def to_json(report: dict) -> str:
-    return json.dumps(report, indent=2, sort_keys=False) + "\n"
-
-
-def render_table(report: dict, title: str):
-    """A Rich table of the figures a user looks at first."""
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("metric", style="bold")
-    table.add_column("value", justify="right")
-    seq_len = report["seq_len"]
-    lines = []
-    if "documents" in report:
-        docs = report["documents"]
-        lines.append(("documents read", f"{docs['read']:,}"))
-        if docs["skipped"]:
-            lines.append(("documents skipped", f"{docs['skipped']:,}"))
-    if "overlong" in report and report["overlong"]["count"]:
-        over = report["overlong"]
-        lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
-    lines += [
-        ("sequences packed", f"{report['sequences_packed']:,}"),
-        ("rows", f"{report['rows']:,} x {seq_len:,} tokens"),
-        ("lower bound", f"{report['lower_bound_rows']:,} rows"),
-        ("real tokens", f"{report['real_tokens']:,}"),
-        ("padding tokens", f"{report['padding_tokens']:,}"),
-        ("label tokens", f"{report['label_tokens']:,}"),
-        ("efficiency", f"{report['efficiency']:.2%}"),
-    ]
-    if "no_packing" in report:
-        base = report["no_packing"]
-        lines.append(("no packing", f"{base['efficiency']:.2%} ({base['rows']:,} rows)"))
-    per_row = report["sequences_per_row"]
-    fill = report["fill_per_row"]
-    lines += [
-        ("sequences per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"),
-        ("fill per row", f"min {fill['min']:,}, median {fill['median']:,.0f}"),
-    ]
-    if "remainder" in report and report["remainder"]["tokens"]:
-        rem = report["remainder"]
-        lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))
-    if "timings" in report:
-        t = report["timings"]
-        lines.append(("time", f"{t['total']:.2f} s, {report['tokens_per_second']:,.0f} tokens/s"))
-        stages = [name for name in ("read", "tokenize", "spill", "plan", "write") if name in t]
-        lines.append(("  by stage", ", ".join(f"{name} {t[name]:.2f}" for name in stages)))
-    for name, value in lines:
-        table.add_row(name, value)
-    return table

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from packcli.choices import FORMATS
 from packcli.errors import PackcliError
+from packcli.manifest import Manifest, ShardEntry, load_manifest
+from packcli.outdir import remove_path
 from packcli.rows import Rows
 
 ROW_COLUMNS = ("input_ids", "labels", "position_ids")
@@ -52,8 +52,14 @@ class ShardInfo:
     real_tokens: int
     checksum: str
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+    def to_dict(self) -> ShardEntry:
+        return {
+            "path": self.path,
+            "rows": self.rows,
+            "sequences": self.sequences,
+            "real_tokens": self.real_tokens,
+            "checksum": self.checksum,
+        }
 
 
 def int32_array(values: np.ndarray):
@@ -195,7 +201,7 @@ class ShardWriter:
         self.id_dtype = ids_dtype(vocab_size)
         self.done_shards = done_shards
         self.shards: list[ShardInfo] = []
-        self._current = None
+        self._current: _ParquetShard | _NpyShard | None = None
         self._rows = self._sequences = self._tokens = 0
 
     def _tmp_path(self, index: int) -> Path:
@@ -205,12 +211,10 @@ class ShardWriter:
         start = 0
         while start < len(rows):
             skipping = len(self.shards) < self.done_shards
-            if self._current is None and not skipping:
-                self._open()
             take = min(len(rows) - start, self.rows_per_shard - self._rows)
             block = rows.slice(start, start + take)
             if not skipping:
-                self._current.write(block)
+                self._open_shard().write(block)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
             self._tokens += int(block.real_lengths().sum())
@@ -218,12 +222,15 @@ class ShardWriter:
             if self._rows == self.rows_per_shard:
                 self._close_shard()
 
-    def _open(self) -> None:
-        tmp = self._tmp_path(len(self.shards))
-        if self.fmt == "parquet":
-            self._current = _ParquetShard(tmp, self.seq_len)
-        else:
-            self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+    def _open_shard(self) -> _ParquetShard | _NpyShard:
+        """The shard being written, opened on its first rows."""
+        if self._current is None:
+            tmp = self._tmp_path(len(self.shards))
+            if self.fmt == "parquet":
+                self._current = _ParquetShard(tmp, self.seq_len)
+            else:
+                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+        return self._current
 
     def _close_shard(self) -> None:
         index = len(self.shards)
@@ -253,20 +260,13 @@ class ShardWriter:
         remove_path(self._tmp_path(len(self.shards)))  # also when opening the shard failed
 
 
-def remove_path(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists():
-        path.unlink()
-
-
 def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
     """Blocks of rows from one shard, memory bounded; damage is a PackcliError naming the shard."""
     try:
         if fmt == "parquet":
-            yield from _read_parquet(path, seq_len, block_rows)
+            yield from read_shard_parquet(path, seq_len, block_rows)
         else:
-            yield from _read_npy(path, seq_len, block_rows)
+            yield from read_shard_npy(path, seq_len, block_rows)
     except PackcliError:
         raise
     except Exception as exc:
@@ -275,7 +275,7 @@ def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_
         ) from exc
 
 
-def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
+def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
     import pyarrow.parquet as pq
 
     columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
@@ -312,7 +312,7 @@ def _read_parquet(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
         first_row += n
 
 
-def _read_npy(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
+def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
     missing = [name for name in NPY_FILES if not (path / name).is_file()]
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
@@ -337,30 +337,11 @@ def _read_npy(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
         )
 
 
-def load_manifest(out_dir: Path) -> dict:
-    """The manifest of a finished output; its absence means the run did not finish."""
-    import json
-
-    path = Path(out_dir) / "manifest.json"
-    if not Path(out_dir).is_dir():
-        raise PackcliError(f"{out_dir}: no such directory")
-    if not path.is_file():
-        raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
-    required = ("format_version", "seq_len", "format", "shards", "tokenizer")
-    missing = [key for key in required if key not in manifest]
-    if missing:
-        raise PackcliError(f"{path}: missing {', '.join(missing)}")
-    if manifest["format"] not in FORMATS:
-        raise PackcliError(f"{path}: unknown format {manifest['format']!r}")
-    return manifest
-
-
-def iter_output_rows(out_dir: Path, manifest: dict) -> Iterator[tuple[dict, Rows]]:
-    """(shard entry, block of rows) over every shard the manifest lists, in order."""
+def iter_output_rows(out_dir: Path | str, manifest: Manifest | None = None) -> Iterator[tuple[ShardEntry, Rows]]:
+    """(shard entry, block of rows) over every shard the manifest lists, in order.
+    `manifest`: the output's, when the caller has read it already."""
+    if manifest is None:
+        manifest = load_manifest(out_dir)
     for shard in manifest["shards"]:
         path = Path(out_dir) / shard["path"]
         if not path.exists():

@@ -29,7 +29,9 @@ from packcli.errors import PackcliError, needs_extra
 with needs_extra("torch", "packcli.torch_data needs PyTorch"):
     import torch
 
+from packcli.manifest import load_manifest
 from packcli.rows import Rows
+from packcli.shards import read_shard
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
 
@@ -182,11 +184,10 @@ class PackingCollator:
                 label = None if label is None else [*label, self.eos_id]
             sequences.append(ids)
             labels.append(label)
-        if all(label is None for label in labels):
-            labels = None
-        else:
-            labels = [label if label is not None else s for label, s in zip(labels, sequences)]
-        packed = pack_sequences(sequences, self.seq_len, pad_id=self.pad_id, labels=labels, **self.pack_options)
+        learned = None
+        if any(label is not None for label in labels):
+            learned = [label if label is not None else s for label, s in zip(labels, sequences)]
+        packed = pack_sequences(sequences, self.seq_len, pad_id=self.pad_id, labels=learned, **self.pack_options)
         return PackedBatch.from_rows(packed.rows)
 
 
@@ -202,8 +203,6 @@ class PackedDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, path):
-        from packcli.shards import load_manifest
-
         self.path = Path(path)
         self.manifest = load_manifest(self.path)
         self.seq_len = self.manifest["seq_len"]
@@ -238,7 +237,7 @@ class PackedDataset(torch.utils.data.Dataset):
             path = self.path / entry["path"]
             if not path.exists():
                 raise PackcliError(f"{entry['path']}: listed in the manifest but missing")
-            arrays = _open_npy(path) if self.format == "npy" else _decode_parquet(path, self.seq_len)
+            arrays = _npy_shard_private_maps(path) if self.format == "npy" else _decode_parquet(path, self.seq_len)
             if len(arrays["input_ids"]) != entry["rows"] or arrays["input_ids"].shape[1:] != (self.seq_len,):
                 raise PackcliError(
                     f"{entry['path']}: holds {arrays['input_ids'].shape}, the manifest says {entry['rows']} rows of {self.seq_len}"
@@ -341,7 +340,7 @@ def _as_list(values) -> list:
     return np.asarray(values).reshape(-1).tolist()
 
 
-def _open_npy(path: Path) -> dict:
+def _npy_shard_private_maps(path: Path) -> dict:
     """Copy-on-write memory maps: torch wants writable arrays, and writes stay private."""
     missing = [name for name in NPY_COLUMNS if not (path / f"{name}.npy").is_file()]
     if missing:
@@ -355,8 +354,6 @@ def _open_npy(path: Path) -> dict:
 
 
 def _decode_parquet(path: Path, seq_len: int) -> dict:
-    from packcli.shards import read_shard
-
     blocks = list(read_shard(path, "parquet", seq_len))
     rows = Rows.concat(blocks) if blocks else None
     if rows is None:

@@ -17,15 +17,17 @@ import hashlib
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.manifest import Manifest, ShardEntry, load_manifest
 from packcli.rows import IGNORE_INDEX, Rows
-from packcli.shards import NPY_FILES
+from packcli.shards import NPY_FILES, read_shard
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -103,41 +105,14 @@ def _check_arrays(
     pad = np.int32(pad_id)
     base = int(offsets[0]) if n else 0
     sequences = real_tokens = 0
+    arrays = (ids, labels, positions, cu, offsets, num_segments)
     for start in range(0, n, CHECK_BLOCK_ROWS):
         stop = min(start + CHECK_BLOCK_ROWS, n)
-        bad, seqs, real = _first_bad_row(
-            ids,
-            labels,
-            positions,
-            cu,
-            offsets,
-            num_segments,
-            base,
-            start,
-            stop,
-            seq_len,
-            pad,
-            last_id,
-            labels_follow_ids,
-        )
+        bad, seqs, real = _first_bad_row(*arrays, base, start, stop, seq_len, pad, last_id, labels_follow_ids)
         if bad >= 0:
             lo, hi = int(offsets[bad]) - base, int(offsets[bad + 1]) - base
-            fail(
-                bad,
-                _row_problem(
-                    ids[bad],
-                    labels[bad],
-                    positions[bad],
-                    cu,
-                    lo,
-                    hi,
-                    int(num_segments[bad]),
-                    seq_len,
-                    pad_id,
-                    vocab_size,
-                    labels_follow_ids,
-                ),
-            )
+            rules = (int(num_segments[bad]), seq_len, pad_id, vocab_size, labels_follow_ids)
+            fail(bad, _row_problem(ids[bad], labels[bad], positions[bad], cu, lo, hi, *rules))
         sequences += seqs
         real_tokens += real
     return sequences, real_tokens
@@ -264,73 +239,88 @@ def _first(mask) -> int:
 # ------------------------------------------------------------------------------ verify DIR
 
 
-def verify_dir(out_dir) -> dict:
+def verify_dir(out_dir: Path | str) -> dict[str, Any]:
     """Every shard against the manifest (rows, checksums, totals) and every row invariant."""
-    from packcli.shards import load_manifest
-
     started = time.perf_counter()
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
-    seq_len, fmt = manifest["seq_len"], manifest["format"]
-    tokenizer = manifest["tokenizer"]
-    shards = manifest["shards"]
-    listed = {shard["path"] for shard in shards}
+    listed = {shard["path"] for shard in manifest["shards"]}
     strays = sorted(p.name for p in out_dir.glob("shard-*") if p.name not in listed)
     if strays:
         raise PackcliError(f"{strays[0]}: shard file not listed in the manifest")
-    options = {
-        "seq_len": seq_len,
-        "pad_id": tokenizer["pad_id"],
-        "vocab_size": tokenizer.get("vocab_size"),
-        "labels_follow_ids": manifest.get("labels", "text") == "text",
-    }
-    totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
-    size = 0
-    # Shards are hashed and checked as separate tasks, a few shards ahead, one thread per
-    # core (sha256, numba and pyarrow all release the GIL); results are taken in manifest
-    # order, so the error reported is the first one in that order whatever finishes first.
-    workers = max(1, os.cpu_count() or 1)
-    stop = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcli-verify")
-    tasks = {}
-
-    def submit(index: int) -> None:
-        path = out_dir / shards[index]["path"]
-        if index not in tasks and path.exists():
-            tasks[index] = (
-                pool.submit(_sha256, path, stop),
-                pool.submit(_check_shard, path, fmt, shards[index]["path"], options, stop),
-            )
-
-    try:
-        for index, shard in enumerate(shards):
-            for ahead in range(index, min(index + workers, len(shards))):
-                submit(ahead)
-            name = shard["path"]
-            if index not in tasks:
-                raise PackcliError(f"{name}: listed in the manifest but missing")
-            hashing, checking = tasks.pop(index)
-            digest, shard_bytes = hashing.result()
-            if digest != shard["checksum"]:  # the root cause when rows are damaged too
-                raise PackcliError(f"{name}: checksum does not match the manifest (file altered or truncated)")
-            counted = checking.result()
-            size += shard_bytes
-            for key, value in counted.items():
-                if value != shard[key]:
-                    raise PackcliError(
-                        f"{name}: has {value:,} {key.replace('_', ' ')}, the manifest says {shard[key]:,}"
-                    )
-                totals[key] += value
-    finally:
-        stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
+    totals, size = _check_shards(out_dir, manifest)
     for key, value in manifest.get("totals", {}).items():
         if totals.get(key) != value:
             raise PackcliError(
                 f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
             )
     seconds = time.perf_counter() - started
-    return {"shards": len(shards), **totals, "bytes": size, "seconds": seconds}
+    return {"shards": len(manifest["shards"]), **totals, "bytes": size, "seconds": seconds}
+
+
+def _row_rules(manifest: Manifest) -> dict[str, Any]:
+    """The keyword arguments of `_check_arrays` that the manifest sets."""
+    tokenizer = manifest["tokenizer"]
+    return {
+        "seq_len": manifest["seq_len"],
+        "pad_id": tokenizer["pad_id"],
+        "vocab_size": tokenizer.get("vocab_size"),
+        "labels_follow_ids": manifest.get("labels", "text") == "text",
+    }
+
+
+def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], int]:
+    """(rows, sequences, real tokens summed over the shards, their bytes), each shard
+    checked against its manifest entry.
+
+    Shards are hashed and checked as separate tasks, a few shards ahead, one thread per
+    core (sha256, numba and pyarrow all release the GIL); results are taken in manifest
+    order, so the error reported is the first one in that order whatever finishes first."""
+    shards, fmt, rules = manifest["shards"], manifest["format"], _row_rules(manifest)
+    totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
+    size = 0
+    workers = max(1, os.cpu_count() or 1)
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcli-verify")
+    tasks: dict[int, tuple[Future[tuple[str | None, int]], Future[dict[str, int]]]] = {}
+
+    def submit(index: int) -> None:
+        path = out_dir / shards[index]["path"]
+        if index not in tasks and path.exists():
+            tasks[index] = (
+                pool.submit(_sha256, path, stop),
+                pool.submit(_check_shard, path, fmt, shards[index]["path"], rules, stop),
+            )
+
+    try:
+        for index, shard in enumerate(shards):
+            for ahead in range(index, min(index + workers, len(shards))):
+                submit(ahead)
+            if index not in tasks:
+                raise PackcliError(f"{shard['path']}: listed in the manifest but missing")
+            hashing, checking = tasks.pop(index)
+            digest, shard_bytes = hashing.result()
+            if digest != shard["checksum"]:  # the root cause when rows are damaged too
+                raise PackcliError(f"{shard['path']}: checksum does not match the manifest (file altered or truncated)")
+            _add_counts(totals, shard, checking.result())
+            size += shard_bytes
+    finally:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+    return totals, size
+
+
+def _add_counts(totals: dict[str, int], shard: ShardEntry, counted: dict[str, int]) -> None:
+    """Add one shard's counts to the totals, once they equal its manifest entry."""
+    for key, listed in (
+        ("rows", shard["rows"]),
+        ("sequences", shard["sequences"]),
+        ("real_tokens", shard["real_tokens"]),
+    ):
+        value = counted[key]
+        if value != listed:
+            raise PackcliError(f"{shard['path']}: has {value:,} {key.replace('_', ' ')}, the manifest says {listed:,}")
+        totals[key] += value
 
 
 def _sha256(path: Path, stop: threading.Event) -> tuple[str | None, int]:
@@ -361,7 +351,7 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
     if fmt == "npy":
-        arrays = _open_npy(path, seq_len)
+        arrays = _npy_shard_maps(path, seq_len)
         n = len(arrays["input_ids"])
         offsets = arrays["cu_seqlens_offsets"]
         blocks = (
@@ -377,8 +367,6 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
             for stop in [min(start + block_rows, n)]
         )
     else:
-        from packcli.shards import read_shard
-
         blocks = (
             (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
             for rows in read_shard(path, fmt, seq_len, block_rows=block_rows)
@@ -393,7 +381,7 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     return counted
 
 
-def _open_npy(path: Path, seq_len: int) -> dict:
+def _npy_shard_maps(path: Path, seq_len: int) -> dict:
     """Memory maps of an npy shard: the kernel streams through them, nothing is copied."""
     missing = [name for name in NPY_FILES if not (path / name).is_file()]
     if missing:

@@ -165,7 +165,7 @@ def test_the_scan_sees_function_level_and_optional_imports():
     found = {(imp.file, imp.name, imp.scope, imp.extra, imp.used_when_present) for imp in PACKAGE_IMPORTS}
     assert ("packcli/torch_data.py", "torch", "<module>", "torch", False) in found
     assert ("packcli/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
-    assert ("packcli/stats.py", "matplotlib", "matplotlib_figure", "plot", False) in found
+    assert ("packcli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
     assert any(
         imp.file == "packcli/reading.py" and imp.name == "pyarrow" and imp.scope != "<module>"
         for imp in PACKAGE_IMPORTS
@@ -263,9 +263,9 @@ def _hf_rows_to_dataset(parquet_out, monkeypatch):
 
 
 def _plot(parquet_out, monkeypatch):
-    from packcli import stats
+    from packcli import render
 
-    stats.matplotlib_figure()
+    render.matplotlib_figure()
 
 
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
@@ -273,7 +273,7 @@ TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
     ("hf", "load"): _hf_load_parquet,
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
-    ("stats", "matplotlib_figure"): _plot,
+    ("render", "matplotlib_figure"): _plot,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

@@ -13,13 +13,11 @@ from helpers import load_rows, random_texts, write_jsonl
 
 from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.pipeline import PackOptions
+from packcli.render import render_compare, render_stats, render_what_if
 from packcli.stats import (
     WhatIfOptions,
     apply_overlong,
     pad_to_longest_tokens,
-    render_compare,
-    render_stats,
-    render_what_if,
     stats_dir,
     stats_raw,
     what_if,
@@ -120,21 +118,6 @@ def test_stats_cli_json_and_charts_fit_80_columns(packed, corpus, word_tokenizer
     assert "█" in text and "%" in text
     result = cli("stats", out)
     assert result.exit_code == 0 and "efficiency" in result.stdout and "sequences per row" in result.stdout
-
-
-def test_charts_fit_80_columns_at_the_largest_seq_len():
-    from rich.console import Console
-
-    from packcli.stats import distribution, render_chart
-
-    seq_len = 1 << 20
-    hist = np.zeros(seq_len + 1, dtype=np.int64)
-    hist[[1, 5000, 500_000, seq_len - 1, seq_len]] = [1, 123_456_789, 3, 7, 2_000_000_000]
-    console = Console(width=80, record=True)
-    console.print(render_chart("real tokens per row", distribution("fill_per_row", hist), 80))
-    lines = console.export_text().splitlines()
-    assert max(len(line) for line in lines) <= 80
-    assert any("1,048,576" in line for line in lines) and any("<0.1%" in line for line in lines)
 
 
 def test_several_dirs_side_by_side(packed, corpus, word_tokenizer, cli):

@@ -1,0 +1,338 @@
+"""The two files that describe an output: manifest.json and report.json (docs/format.md).
+
+Their schema is written down here once, as TypedDicts, with the functions that build
+them for `pack` and the one reader every consumer of an output goes through
+(`load_manifest`: verify, stats, the loaders, the Megatron export), so a manifest from
+another packcli version gets the same answer everywhere. Key order is the order of the
+files' bytes: a manifest is byte-identical for the same input and options.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+from packcli import __version__
+from packcli.choices import FORMATS
+from packcli.errors import PackcliError
+
+if TYPE_CHECKING:
+    from packcli.ingest import IngestCounts
+    from packcli.options import PackOptions
+    from packcli.tokensetup import TokenSetup
+
+# 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
+FORMAT_VERSION = 2
+OLDEST_READABLE_VERSION = 1
+REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
+
+
+# ----------------------------------------------------------------------------- manifest.json
+
+
+class TokenizerInfo(TypedDict):
+    name_or_path: str | None
+    vocab_size: int | None
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int
+    fingerprint: str | None
+    backend: str
+
+
+class Columns(TypedDict):
+    input_ids: str
+    labels: str
+    position_ids: str
+    cu_seqlens: str
+    num_segments: str
+
+
+class Totals(TypedDict):
+    rows: int
+    sequences: int
+    real_tokens: int
+
+
+class ShardEntry(TypedDict):
+    path: str
+    rows: int
+    sequences: int
+    real_tokens: int
+    checksum: str
+
+
+class Manifest(TypedDict):
+    format_version: int
+    packcli_version: str
+    mode: str
+    algorithm: str | None
+    plan: str  # absent in format 1
+    seq_len: int
+    format: str
+    labels: str
+    options: dict[str, Any]
+    tokenizer: TokenizerInfo
+    columns: Columns
+    totals: Totals
+    shards: list[ShardEntry]
+
+
+def build_manifest(
+    opts: PackOptions,
+    setup: TokenSetup,
+    *,
+    labels: str,
+    options: dict[str, Any],
+    npy_ids_dtype: str,
+    totals: Totals,
+    shards: list[ShardEntry],
+) -> Manifest:
+    """What `pack` writes last. `options`: the resolved options that change the shards;
+    `npy_ids_dtype`: the dtype of input_ids.npy, were the shards npy."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "packcli_version": __version__,
+        "mode": opts.mode,
+        "algorithm": opts.algorithm if opts.mode == "bin" else None,
+        "plan": "global" if opts.buffer_size is None else "windows",
+        "seq_len": opts.seq_len,
+        "format": opts.format,
+        "labels": labels,
+        "options": options,
+        "tokenizer": {
+            "name_or_path": opts.tokenizer,
+            "vocab_size": setup.vocab_size,
+            "eos_id": setup.eos_id,
+            "bos_id": setup.bos_id,
+            "pad_id": setup.pad_id,
+            "fingerprint": setup.fingerprint,
+            "backend": setup.backend,
+        },
+        "columns": {
+            "input_ids": "list<int32>" if opts.format == "parquet" else npy_ids_dtype,
+            "labels": "int32",
+            "position_ids": "int32",
+            "cu_seqlens": "int32",
+            "num_segments": "int32",
+        },
+        "totals": totals,
+        "shards": shards,
+    }
+
+
+def load_manifest(out_dir: Path | str) -> Manifest:
+    """The manifest of a finished output, refused with what to do when this packcli cannot read it.
+
+    Its absence means the run did not finish. Every format up to FORMAT_VERSION reads:
+    the files and columns have not changed since format 1."""
+    out_dir = Path(out_dir)
+    path = out_dir / "manifest.json"
+    if not out_dir.is_dir():
+        raise PackcliError(f"{out_dir}: no such directory")
+    if not path.is_file():
+        raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise PackcliError(f"{path}: not a packcli manifest (a JSON object is expected)")
+    _check_format_version(path, manifest.get("format_version"))
+    missing = [key for key in REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise PackcliError(f"{path}: missing {', '.join(missing)}")
+    if manifest["format"] not in FORMATS:
+        raise PackcliError(f"{path}: unknown format {manifest['format']!r}")
+    return cast("Manifest", manifest)  # the keys every reader needs are checked above
+
+
+def _check_format_version(path: Path, version: object) -> None:
+    """A newer format may change what the files mean, so it is refused, not guessed at."""
+    if version is None:
+        raise PackcliError(f"{path}: missing format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < OLDEST_READABLE_VERSION:
+        raise PackcliError(f"{path}: unknown format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise PackcliError(f"{path.parent}: written by a newer packcli (format {version}); upgrade packcli")
+
+
+# ----------------------------------------------------------------------------- report.json
+
+
+class SequencesPerRow(TypedDict):
+    mean: float
+    max: int
+
+
+class FillPerRow(TypedDict):
+    min: int
+    median: float
+    mean: float
+
+
+class SequenceLengths(TypedDict):
+    min: int
+    median: float
+    max: int
+
+
+class RowSummary(TypedDict):
+    """The figures measured from rows (`RowStats.summary`), in pack's report and in stats."""
+
+    seq_len: int
+    rows: int
+    sequences_packed: int
+    real_tokens: int
+    padding_tokens: int
+    label_tokens: int
+    efficiency: float
+    lower_bound_rows: int
+    sequences_per_row: SequencesPerRow
+    fill_per_row: FillPerRow
+    sequence_length: SequenceLengths
+
+
+class NoPacking(TypedDict):
+    rows: int
+    efficiency: float
+
+
+class Documents(TypedDict):
+    read: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    skipped_examples: list[str]
+    special_token_records: int
+
+
+class Overlong(TypedDict):
+    policy: str
+    count: int
+    tokens_lost: int
+    dropped_without_labels: int
+
+
+class Remainder(TypedDict):
+    policy: str
+    tokens: int
+
+
+class Buffer(TypedDict):
+    plan: str
+    size: int | None
+    windows: int
+    bfd_rows_in_one_window: int
+    extra_rows: int
+    efficiency_in_one_window: float
+
+
+class SpillSummary(TypedDict):
+    bytes: int
+    reused: bool
+    tmp_dir: str | None
+
+
+class BadRecordCounts(TypedDict):
+    """The reader's bad-record tally, as the spill keeps it for --resume."""
+
+    read: int
+    skipped: int
+    by_reason: dict[str, int]
+    examples: list[str]
+
+
+class Report(TypedDict, total=False):
+    """report.json. `remainder` (concat mode) or `buffer` (bin mode); every other key always."""
+
+    documents: Documents
+    input: str
+    mode: str
+    algorithm: str | None
+    tokenizer_backend: str
+    tokenizer_backend_reason: str | None
+    workers: dict[str, Any]
+    overlong: Overlong
+    seq_len: int
+    rows: int
+    sequences_packed: int
+    real_tokens: int
+    padding_tokens: int
+    label_tokens: int
+    efficiency: float
+    lower_bound_rows: int
+    sequences_per_row: SequencesPerRow
+    fill_per_row: FillPerRow
+    sequence_length: SequenceLengths
+    no_packing: NoPacking
+    remainder: Remainder
+    buffer: Buffer
+    spill: SpillSummary
+    timings: dict[str, float]
+    tokens_per_second: float
+
+
+def build_report(
+    opts: PackOptions,
+    setup: TokenSetup,
+    *,
+    summary: RowSummary,
+    no_packing: NoPacking,
+    counts: IngestCounts,
+    bad: BadRecordCounts,
+    workers: dict[str, Any],
+    remainder_tokens: int,
+    buffer: Buffer | None,
+    spill: SpillSummary,
+    timings: dict[str, float],
+    total_seconds: float,
+) -> Report:
+    """pack's report: the rows' figures, and what happened on the way to them.
+    `no_packing`: the baseline of `report.no_packing_baseline`; `buffer` is None in concat mode (which reports its remainder instead)."""
+    report: Report = {
+        "documents": {
+            "read": bad["read"],
+            "skipped": bad["skipped"],
+            "skipped_by_reason": bad["by_reason"],
+            "skipped_examples": bad["examples"],
+            "special_token_records": counts.special_token_records,
+        },
+        "input": opts.input_kind,
+        "mode": opts.mode,
+        "algorithm": opts.algorithm if opts.mode == "bin" else None,
+        "tokenizer_backend": setup.backend,
+        "tokenizer_backend_reason": setup.backend_reason,
+        "workers": workers,
+        "overlong": {
+            "policy": opts.resolved_overlong if opts.mode == "bin" else "none (concat mode crosses rows)",
+            "count": counts.overlong,
+            "tokens_lost": counts.overlong_tokens_lost,
+            "dropped_without_labels": counts.no_labels_dropped,
+        },
+        **summary,
+        "no_packing": no_packing,
+    }
+    if buffer is None:
+        report["remainder"] = {"policy": opts.remainder, "tokens": remainder_tokens}
+    else:
+        report["buffer"] = buffer
+    report["spill"] = spill
+    report["timings"] = {**{k: round(v, 4) for k, v in timings.items()}, "total": round(total_seconds, 4)}
+    dropped = remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
+    seen = summary["real_tokens"] + counts.overlong_tokens_lost + dropped
+    report["tokens_per_second"] = seen / total_seconds if total_seconds > 0 else 0.0
+    return report
+
+
+def buffer_section(opts: PackOptions, summary: RowSummary, *, windows: int, bfd_rows_in_one_window: int) -> Buffer:
+    """Bin mode: what planning in windows cost against one plan over everything."""
+    one = bfd_rows_in_one_window
+    return {
+        "plan": "global" if opts.buffer_size is None else "windows",
+        "size": opts.buffer_size,
+        "windows": windows,
+        "bfd_rows_in_one_window": one,
+        "extra_rows": summary["rows"] - one,
+        "efficiency_in_one_window": summary["real_tokens"] / (one * opts.seq_len) if one else 0.0,
+    }

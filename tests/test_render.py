@@ -1,0 +1,55 @@
+"""Layout only: charts fit 80 columns whatever the figures, sizes read as people write them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packcli.render import export_line, human_bytes, render_chart, sparkline, verify_line
+from packcli.stats import distribution
+
+
+def test_charts_fit_80_columns_at_the_largest_seq_len():
+    from rich.console import Console
+
+    seq_len = 1 << 20
+    hist = np.zeros(seq_len + 1, dtype=np.int64)
+    hist[[1, 5000, 500_000, seq_len - 1, seq_len]] = [1, 123_456_789, 3, 7, 2_000_000_000]
+    console = Console(width=80, record=True)
+    console.print(render_chart("real tokens per row", distribution("fill_per_row", hist), 80))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("1,048,576" in line for line in lines) and any("<0.1%" in line for line in lines)
+
+
+def test_sparkline_scales_to_the_peak_and_leaves_empty_bins_blank():
+    bins = [{"from": i, "to": i, "count": c} for i, c in enumerate([0, 1, 4, 8, 0, 2])]
+    line = sparkline(bins)
+    assert len(line) == len(bins)
+    assert line[0] == " " and line[4] == " "
+    assert line[3] == "█" and line[1] == "▁"
+    assert sparkline([{"from": 1, "to": 1, "count": 0}]) == ""
+
+
+def test_human_bytes_has_three_significant_digits():
+    cases = {
+        0: "0 B",
+        999: "999 B",
+        999.6: "1.00 kB",
+        1234: "1.23 kB",
+        12_345: "12.3 kB",
+        123_456: "123 kB",
+        999_499: "999 kB",
+        999_500: "1.00 MB",
+        45_600_000_000: "45.6 GB",
+    }
+    assert {size: human_bytes(size) for size in cases} == cases
+
+
+def test_summary_lines():
+    verified = {"shards": 2, "rows": 1234, "sequences": 5678, "real_tokens": 1_000_000, "bytes": 3_000_000_000}
+    assert verify_line("out", {**verified, "seconds": 0.5}) == (
+        "ok: out: 2 shard(s), 1,234 rows, 5,678 sequences, 1,000,000 real tokens (3.00 GB checked at 6.00 GB/s)"
+    )
+    assert verify_line("out", {**verified, "seconds": 0.0}).endswith("(3.00 GB checked in under 1 ms)")
+    exported = {"bin": "m.bin", "idx": "m.idx", "documents": 12_345, "tokens": 6_789_000, "dtype": "uint16"}
+    assert export_line(exported) == "ok: wrote m.bin and m.idx: 12,345 documents, 6,789,000 tokens (uint16)"
