@@ -17,7 +17,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packcli import reading
+from packcli import read_json, reading
 from packcli.errors import PackcliError
 from packcli.reading import (
     SUPPORTED_SUFFIXES,
@@ -1019,7 +1019,7 @@ json_records = st.lists(
 )
 def test_json_array_read_in_small_chunks_equals_json_loads(tmp_path, monkeypatch, records, indent, chunk, ensure_ascii):
     """Chunk boundaries fall anywhere: inside strings, escapes, numbers, between records."""
-    monkeypatch.setattr(reading, "_READ_CHUNK", chunk)
+    monkeypatch.setattr(read_json, "READ_CHUNK", chunk)
     text = json.dumps(records, indent=indent, ensure_ascii=ensure_ascii)
     path = tmp_path / "small.json"
     path.write_text(text, encoding="utf-8")
