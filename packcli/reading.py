@@ -25,7 +25,7 @@ Where the pieces live (data flows one way, down this list):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 
 from packcli.errors import PackcliError
 from packcli.read_checks import FIELD_KINDS, VALIDATORS, FieldKind
@@ -65,7 +65,7 @@ def read_batches(
     batch_size: int = 1024,
     on_bad_record: str = "fail",
     bad: BadRecords | None = None,
-) -> Iterator[RecordBatch]:
+) -> Generator[RecordBatch, None, None]:
     """Stream good records from each path in order, in batches that never mix two sources.
 
     Under "fail" the first bad record raises PackcliError("<location>: <problem>"); under
@@ -84,7 +84,7 @@ def read_batches(
 
 def _read_all(
     paths: list[str], fields: dict[str, str], batch_size: int, on_bad_record: str, bad: BadRecords
-) -> Iterator[RecordBatch]:
+) -> Generator[RecordBatch, None, None]:
     """The generator behind read_batches, kept apart so bad options fail at the call, not later."""
 
     def report(location: str, reason: str, problem: str) -> None:
