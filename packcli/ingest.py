@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,7 +25,13 @@ from packcli.rows import IGNORE_INDEX, cut_pieces, learned_bits
 from packcli.sequences import SequenceBatch
 from packcli.tokensetup import TokenSetup, choose_backend
 
+if TYPE_CHECKING:
+    from packcli.reading import BadRecords, RecordBatch
+    from packcli.workers import WorkerPool
+
 READ_BATCH = 1024
+Locate = Callable[[int], str]  # a sequence's index in its batch -> "file:line" or "file row N"
+Segments = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # tokens, segment lengths, learned flags or None
 
 
 @dataclass
@@ -37,7 +45,7 @@ class IngestCounts:
     no_labels_dropped: int = 0
     special_token_records: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
@@ -58,7 +66,7 @@ class Segmenter:
         self.refuse_pad, self.counts = refuse_pad, counts
         self.owners: np.ndarray | None = np.zeros(0, dtype=np.int64) if track_owners else None
 
-    def __call__(self, seqs: SequenceBatch, location) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def __call__(self, seqs: SequenceBatch, location: Locate) -> Segments:
         """(tokens, segment lengths, learned flags or None) of one batch, in input order."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
@@ -82,7 +90,10 @@ class Segmenter:
             self.owners = np.concatenate([self.owners, owner])
         return tokens, lengths, learned
 
-    def _overlong(self, tokens, lengths, learned, location):
+    def _overlong(
+        self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None, location: Locate
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+        """--overlong in bin mode; the last item is, per segment kept, the sequence it came from."""
         seq_len = self.seq_len
         long = lengths > seq_len
         if not long.any():
@@ -124,7 +135,7 @@ def learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndar
     return (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0
 
 
-def _refuse_pad_in_data(tokens, lengths, pad_id: int, location) -> None:
+def _refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:
     """An explicit --pad-id promises padding can be told from data by its id alone."""
     hits = np.flatnonzero(tokens == pad_id)
     if len(hits):
@@ -168,7 +179,7 @@ def worker_processes(opts: PackOptions, backend: str) -> int:
     return count if count > 1 and can_fork() else 0
 
 
-def workers_used(opts: PackOptions, processes: int) -> dict:
+def workers_used(opts: PackOptions, processes: int) -> dict[str, Any]:
     """For the report: what tokenized (nothing does for token ids given as input)."""
     if processes:
         return {"kind": "processes", "count": processes}
@@ -184,7 +195,7 @@ class TokenStream:
     the tokenizer backend on it, so a refusal leaves the output as it was. Iterating
     forks the workers (before any thread of ours starts) and starts the threads."""
 
-    def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad, timer: Timer):
+    def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad: BadRecords, timer: Timer):
         from packcli import reading
 
         self.opts, self.setup, self.timer = opts, setup, timer
@@ -205,9 +216,9 @@ class TokenStream:
             self.cleanup.close()
             raise
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[RecordBatch, SequenceBatch]]:
         timer, builder = self.timer, self.setup.builder
-        pool = None
+        pool: WorkerPool | None = None
         if self.processes and self.first is not None:
             from packcli.workers import WorkerPool
 
@@ -217,7 +228,9 @@ class TokenStream:
         self.cleanup.callback(batches.close)
         with_first = itertools.chain([] if self.first is None else [self.first], batches)
 
-        def here():  # in a thread: the tokenizers release the GIL for most of their work
+        def here() -> Iterator[
+            tuple[RecordBatch, SequenceBatch]
+        ]:  # in a thread: the tokenizers release the GIL for most of their work
             try:
                 for batch in with_first:
                     with timer.stage("tokenize"):
@@ -226,12 +239,12 @@ class TokenStream:
             finally:
                 batches.close()  # in the thread that iterates it
 
-        def in_workers():
+        def in_workers(pool: WorkerPool) -> Generator[tuple[RecordBatch, SequenceBatch], None, None]:
             for batch, sequences, seconds in pool.map(with_first, ahead=2 * pool.workers):
                 timer.seconds["tokenize"] += seconds
                 yield batch, sequences
 
-        tokenized = in_workers() if pool is not None else prefetch(here())
+        tokenized = in_workers(pool) if pool is not None else prefetch(here())
         self.cleanup.callback(tokenized.close)
         yield from tokenized
 
@@ -249,7 +262,7 @@ class InputProgress:
         self.current: str | None = None
         self.done_before = 0
 
-    def update(self, batch) -> tuple[int, int | None]:
+    def update(self, batch: RecordBatch) -> tuple[int, int | None]:
         source = batch.source
         if source != self.current:
             if self.current in self.sizes and self.current not in self.finished:
@@ -259,7 +272,12 @@ class InputProgress:
         return self.done_before + batch.source_bytes, self.total
 
 
-def segments(stream: TokenStream, segmenter: Segmenter, paths: list[str], progress=None):
+def segments(
+    stream: TokenStream,
+    segmenter: Segmenter,
+    paths: list[str],
+    progress: Callable[[int, int, int, int | None], None] | None = None,
+) -> Iterator[Segments]:
     """(tokens, lengths, learned) per batch, in input order, with the progress bar fed."""
     tracker = InputProgress(paths)
     for batch, sequences in stream:

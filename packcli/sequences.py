@@ -16,14 +16,25 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from packcli.errors import PackcliError
 
+if TYPE_CHECKING:
+    from packcli.reading import FieldKind, IdLists, RecordBatch
+    from packcli.tokenizing import SpecialTokenFinder
+
 IGNORE_INDEX = -100
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+Conversation = list[dict[str, str]]  # turns with "role" and "content"
+PrefixTokens = Callable[[Conversation, bool], list[int]]  # (turns, add_generation_prompt) -> their tokens
+TextEncoder = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]  # texts -> (flat ids, lengths)
 
 
 @dataclass
@@ -40,9 +51,22 @@ class Boundaries:
     eos_id: int | None  # put last, unless the sequence already ends with it
 
 
-def from_lists(token_lists, label_lists, bounds: Boundaries) -> SequenceBatch:
+class SequenceBuilder(Protocol):
+    """What a run asks of an input kind: the record fields to read (and their kinds), how
+    labels come out ("text": every token learned, "masked"), and records to sequences."""
+
+    fields: dict[str, FieldKind]
+    labels: str
+
+    def build(self, batch: RecordBatch) -> SequenceBatch: ...
+
+
+def from_lists(
+    token_lists: Sequence[Sequence[int]], label_lists: Sequence[Sequence[int] | None], bounds: Boundaries
+) -> SequenceBatch:
     """Assemble sequences (lists or arrays) into a batch, adding BOS/EOS by the one rule."""
-    tokens, labels = [], []
+    tokens: list[list[int]] = []
+    labels: list[list[int]] = []
     for ids, labs in zip(token_lists, label_lists):
         ids = list(ids)
         labs = list(labs) if labs is not None else list(ids)
@@ -73,12 +97,12 @@ class TextSequences:
     `encode` (texts -> flat ids, lengths) decides how special-token strings are tokenized;
     `specials` (a `packcli.tokenizing.SpecialTokenFinder`) counts the records holding one."""
 
-    def __init__(self, field: str, encode, bounds: Boundaries, specials=None):
+    def __init__(self, field: str, encode: TextEncoder, bounds: Boundaries, specials: SpecialTokenFinder | None = None):
         self.field, self.encode, self.bounds, self.specials = field, encode, bounds, specials
-        self.fields = {field: "text"}
+        self.fields: dict[str, FieldKind] = {field: "text"}
         self.labels = "text"
 
-    def build(self, batch) -> SequenceBatch:
+    def build(self, batch: RecordBatch) -> SequenceBatch:
         from packcli.tokenizing import add_boundary_tokens
 
         texts = batch.columns[self.field]
@@ -93,13 +117,20 @@ class PromptCompletionSequences:
     the model is given at inference and the completion's are what it must generate, so no
     token may straddle the seam. Only completion tokens (and EOS) are learned."""
 
-    def __init__(self, prompt_field: str, completion_field: str, encode, bounds: Boundaries, specials=None):
+    def __init__(
+        self,
+        prompt_field: str,
+        completion_field: str,
+        encode: TextEncoder,
+        bounds: Boundaries,
+        specials: SpecialTokenFinder | None = None,
+    ):
         self.prompt_field, self.completion_field = prompt_field, completion_field
         self.encode, self.bounds, self.specials = encode, bounds, specials
-        self.fields = {prompt_field: "text", completion_field: "text"}
+        self.fields: dict[str, FieldKind] = {prompt_field: "text", completion_field: "text"}
         self.labels = "masked"
 
-    def build(self, batch) -> SequenceBatch:
+    def build(self, batch: RecordBatch) -> SequenceBatch:
         prompt_texts, completion_texts = batch.columns[self.prompt_field], batch.columns[self.completion_field]
         prompts, p_lengths = self.encode(prompt_texts)
         completions, c_lengths = self.encode(completion_texts)
@@ -109,7 +140,9 @@ class PromptCompletionSequences:
         return result
 
 
-def join_prompt_completion(prompts, p_lengths, completions, c_lengths, bounds: Boundaries) -> SequenceBatch:
+def join_prompt_completion(
+    prompts: np.ndarray, p_lengths: np.ndarray, completions: np.ndarray, c_lengths: np.ndarray, bounds: Boundaries
+) -> SequenceBatch:
     """[BOS] + prompt + completion + [EOS] for every pair, by the same rule as from_lists,
     assembled with array arithmetic instead of Python lists."""
     p_starts = np.cumsum(p_lengths) - p_lengths
@@ -170,13 +203,13 @@ class ChatSequences:
     def __init__(
         self,
         field: str,
-        tokenizer,
+        tokenizer: Any,  # a transformers tokenizer
         template: str | None,
         train_on: tuple[str, ...],
         bounds: Boundaries,
         *,
         parse_special_tokens: bool = False,
-        specials=None,
+        specials: SpecialTokenFinder | None = None,
     ):
         from packcli.tokenizing import SpecialTokenFinder, literal_alternation
 
@@ -186,7 +219,7 @@ class ChatSequences:
             raise PackcliError("the tokenizer has no chat template; give one with --chat-template FILE (a Jinja file)")
         self.train_on = train_on
         self.use_markers = bool(GENERATION_MARKER.search(self.template)) and train_on == ("assistant",)
-        self.fields = {field: "messages"}
+        self.fields: dict[str, FieldKind] = {field: "messages"}
         self.labels = "masked"
         self.parse_special_tokens = parse_special_tokens
         self.specials = specials if specials is not None else SpecialTokenFinder.of(tokenizer)
@@ -194,7 +227,9 @@ class ChatSequences:
         self._added_re = literal_alternation([t.content for t in added.values() if t.content])
         self._special_ids = {t.content: int(i) for i, t in added.items() if t.special and t.content}
 
-    def _tokens(self, conversations, add_generation_prompt=False, assistant_mask=False):
+    def _tokens(
+        self, conversations: list[Conversation], add_generation_prompt: bool = False, assistant_mask: bool = False
+    ) -> Any:
         out = self.tokenizer.apply_chat_template(
             conversations,
             chat_template=self.template,
@@ -205,13 +240,13 @@ class ChatSequences:
         )
         return out
 
-    def build(self, batch) -> SequenceBatch:
+    def build(self, batch: RecordBatch) -> SequenceBatch:
         conversations = batch.columns[self.field]
         holding = [any(self.specials.found(m["content"]) for m in conv) for conv in conversations]
         careful = [] if self.parse_special_tokens else [i for i, held in enumerate(holding) if held]
         plain = sorted(set(range(len(conversations))) - set(careful))
-        token_lists: list = [None] * len(conversations)
-        label_lists: list = [None] * len(conversations)
+        token_lists: list[list[int]] = [[] for _ in conversations]
+        label_lists: list[list[int] | None] = [None] * len(conversations)
         try:
             if plain:
                 tokens, labels = self._plain([conversations[i] for i in plain], [batch.location(i) for i in plain])
@@ -229,7 +264,9 @@ class ChatSequences:
         result.special_token_records = sum(holding)
         return result
 
-    def _plain(self, conversations, locations) -> tuple[list, list]:
+    def _plain(
+        self, conversations: list[Conversation], locations: list[str]
+    ) -> tuple[list[list[int]], list[list[int]]]:
         """Tokens and labels of conversations tokenized by transformers, in one call."""
         if self.use_markers:
             out = self._tokens(conversations, assistant_mask=True)
@@ -246,7 +283,7 @@ class ChatSequences:
             ]
         return token_lists, label_lists
 
-    def _careful(self, conversation, location) -> tuple[list, list]:
+    def _careful(self, conversation: Conversation, location: str) -> tuple[list[int], list[int]]:
         """Tokens and labels of a conversation whose contents hold special-token strings."""
         if self.use_markers:
             rendered = self._render(conversation, False)
@@ -254,7 +291,7 @@ class ChatSequences:
             spans = self._generation_spans(conversation, rendered, location)
             return ids, _assistant_labels(ids, spans, locator)
 
-        def prefix(messages, add_generation_prompt):
+        def prefix(messages: Conversation, add_generation_prompt: bool) -> list[int]:
             if not messages and not add_generation_prompt:
                 return []
             return self._encode_rendered(
@@ -264,7 +301,9 @@ class ChatSequences:
         ids = prefix(conversation, False)
         return ids, self._labels_by_prefix(conversation, ids, location, prefix)
 
-    def _labels_by_prefix(self, conversation, ids, location, prefix) -> list[int]:
+    def _labels_by_prefix(
+        self, conversation: Conversation, ids: list[int], location: str, prefix: PrefixTokens
+    ) -> list[int]:
         labels = [IGNORE_INDEX] * len(ids)
         for i, message in enumerate(conversation):
             if message["role"] not in self.train_on:
@@ -280,17 +319,19 @@ class ChatSequences:
             labels[len(before) : len(through)] = ids[len(before) : len(through)]
         return labels
 
-    def _prefix(self, messages, add_generation_prompt: bool) -> list[int]:
+    def _prefix(self, messages: Conversation, add_generation_prompt: bool) -> list[int]:
         if not messages and not add_generation_prompt:
             return []
         return list(self._tokens([messages], add_generation_prompt=add_generation_prompt)["input_ids"][0])
 
-    def _render(self, messages, add_generation_prompt: bool) -> str:
+    def _render(self, messages: Conversation, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
             [messages], chat_template=self.template, tokenize=False, add_generation_prompt=add_generation_prompt
         )[0]
 
-    def _encode_rendered(self, rendered: str, messages, add_generation_prompt: bool, location):
+    def _encode_rendered(
+        self, rendered: str, messages: Conversation, add_generation_prompt: bool, location: str
+    ) -> tuple[list[int], _TokenLocator]:
         """(ids, locator) of a render: special-token matches inside a message's content are
         text, the others (the template's markup) are the special tokens, and the text
         between them is encoded with no special token matched (added tokens that are not
@@ -323,7 +364,9 @@ class ChatSequences:
                 ids.append(token_id)
         return ids, _TokenLocator(pieces)
 
-    def _content_spans(self, rendered: str, messages, add_generation_prompt: bool, location) -> list[tuple[int, int]]:
+    def _content_spans(
+        self, rendered: str, messages: Conversation, add_generation_prompt: bool, location: str
+    ) -> list[tuple[int, int]]:
         """Where the contents lie in the render: exactly, from a render with a placeholder
         for each content that gives the render back when they are put in; else (a template
         that changes content) by finding, in order, each content that holds a special token."""
@@ -357,7 +400,7 @@ class ChatSequences:
             at = start + len(content)
         return spans
 
-    def _generation_spans(self, messages, rendered: str, location) -> list[tuple[int, int]]:
+    def _generation_spans(self, messages: Conversation, rendered: str, location: str) -> list[tuple[int, int]]:
         """The characters of the `{% generation %}` blocks, from transformers' own renderer."""
         try:
             from transformers.utils.chat_template_utils import render_jinja_template
@@ -366,22 +409,23 @@ class ChatSequences:
                 f"{location}: a message holds a special-token string; finding its assistant tokens by the template's "
                 "{% generation %} markers needs a newer transformers (or pass --parse-special-tokens)"
             ) from None
-        again, indices = render_jinja_template(
+        rendered_again = render_jinja_template(
             conversations=[messages],
             chat_template=self.template,
             return_assistant_tokens_mask=True,
             **self.tokenizer.special_tokens_map,
-        )
+        )  # annotated `-> str`, but returns (renders, generation spans) when asked for the mask
+        again, indices = cast("tuple[list[str], list[list[tuple[int, int]]]]", rendered_again)
         if again[0] != rendered:
             raise PackcliError(f"{location}: the chat template renders this conversation differently twice")
-        return [tuple(span) for span in indices[0]]
+        return [(int(start), int(end)) for start, end in indices[0]]
 
 
 class _TokenLocator:
     """The token holding a character of a render encoded in pieces (Encoding.char_to_token
     of the piece holding it; a special token holds all of its characters)."""
 
-    def __init__(self, pieces):
+    def __init__(self, pieces: list[tuple[int, int, Any]]):  # (first character, first token, Encoding or None)
         self.pieces = pieces
         self.starts = [p[0] for p in pieces]
 
@@ -396,7 +440,7 @@ class _TokenLocator:
         return None if index is None else first + index
 
 
-def _assistant_labels(ids, spans, locator: _TokenLocator) -> list[int]:
+def _assistant_labels(ids: list[int], spans: list[tuple[int, int]], locator: _TokenLocator) -> list[int]:
     """transformers' assistant mask: from the token holding a block's first character to the
     one holding its last (to the end when that is none); no further once a block's first
     character is in no token."""
@@ -419,31 +463,31 @@ class IdsSequences:
 
     def __init__(self, field: str, labels_field: str | None, bounds: Boundaries):
         self.field, self.labels_field, self.bounds = field, labels_field, bounds
-        self.fields = {field: "ids"}
+        self.fields: dict[str, FieldKind] = {field: "ids"}
         if labels_field:
             self.fields[labels_field] = "ids"
         self.labels = "masked" if labels_field else "text"
 
-    def build(self, batch) -> SequenceBatch:
+    def build(self, batch: RecordBatch) -> SequenceBatch:
         values, offsets = _flat_ids(batch.columns[self.field])
         lengths = np.diff(offsets)
-        label_values = None
-        if self.labels_field:
-            label_values, label_offsets = _flat_ids(batch.columns[self.labels_field])
+        labels_field, label_values = self.labels_field, None
+        if labels_field:
+            label_values, label_offsets = _flat_ids(batch.columns[labels_field])
             label_lengths = np.diff(label_offsets)
             mismatched = np.flatnonzero(lengths != label_lengths)
             if len(mismatched):
                 i = int(mismatched[0])
                 raise PackcliError(
-                    f"{batch.location(i)}: {self.labels_field!r} has {label_lengths[i]} labels for {lengths[i]} ids"
+                    f"{batch.location(i)}: {labels_field!r} has {label_lengths[i]} labels for {lengths[i]} ids"
                 )
         _check_ids(values, offsets, batch, self.field)
-        if label_values is not None:
-            _check_labels(label_values, label_offsets, batch, self.labels_field)
+        if labels_field and label_values is not None:
+            _check_labels(label_values, label_offsets, batch, labels_field)
         return add_bounds_to_ids(values, lengths, label_values, self.bounds)
 
 
-def _flat_ids(column) -> tuple[np.ndarray, np.ndarray]:
+def _flat_ids(column: IdLists | Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """(values, offsets from 0) of an IdLists, or of a list of per-record id arrays."""
     if hasattr(column, "values") and hasattr(column, "offsets"):
         offsets = np.asarray(column.offsets, dtype=np.int64)
@@ -455,7 +499,9 @@ def _flat_ids(column) -> tuple[np.ndarray, np.ndarray]:
     return (np.concatenate(arrays) if arrays else np.zeros(0, np.int64)), offsets
 
 
-def _first_record_outside(values, offsets, low: int, high: int) -> tuple[int, np.ndarray] | None:
+def _first_record_outside(
+    values: np.ndarray, offsets: np.ndarray, low: int, high: int
+) -> tuple[int, np.ndarray] | None:
     outside = np.flatnonzero((values < low) | (values > high))
     if not len(outside):
         return None
@@ -463,7 +509,7 @@ def _first_record_outside(values, offsets, low: int, high: int) -> tuple[int, np
     return i, values[offsets[i] : offsets[i + 1]]
 
 
-def _check_ids(values, offsets, batch, field: str) -> None:
+def _check_ids(values: np.ndarray, offsets: np.ndarray, batch: RecordBatch, field: str) -> None:
     found = _first_record_outside(values, offsets, 0, np.iinfo(np.int32).max)
     if found is not None:
         i, seq = found
@@ -472,7 +518,7 @@ def _check_ids(values, offsets, batch, field: str) -> None:
         )
 
 
-def _check_labels(values, offsets, batch, field: str) -> None:
+def _check_labels(values: np.ndarray, offsets: np.ndarray, batch: RecordBatch, field: str) -> None:
     """Labels are written as int32: a label beyond it would silently become another number."""
     int32 = np.iinfo(np.int32)
     found = _first_record_outside(values, offsets, int32.min, int32.max)

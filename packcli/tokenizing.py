@@ -10,9 +10,11 @@ import hashlib
 import itertools
 import os
 import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +44,7 @@ def resolve_tokenizer_path(spec: str) -> str:
     return spec
 
 
-def load_tokenizer(spec: str, *, via_transformers: bool = False):
+def load_tokenizer(spec: str, *, via_transformers: bool = False) -> Any:
     """A fast (Rust-backed) tokenizer: a local directory, a tokenizer.json file or a Hub name.
 
     A local tokenizer.json that transformers would use unchanged loads as a `TokenizerFile`,
@@ -79,7 +81,7 @@ def load_tokenizer(spec: str, *, via_transformers: bool = False):
     return tokenizer
 
 
-def _no_length_changes(backend) -> None:
+def _no_length_changes(backend: Any) -> None:
     """Lengths are packcli's business (--seq-len, --overlong): a tokenizer.json that
     truncates or pads would silently cut or fill documents."""
     backend.no_truncation()
@@ -109,7 +111,7 @@ class TokenizerFile:
     """The part of a transformers fast tokenizer packcli uses outside chat templates, over a
     bare `tokenizers.Tokenizer`."""
 
-    def __init__(self, backend, specials: dict[str, str | None]):
+    def __init__(self, backend: Any, specials: dict[str, str | None]):
         self.backend_tokenizer = backend
         for key in _SPECIAL_KEYS:
             token = specials.get(key)
@@ -170,17 +172,16 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
     if any(token is not None and not added.get(token, (None, False))[1] for token in specials.values()):
         return None
     for index, token in (config.get("added_tokens_decoder") or {}).items():
+        content = token.get("content") if isinstance(token, dict) else None
         if not (
-            isinstance(token, dict)
-            and str(index).isdigit()
-            and added.get(token.get("content"), (None,))[0] == int(index)
+            isinstance(content, str) and str(index).isdigit() and added.get(content, (None, False))[0] == int(index)
         ):
             return None
     _no_length_changes(backend)
     return TokenizerFile(backend, specials)
 
 
-def _named_tokenizer_class(directory: Path, transformers):
+def _named_tokenizer_class(directory: Path, transformers: Any) -> Any:
     """The class a local directory's tokenizer_config.json names, found without AutoTokenizer:
     importing the auto classes imports PyTorch when it is installed, seconds for nothing."""
     import json
@@ -201,7 +202,7 @@ def _named_tokenizer_class(directory: Path, transformers):
     return None
 
 
-def _load_tokenizer_file(path: Path, fast_class):
+def _load_tokenizer_file(path: Path, fast_class: Any) -> Any:
     """A bare tokenizer.json: special tokens come from a tokenizer_config.json beside it, if any."""
     import json
 
@@ -218,7 +219,7 @@ def _load_tokenizer_file(path: Path, fast_class):
     return fast_class(tokenizer_file=str(path), **kwargs)
 
 
-def token_id(tokenizer, token: str, what: str) -> int:
+def token_id(tokenizer: Any, token: str, what: str) -> int:
     """The id of a token string that must be in the vocabulary as a whole token."""
     ids = tokenizer.convert_tokens_to_ids([token])
     unk = tokenizer.unk_token_id
@@ -228,7 +229,7 @@ def token_id(tokenizer, token: str, what: str) -> int:
 
 
 def resolve_special_ids(
-    tokenizer, *, eos_token: str | None, pad_id: int | None, need_eos: bool, need_bos: bool
+    tokenizer: Any, *, eos_token: str | None, pad_id: int | None, need_eos: bool, need_bos: bool
 ) -> SpecialIds:
     vocab_size = len(tokenizer)
     eos_id = token_id(tokenizer, eos_token, "--eos-token") if eos_token else tokenizer.eos_token_id
@@ -247,7 +248,7 @@ def resolve_special_ids(
     return SpecialIds(eos_id=eos_id, bos_id=bos_id, pad_id=int(pad_id))
 
 
-def adds_bos_by_default(tokenizer) -> bool:
+def adds_bos_by_default(tokenizer: Any) -> bool:
     """Whether the tokenizer itself puts BOS first (Llama does, GPT-2 and Qwen do not)."""
     bos = tokenizer.bos_token_id
     if bos is None:
@@ -256,13 +257,13 @@ def adds_bos_by_default(tokenizer) -> bool:
     return bool(with_special) and with_special[0] == bos
 
 
-def fingerprint(tokenizer) -> str:
+def fingerprint(tokenizer: Any) -> str:
     """Identifies the exact vocabulary, merges, normalisation and added tokens."""
     digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8"))
     return "sha256:" + digest.hexdigest()
 
 
-def encode_texts(tokenizer, texts: list[str], parse_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def encode_texts(tokenizer: Any, texts: list[str], parse_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Encode a batch on all of the tokenizer's threads, without special tokens added.
 
     Special-token strings written in the texts are ordinary text unless `parse_special_tokens`
@@ -281,7 +282,7 @@ def encode_texts(tokenizer, texts: list[str], parse_special_tokens: bool = False
 
 
 @contextmanager
-def special_tokens_split(backend, split: bool):
+def special_tokens_split(backend: Any, split: bool) -> Iterator[None]:
     """The `tokenizers` flag that makes special tokens in the text plain text (non-special
     added tokens still match), set for one call: transformers resets it on every call it
     makes, so the state of the shared tokenizer is never relied on."""
@@ -296,13 +297,13 @@ def special_tokens_split(backend, split: bool):
         backend.encode_special_tokens = before
 
 
-def special_token_strings(tokenizer) -> list[str]:
+def special_token_strings(tokenizer: Any) -> list[str]:
     """The texts of the tokenizer's special added tokens (BOS, EOS, chat markup...)."""
     added = tokenizer.backend_tokenizer.get_added_tokens_decoder().values()
     return sorted({t.content for t in added if t.special and t.content})
 
 
-def literal_alternation(contents: list[str]):
+def literal_alternation(contents: list[str]) -> re.Pattern[str] | None:
     """Leftmost-longest matching of literals, as tokenizers' aho-corasick does: the regex
     finds the leftmost start, and longer alternatives are tried first there."""
     if not contents:
@@ -320,13 +321,13 @@ class SpecialTokenFinder:
         self.pattern = literal_alternation(self.contents)
 
     @classmethod
-    def of(cls, tokenizer) -> SpecialTokenFinder:
+    def of(cls, tokenizer: Any) -> SpecialTokenFinder:
         return cls(special_token_strings(tokenizer))
 
     def found(self, text: str) -> bool:
         return self.pattern is not None and self.pattern.search(text) is not None
 
-    def records_with(self, *columns) -> int:
+    def records_with(self, *columns: Sequence[str]) -> int:
         """How many records (positions across the columns) hold one in any column."""
         if self.pattern is None:
             return 0

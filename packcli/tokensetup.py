@@ -8,16 +8,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from packcli import sequences, tokenizing
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
+
+if TYPE_CHECKING:
+    from packcli.fastbpe import Encoder
+    from packcli.reading import RecordBatch
 
 SAMPLE_CHARS = 1 << 18  # of the input's first batch, encoded both ways before --tokenizer-backend auto picks tiktoken
 
 
 @dataclass
 class TokenSetup:
-    builder: object
+    builder: sequences.SequenceBuilder
     vocab_size: int | None
     eos_id: int | None
     bos_id: int | None
@@ -25,8 +33,8 @@ class TokenSetup:
     add_bos: bool
     fingerprint: str | None
     backend: str
-    tokenizer: object = None
-    encoder: object = None
+    tokenizer: Any = None  # a tokenizers or transformers tokenizer; None for token ids without one
+    encoder: Encoder | None = None
     backend_reason: str | None = None
 
     def close(self) -> None:
@@ -34,25 +42,27 @@ class TokenSetup:
         getattr(self.encoder, "close", lambda: None)()
 
 
-def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: int | None) -> None:
+def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch: RecordBatch | None, threads: int | None) -> None:
     """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
     of the actual input), else HF; plain text and prompt/completion only."""
     if opts.input_kind not in ("text", "prompt"):
         if opts.input_kind == "chat":
             setup.backend_reason = "chat templates are tokenized by transformers"
         return
-    from packcli import fastbpe
+    from packcli import fastbpe  # lazy: tiktoken and the BPE conversion, for text input only
 
+    builder = setup.builder
+    assert isinstance(builder, (sequences.TextSequences, sequences.PromptCompletionSequences))
     sample: list[str] = []
     if first_batch is not None:
-        texts = [text for name in setup.builder.fields for text in first_batch.columns[name]]
+        texts = [text for name in builder.fields for text in first_batch.columns[name]]
         size = 0
         for text in texts:  # whole texts, up to SAMPLE_CHARS: the check runs before any worker starts
             if size >= SAMPLE_CHARS:
                 break
             sample.append(text)
             size += len(text)
-    setup.encoder = fastbpe.make_encoder(
+    encoder = fastbpe.make_encoder(
         setup.tokenizer,
         opts.tokenizer_backend,
         sample,
@@ -60,28 +70,15 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch, threads: i
         fingerprint=setup.fingerprint,
         parse_special_tokens=opts.parse_special_tokens,
     )
-    setup.builder.encode = setup.encoder.encode_batch
-    setup.backend, setup.backend_reason = setup.encoder.backend, setup.encoder.reason
+    setup.encoder, builder.encode = encoder, encoder.encode_batch
+    setup.backend, setup.backend_reason = encoder.backend, encoder.reason
 
 
 def setup_tokens(opts: PackOptions) -> TokenSetup:
     """The tokenizer, special ids and the sequence builder for the input kind."""
-    from packcli import sequences, tokenizing
-
     kind = opts.input_kind
-    if opts.tokenizer is None:  # ids input with numbers for EOS and pad
-        eos_id = _int_option("--eos-token", opts.eos_token) if opts.eos_token is not None else None
-        if opts.eos and eos_id is None:
-            raise PackcliError("without --tokenizer, give the EOS id as --eos-token N (or pass --no-eos)")
-        pad_id = opts.pad_id if opts.pad_id is not None else eos_id
-        if pad_id is None:
-            raise PackcliError("without --tokenizer, give --pad-id N")
-        if opts.bos:
-            raise PackcliError("--bos needs --tokenizer (without one there is no BOS id)")
-        bounds = sequences.Boundaries(None, eos_id if opts.eos else None)
-        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
-        return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
-
+    if opts.tokenizer is None:
+        return _ids_without_tokenizer(opts)
     tokenizer = tokenizing.load_tokenizer(opts.tokenizer, via_transformers=kind == "chat")
     if kind == "chat":
         add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
@@ -90,34 +87,10 @@ def setup_tokens(opts: PackOptions) -> TokenSetup:
     specials = tokenizing.resolve_special_ids(
         tokenizer, eos_token=opts.eos_token, pad_id=opts.pad_id, need_eos=opts.eos, need_bos=add_bos
     )
-    vocab_size = len(tokenizer)
     bounds = sequences.Boundaries(specials.bos_id if add_bos else None, specials.eos_id if opts.eos else None)
-
-    def encode(texts):
-        return tokenizing.encode_texts(tokenizer, texts, opts.parse_special_tokens)
-
-    finder = tokenizing.SpecialTokenFinder.of(tokenizer)  # counted for the report, parsed or not
-    if kind == "text":
-        builder = sequences.TextSequences(opts.text_field or "text", encode, bounds, finder)
-    elif kind == "prompt":
-        builder = sequences.PromptCompletionSequences(opts.prompt_field, opts.completion_field, encode, bounds, finder)
-    elif kind == "chat":
-        template = _read_template(opts.chat_template) if opts.chat_template else None
-        roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
-        builder = sequences.ChatSequences(
-            opts.messages_field,
-            tokenizer,
-            template,
-            roles,
-            bounds,
-            parse_special_tokens=opts.parse_special_tokens,
-            specials=finder,
-        )
-    else:
-        builder = sequences.IdsSequences(opts.ids_field, opts.labels_field, bounds)
     return TokenSetup(
-        builder,
-        vocab_size,
+        _builder(opts, tokenizer, bounds),
+        len(tokenizer),
         specials.eos_id,
         specials.bos_id,
         specials.pad_id,
@@ -126,6 +99,55 @@ def setup_tokens(opts: PackOptions) -> TokenSetup:
         "hf" if kind != "ids" else "none",
         tokenizer,
     )
+
+
+def _ids_without_tokenizer(opts: PackOptions) -> TokenSetup:
+    """Token ids as input, with numbers for EOS and pad instead of a tokenizer's tokens."""
+    eos_id = _int_option("--eos-token", opts.eos_token) if opts.eos_token is not None else None
+    if opts.eos and eos_id is None:
+        raise PackcliError("without --tokenizer, give the EOS id as --eos-token N (or pass --no-eos)")
+    pad_id = opts.pad_id if opts.pad_id is not None else eos_id
+    if pad_id is None:
+        raise PackcliError("without --tokenizer, give --pad-id N")
+    if opts.bos:
+        raise PackcliError("--bos needs --tokenizer (without one there is no BOS id)")
+    bounds = sequences.Boundaries(None, eos_id if opts.eos else None)
+    builder = sequences.IdsSequences(_given(opts.ids_field), opts.labels_field, bounds)
+    return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
+
+
+def _builder(opts: PackOptions, tokenizer: Any, bounds: sequences.Boundaries) -> sequences.SequenceBuilder:
+    """The sequence builder of the input kind, over the loaded tokenizer."""
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return tokenizing.encode_texts(tokenizer, texts, opts.parse_special_tokens)
+
+    finder = tokenizing.SpecialTokenFinder.of(tokenizer)  # counted for the report, parsed or not
+    kind = opts.input_kind
+    if kind == "text":
+        return sequences.TextSequences(opts.text_field or "text", encode, bounds, finder)
+    if kind == "prompt":
+        prompt, completion = _given(opts.prompt_field), _given(opts.completion_field)
+        return sequences.PromptCompletionSequences(prompt, completion, encode, bounds, finder)
+    if kind == "chat":
+        template = _read_template(opts.chat_template) if opts.chat_template else None
+        roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
+        return sequences.ChatSequences(
+            _given(opts.messages_field),
+            tokenizer,
+            template,
+            roles,
+            bounds,
+            parse_special_tokens=opts.parse_special_tokens,
+            specials=finder,
+        )
+    return sequences.IdsSequences(_given(opts.ids_field), opts.labels_field, bounds)
+
+
+def _given(field: str | None) -> str:
+    """A field option the input kind implies (PackOptions.input_kind is derived from which is given)."""
+    assert field is not None
+    return field
 
 
 def _int_option(flag: str, value: str) -> int:

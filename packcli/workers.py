@@ -18,11 +18,20 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from packcli.errors import PackcliError
 
-_build = None  # what a worker runs on a batch; set in the parent just before the fork
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from packcli.reading import RecordBatch
+    from packcli.sequences import SequenceBatch
+
+Build = Callable[["RecordBatch"], "SequenceBatch"]
+_build: Build | None = None  # what a worker runs on a batch; set in the parent just before the fork
 
 
 def available_cores() -> int:
@@ -49,14 +58,15 @@ def _init_worker() -> None:
         pass
 
 
-def _run(batch):
+def _run(batch: RecordBatch) -> tuple[SequenceBatch, float]:
+    assert _build is not None, "the pool sets _build before forking"
     start = time.perf_counter()
     result = _build(batch)
     return result, time.perf_counter() - start
 
 
 @contextmanager
-def _environment(**values: str):
+def _environment(**values: str) -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
@@ -75,7 +85,7 @@ class WorkerPool:
     Create it before starting any thread of your own: a fork copies only the calling thread,
     so a lock another thread held would stay locked in the children forever."""
 
-    def __init__(self, build, workers: int):
+    def __init__(self, build: Build, workers: int):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -100,10 +110,10 @@ class WorkerPool:
         finally:
             gc.unfreeze()
 
-    def map(self, batches, ahead: int):
+    def map(self, batches: Iterable[RecordBatch], ahead: int) -> Iterator[tuple[RecordBatch, SequenceBatch, float]]:
         """(batch, build(batch), seconds the worker spent) in the order of `batches`, with at
         most `ahead` batches handed out and not yet taken back."""
-        pending: deque = deque()
+        pending: deque[tuple[RecordBatch, Future[tuple[SequenceBatch, float]]]] = deque()
         try:
             for batch in batches:
                 pending.append((batch, self._pool.submit(_run, batch)))
@@ -115,7 +125,9 @@ class WorkerPool:
             for _, future in pending:
                 future.cancel()
 
-    def _take(self, batch, future):
+    def _take(
+        self, batch: RecordBatch, future: Future[tuple[SequenceBatch, float]]
+    ) -> tuple[RecordBatch, SequenceBatch, float]:
         from concurrent.futures.process import BrokenProcessPool
 
         try:
