@@ -217,6 +217,9 @@ _S_BELOW = 3  # next segment down in the same room's stack
 _S_COLUMNS = 4
 
 
+# One function on purpose (74 lines): with the take-rows and push-rows steps as helpers
+# (inlined or not) it ran 2-6x slower on 1M lognormal lengths (0.16 -> 1.0 ms at capacity
+# 2048, 0.40 -> 2.1 ms at 8192), 10-25% of a whole bfd call.
 @njit(cache=True)
 def _bfd_runs(counts, capacity, max_runs):
     """Returns (run_begin, run_end, runs, n_rows), or n_rows == -1 if more than max_runs
