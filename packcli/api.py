@@ -17,8 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.ingest import IngestCounts, Segmenter
+from packcli.kernels import ALGORITHMS
+from packcli.options import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+from packcli.plan import PlanSettings, gather_rows, plan_rows
+from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
+from packcli.spill import Spill
 
 
 @dataclass
@@ -85,10 +91,6 @@ def pack_sequences(
     segments (one plan over all of them by default). Same inputs and settings give the same
     rows as `packcli pack`: the planner and the row kernel are the same code.
     """
-    from packcli.ingest import IngestCounts, Segmenter
-    from packcli.plan import PlanSettings, gather_rows, plan_rows
-    from packcli.report import RowStats, no_packing_baseline
-    from packcli.spill import Spill
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)
     tokens, lengths, flat_labels = _flatten(sequences, labels)
@@ -104,8 +106,23 @@ def pack_sequences(
     stats = RowStats(seq_len)
     for block in blocks:
         stats.add(block)
-    summary = stats.summary()
-    report = {
+    report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    if mode == "concat":
+        report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
+    owners = segmenter.owners
+    assert owners is not None  # track_owners=True
+    placement = {
+        "sequence": owners[plan.source],
+        "row": plan.row,
+        "offset": plan.offset,
+        "length": plan.piece_len,
+    }
+    return PackedSequences(rows=rows, placement=placement, report=report)
+
+
+def _report(summary: dict, counts, seq_len: int, mode: str, overlong: str) -> dict:
+    """The figures `packcli pack` reports, for rows packed in memory."""
+    return {
         **summary,
         "no_packing": no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], seq_len),
         "overlong": {
@@ -115,20 +132,9 @@ def pack_sequences(
             "dropped_without_labels": counts.no_labels_dropped,
         },
     }
-    if mode == "concat":
-        report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
-    placement = {
-        "sequence": segmenter.owners[plan.source],
-        "row": plan.row,
-        "offset": plan.offset,
-        "length": plan.piece_len,
-    }
-    return PackedSequences(rows=rows, placement=placement, report=report)
 
 
 def _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size) -> None:
-    from packcli.kernels import ALGORITHMS
-    from packcli.options import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
 
     for name, value, allowed in (
         ("algorithm", algorithm, ALGORITHMS),

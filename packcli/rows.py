@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from packcli.errors import PackcliError
+
 IGNORE_INDEX = -100
 
 
@@ -164,8 +166,6 @@ def learned_bits(tokens: np.ndarray, labels: np.ndarray, where=lambda i: f"token
     learned = labels != IGNORE_INDEX
     wrong = learned & (labels != tokens)
     if wrong.any():
-        from packcli.errors import PackcliError
-
         i = int(np.argmax(wrong))
         raise PackcliError(
             f"{where(i)}: label {int(labels[i])} is neither its token {int(tokens[i])} nor -100 "

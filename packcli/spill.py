@@ -129,6 +129,7 @@ class Spill:
             tokens, bits = self.arrays
             return Block(tokens, starts, bits, starts)
         if not self._files:
+            assert self.directory is not None  # a spill is either in memory or in a directory
             self._files = [open(self.directory / TOKENS_FILE, "rb")]
             if self.masked:
                 self._files.append(open(self.directory / LEARNED_FILE, "rb"))
@@ -195,7 +196,7 @@ class _Ranges:
         sizes = end - first
         offsets = np.cumsum(sizes) - sizes
         out = np.empty(int(sizes.sum()), dtype=dtype)
-        view = memoryview(out.view(np.uint8))
+        view = out.view(np.uint8).data
         fd, item = f.fileno(), dtype.itemsize
         for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
             _read_exactly(fd, view[at * item : (at + n) * item], position * item)

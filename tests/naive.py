@@ -2,7 +2,7 @@
 
 Each returns (row, offset, n_rows) as Python lists/int. Rows are numbered in the order
 they are opened; a sequence goes at the current end of its row. Tie-breaking rules are
-the specification the kernels in packcli/kernels.py implement with fast structures:
+the specification the kernels behind packcli/kernels.py implement with fast structures:
 
 - nf:  input order; a new row is opened when the sequence does not fit the current one.
 - ff:  input order; the lowest-numbered row with room >= length, else a new row.

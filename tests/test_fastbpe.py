@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packcli import fastbpe
+from packcli import bpe_convert, fastbpe
 from packcli.errors import PackcliError
 from packcli.tokenizing import BUNDLED_NAME, encode_texts, load_tokenizer
 
@@ -328,7 +328,7 @@ def test_metaspace_tokenizer(gpt2_json, tmp_path):
 
 def _tiny_bpe(ignore_merges: bool) -> dict:
     """Bytes plus merges a+b, b+c, a+bc: BPE turns "abc" into [ab][c], never [abc]."""
-    alphabet = fastbpe.bytes_to_unicode()
+    alphabet = bpe_convert.bytes_to_unicode()
     vocab = {alphabet[b]: i for i, b in enumerate(sorted(alphabet))}
     for tok in ("ab", "bc", "abc"):
         vocab[tok] = len(vocab)
@@ -373,8 +373,8 @@ def test_token_unreachable_by_its_merges_is_refused(tmp_path):
 
 def test_a_difference_on_the_sample_means_hf(tokenizers_under_test, tmp_path, monkeypatch):
     tok = tokenizers_under_test["gpt2"]
-    good = fastbpe.load_or_convert(tok, tmp_path)
-    broken = fastbpe.Conversion(**{**good.__dict__, "prefix_space": True})  # a subtly wrong conversion
+    good = bpe_convert.load_or_convert(tok, tmp_path)
+    broken = bpe_convert.Conversion(**{**good.__dict__, "prefix_space": True})  # a subtly wrong conversion
     monkeypatch.setattr(fastbpe, "load_or_convert", lambda *a, **k: broken)
     encoder = fastbpe.make_encoder(tok, "auto", ["hello world"], cache_dir=tmp_path)
     assert encoder.backend == "hf" and "differ" in encoder.reason and "input sample" in encoder.reason
@@ -382,39 +382,3 @@ def test_a_difference_on_the_sample_means_hf(tokenizers_under_test, tmp_path, mo
     assert encoder.backend == "hf" and "hard strings" in encoder.reason
     with pytest.raises(PackcliError, match="differ"):
         fastbpe.make_encoder(tok, "tiktoken", ["hello world"], cache_dir=tmp_path)
-
-
-# ------------------------------------------------------------------ cache
-
-
-def test_conversion_is_cached_per_fingerprint(tokenizers_under_test, tmp_path, monkeypatch):
-    from packcli.tokenizing import fingerprint
-
-    tok = tokenizers_under_test["qwen-style"]
-    fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path)
-    path = tmp_path / (fingerprint(tok).split(":")[1] + ".pkl")
-    assert path.is_file()
-
-    def no_conversion(_):
-        raise AssertionError("converted again")
-
-    monkeypatch.setattr(fastbpe, "convert", no_conversion)
-    assert fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path).backend == "tiktoken"
-    path.write_bytes(b"not a pickle")  # a damaged cache entry is rebuilt, not an error
-    monkeypatch.undo()
-    assert fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path).backend == "tiktoken"
-    assert path.read_bytes() != b"not a pickle"
-
-
-def test_refusals_are_cached_too(word_tokenizer, tmp_path, monkeypatch):
-    tok = load_tokenizer(str(word_tokenizer))
-    first = fastbpe.load_or_convert(tok, tmp_path)
-    monkeypatch.setattr(fastbpe, "convert", lambda _: (_ for _ in ()).throw(AssertionError("converted again")))
-    assert fastbpe.load_or_convert(tok, tmp_path) == first
-
-
-def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert fastbpe.default_cache_dir() == tmp_path / "packcli" / "tiktoken"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert fastbpe.default_cache_dir() == Path.home() / ".cache" / "packcli" / "tiktoken"

@@ -13,61 +13,15 @@ from packcli.kernels import (
     ALGORITHMS,
     DEFAULT_ALGORITHM,
     MAX_CAPACITY,
-    Placement,
-    _bfd_runs,
-    _bitset_add,
-    _bitset_new,
-    _bitset_next,
-    _bitset_prev,
-    _bitset_remove,
-    _histogram_kernel,
-    _histogram_strategies,
-    _length_counts,
-    _radix_order,
     bfd_rows_from_counts,
     lower_bound_rows,
     martello_toth_l2,
     pack_lengths,
 )
-from tests.naive import REFERENCES, best_fit_decreasing, histogram_packer
+from tests.kernel_checks import as_tuple, assert_valid, fills_of, lengths_and_capacity
+from tests.naive import REFERENCES, best_fit_decreasing
 
 HISTOGRAM = ("spfhp", "lpfhp")
-
-
-def rows_of(placement: Placement, lengths) -> list[list[tuple[int, int, int]]]:
-    """Per row, the (offset, length, index) of its sequences sorted by offset."""
-    rows = [[] for _ in range(placement.n_rows)]
-    for i, (r, o) in enumerate(zip(placement.row.tolist(), placement.offset.tolist())):
-        rows[r].append((o, int(lengths[i]), i))
-    return [sorted(r) for r in rows]
-
-
-def assert_valid(placement: Placement, lengths, capacity: int) -> None:
-    """The contract every algorithm promises."""
-    n = len(lengths)
-    assert placement.row.dtype == np.int32 and placement.offset.dtype == np.int32
-    assert placement.row.shape == (n,) and placement.offset.shape == (n,)
-    if n == 0:
-        assert placement.n_rows == 0
-        return
-    assert placement.row.min() == 0 and placement.row.max() == placement.n_rows - 1
-    for row in rows_of(placement, lengths):
-        assert row, "rows are numbered without gaps, so none is empty"
-        position = 0
-        for offset, length, _ in row:
-            assert offset == position, "sequences sit back to back from offset 0"
-            position += length
-        assert position <= capacity
-    assert placement.n_rows >= lower_bound_rows(lengths, capacity)
-    assert placement.n_rows >= martello_toth_l2(lengths, capacity)
-
-
-def fills_of(placement: Placement, lengths) -> np.ndarray:
-    return np.bincount(placement.row, weights=np.asarray(lengths, dtype=np.float64), minlength=placement.n_rows)
-
-
-def as_tuple(placement: Placement):
-    return placement.row.tolist(), placement.offset.tolist(), placement.n_rows
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,11 +207,6 @@ def test_matches_reference_on_random_inputs(algorithm, seed):
     assert as_tuple(placement) == REFERENCES[algorithm](lengths.tolist(), capacity)
 
 
-lengths_and_capacity = st.integers(1, 40).flatmap(
-    lambda capacity: st.tuples(st.lists(st.integers(1, capacity), max_size=60), st.just(capacity))
-)
-
-
 @settings(max_examples=150, deadline=None)
 @given(lengths_and_capacity)
 def test_matches_reference_property(case):
@@ -329,49 +278,6 @@ def test_larger_random_inputs(algorithm):
             assert placement.n_rows <= 1.02 * lower_bound_rows(lengths, capacity) + 1
 
 
-# ---------------------------------------------------------------------------------------
-# Histogram packers with Graphcore's cap on sequences per row
-# ---------------------------------------------------------------------------------------
-
-
-@settings(max_examples=100, deadline=None)
-@given(lengths_and_capacity, st.integers(1, 4))
-def test_histogram_cap_on_sequences_per_row(case, max_per_row):
-    lengths, capacity = case
-    array = np.asarray(lengths, dtype=np.int64)
-    for longest_first in (False, True):
-        row = np.empty(len(lengths), dtype=np.int32)
-        offset = np.empty(len(lengths), dtype=np.int32)
-        n_rows = _histogram_kernel(array, capacity, longest_first, max_per_row, row, offset)
-        placement = Placement(row=row, offset=offset, n_rows=int(n_rows))
-        assert_valid(placement, lengths, capacity)
-        assert as_tuple(placement) == histogram_packer(lengths, capacity, longest_first, max_per_row)
-        if lengths:
-            assert np.bincount(row).max() <= max_per_row
-
-
-def test_histogram_strategies_report_a_full_table():
-    # The kernel retries with a bigger table when the strategies need more groups.
-    lengths = np.array([7, 5, 2, 2, 9, 1, 1, 3], dtype=np.int64)
-    counts = _length_counts(lengths, 10)
-    for longest_first in (False, True):
-        _, n_groups, n_rows = _histogram_strategies(counts, 10, longest_first, 0, 100)
-        assert n_groups > 1
-        assert _histogram_strategies(counts, 10, longest_first, 0, n_groups)[1:] == (n_groups, n_rows)
-        assert _histogram_strategies(counts, 10, longest_first, 0, n_groups - 1)[1] == -1
-
-
-def test_bfd_plan_reports_a_full_table():
-    # Like the histogram packers, bfd retries with a bigger runs table when it is full.
-    lengths = np.array([7, 5, 2, 2, 9, 1, 1, 3, 3, 3], dtype=np.int64)
-    counts = _length_counts(lengths, 10)
-    _, end, _, n_rows = _bfd_runs(counts, 10, 100)
-    n_runs = int(end.max())
-    assert n_runs > 1 and n_rows == best_fit_decreasing(lengths.tolist(), 10)[2]
-    assert _bfd_runs(counts, 10, n_runs)[3] == n_rows
-    assert _bfd_runs(counts, 10, n_runs - 1)[3] == -1
-
-
 @pytest.mark.parametrize("algorithm", ["bfd", *HISTOGRAM])
 def test_matches_reference_when_whole_stacks_move(algorithm):
     # Few distinct lengths: many rows share a room, so bfd moves, splits, reverses and
@@ -413,30 +319,3 @@ def test_bfd_rows_from_counts_rejects_bad_counts(counts, capacity, message):
 
 def test_bfd_rows_from_counts_of_nothing():
     assert bfd_rows_from_counts(np.zeros(11, dtype=np.int64), 10) == 0
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 2**40), max_size=300))
-def test_radix_order_sorts_like_a_stable_argsort(keys):
-    """How the histogram packers put their live groups in row order."""
-    array = np.array(keys, dtype=np.int64)
-    assert _radix_order(array).tolist() == np.argsort(array, kind="stable").tolist()
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.integers(1, 5000), st.data())
-def test_bitset_finds_neighbours_like_a_sorted_set(n_bits, data):
-    """The room index behind bfd and the histogram packers, against a Python set."""
-    words, level_starts = _bitset_new(n_bits)
-    present = set()
-    for _ in range(30):
-        bit = data.draw(st.integers(0, n_bits - 1))
-        if data.draw(st.booleans()):
-            _bitset_add(words, level_starts, bit)
-            present.add(bit)
-        elif bit in present:
-            _bitset_remove(words, level_starts, bit)
-            present.discard(bit)
-        query = data.draw(st.integers(0, n_bits - 1))
-        assert _bitset_next(words, level_starts, query) == min((b for b in present if b >= query), default=-1)
-        assert _bitset_prev(words, level_starts, query) == max((b for b in present if b <= query), default=-1)
