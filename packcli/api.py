@@ -11,15 +11,16 @@ boundary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from packcli.choices import ALGORITHMS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
 from packcli.errors import PackcliError
 from packcli.ingest import IngestCounts, Segmenter
-from packcli.kernels import ALGORITHMS
-from packcli.options import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+from packcli.options import check_choice, check_positive, check_seq_len
 from packcli.plan import PlanSettings, gather_rows, plan_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
@@ -33,7 +34,7 @@ class PackedSequences:
 
     rows: Rows
     placement: dict[str, np.ndarray]  # sequence, row, offset, length: one entry per packed piece
-    report: dict
+    report: dict[str, Any]
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -63,7 +64,7 @@ class PackedSequences:
 
     @property
     def efficiency(self) -> float:
-        return self.report["efficiency"]
+        return float(self.report["efficiency"])
 
     @property
     def num_rows(self) -> int:
@@ -120,7 +121,7 @@ def pack_sequences(
     return PackedSequences(rows=rows, placement=placement, report=report)
 
 
-def _report(summary: dict, counts, seq_len: int, mode: str, overlong: str) -> dict:
+def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode: str, overlong: str) -> dict[str, Any]:
     """The figures `packcli pack` reports, for rows packed in memory."""
     return {
         **summary,
@@ -134,23 +135,21 @@ def _report(summary: dict, counts, seq_len: int, mode: str, overlong: str) -> di
     }
 
 
-def _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size) -> None:
-
-    for name, value, allowed in (
-        ("algorithm", algorithm, ALGORITHMS),
-        ("mode", mode, MODES),
-        ("overlong", overlong, OVERLONG_POLICIES),
-        ("remainder", remainder, REMAINDER_POLICIES),
-    ):
-        if value not in allowed:
-            raise PackcliError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-    if seq_len < 1:
-        raise PackcliError(f"seq_len must be at least 1, not {seq_len}")
-    if buffer_size is not None and buffer_size < 1:
-        raise PackcliError(f"buffer_size must be at least 1, not {buffer_size}")
+def _check_settings(
+    seq_len: int, algorithm: str, mode: str, overlong: str, remainder: str, buffer_size: int | None
+) -> None:
+    """The CLI's own checks (packcli.options), named as the arguments are here."""
+    check_choice("algorithm", algorithm, ALGORITHMS)
+    check_choice("mode", mode, MODES)
+    check_choice("overlong", overlong, OVERLONG_POLICIES)
+    check_choice("remainder", remainder, REMAINDER_POLICIES)
+    check_seq_len(seq_len)
+    check_positive("buffer_size", buffer_size)
 
 
-def _flatten(sequences, labels):
+def _flatten(
+    sequences: Sequence[Sequence[int]], labels: Sequence[Sequence[int]] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
     if any(len(a) == 0 for a in arrays):
         raise PackcliError(f"sequence {next(i for i, a in enumerate(arrays) if len(a) == 0)} is empty")

@@ -132,7 +132,8 @@ def _owner(starts: np.ndarray, token_index: int) -> int:
 def learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Whether each span keeps a learned token once its first token (a segment start) is masked."""
     total = np.concatenate([[0], np.cumsum(learned)])
-    return (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0
+    learns: np.ndarray = (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0
+    return learns
 
 
 def _refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:

@@ -12,21 +12,33 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
-from packcli import __version__, outdir
+from packcli import __version__, outdir, reading
+from packcli import spill as spilling
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
+from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
+from packcli.plan import RowPlan, gather_rows, plan_window
+from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
+from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
+from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
 
 SHARD_TOKENS = 1 << 25
+T = TypeVar("T")
+Chunk = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # tokens, segment lengths, learned flags
+Chunks = Iterator[Chunk]
+Progress = Callable[..., None]
 
 
 @dataclass
@@ -37,7 +49,7 @@ class Job:
     setup: TokenSetup
     out_dir: Path
     lock: outdir.OutputLock
-    identity: dict
+    identity: dict[str, Any]
     rows_per_shard: int
     done_shards: int = 0
     finished: bool = False
@@ -65,13 +77,11 @@ class Outcome:
     counts: IngestCounts = field(default_factory=IngestCounts)
     bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
     remainder_tokens: int = 0
-    shards: list = field(default_factory=list)
+    shards: list[ShardInfo] = field(default_factory=list)
 
 
-def run_pack(opts: PackOptions, progress=None) -> Report:
+def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     """Pack the inputs into opts.output; returns the report. Raises PackcliError."""
-    from packcli import reading
-
     opts.validate()
     use_workers(opts.workers)
     started = time.perf_counter()
@@ -101,8 +111,6 @@ def run_pack(opts: PackOptions, progress=None) -> Report:
 
 def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     """Claim the output directory; on --resume, check it is this run's and keep what is done."""
-    from packcli.shards import shard_name
-
     out_dir = Path(opts.output)
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
     identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
@@ -123,8 +131,9 @@ def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
         raise
 
 
-def _execute(job: Job, stream: TokenStream, bad, paths: list[str], timer: Timer, progress) -> Outcome:
-    from packcli.shards import ShardWriter
+def _execute(
+    job: Job, stream: TokenStream, bad: BadRecords, paths: list[str], timer: Timer, progress: Progress | None
+) -> Outcome:
 
     opts = job.opts
     outcome = Outcome(stats=RowStats(opts.seq_len))
@@ -153,10 +162,8 @@ def _execute(job: Job, stream: TokenStream, bad, paths: list[str], timer: Timer,
         raise
 
 
-def _one_plan(job: Job, chunks, outcome: Outcome, writer, bad, timer: Timer) -> None:
+def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, bad: BadRecords, timer: Timer) -> None:
     """The default: spill everything, plan every row at once, then gather and write."""
-    from packcli import spill as spilling
-
     spill = spilling.open_complete(job.spill_dir, job.run_id) if job.opts.resume else None
     if spill is not None:
         job.spill_reused = True
@@ -172,11 +179,8 @@ def _one_plan(job: Job, chunks, outcome: Outcome, writer, bad, timer: Timer) -> 
         spill.close()
 
 
-def _spill_all(job: Job, chunks, timer: Timer, meta):
+def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[str, Any]]) -> Spill:
     """Every segment into the spill; `meta()` (the counts, once all is read) goes in its record."""
-    from packcli.shards import ids_dtype
-    from packcli.spill import SpillWriter
-
     masked = job.setup.builder.labels != "text"
     writer = outdir.guarded(job.spill_dir, SpillWriter, job.spill_dir, ids_dtype(job.setup.vocab_size), masked)
     try:
@@ -190,7 +194,7 @@ def _spill_all(job: Job, chunks, timer: Timer, meta):
         raise
 
 
-def _spill_write(job: Job, action, *args):
+def _spill_write(job: Job, action: Callable[..., T], *args: Any) -> T:
     try:
         return action(*args)
     except OSError as exc:
@@ -200,8 +204,9 @@ def _spill_write(job: Job, action, *args):
         ) from exc
 
 
-def _plan_and_write(job: Job, spill, outcome: Outcome, writer, timer: Timer, index: int, final: bool):
-    from packcli.plan import gather_rows, plan_window
+def _plan_and_write(
+    job: Job, spill: Spill, outcome: Outcome, writer: ShardWriter, timer: Timer, index: int, final: bool
+) -> RowPlan:
 
     opts = job.opts
     with timer.stage("plan"):
@@ -225,12 +230,9 @@ def _plan_and_write(job: Job, spill, outcome: Outcome, writer, timer: Timer, ind
     return plan
 
 
-def _windows(job: Job, chunks, outcome: Outcome, writer, timer: Timer) -> None:
+def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, timer: Timer) -> None:
     """--buffer-size K: spill, plan and write K segments at a time; concat carries the
     tail of each window's stream (less than one row) into the next."""
-    from packcli import spill as spilling
-    from packcli.shards import ids_dtype
-    from packcli.spill import SpillWriter, remove_spill
 
     opts = job.opts
     masked = job.setup.builder.labels != "text"
@@ -271,7 +273,9 @@ def _windows(job: Job, chunks, outcome: Outcome, writer, timer: Timer) -> None:
             return
 
 
-def _cut_windows(chunks, size: int, mode: str):
+def _cut_windows(
+    chunks: Chunks, size: int, mode: str
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
     """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments
     in bin mode; in concat mode a window closes after the batch that reaches `size`."""
     held = 0
@@ -289,7 +293,7 @@ def _cut_windows(chunks, size: int, mode: str):
             yield (*part, closes)
 
 
-def _tail(spill, plan, seq_len: int):
+def _tail(spill: Spill, plan: RowPlan, seq_len: int) -> Chunk | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)
@@ -307,7 +311,7 @@ def _tail(spill, plan, seq_len: int):
     return tokens, lengths, learned
 
 
-def _bad_dict(bad) -> BadRecordCounts:
+def _bad_dict(bad: BadRecords | None) -> BadRecordCounts:
     """The reader's tally for the report and the spill record (None: nothing read yet)."""
     if bad is None:
         return {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
@@ -320,7 +324,6 @@ def _bad_dict(bad) -> BadRecordCounts:
 
 
 def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> Report:
-    from packcli.kernels import bfd_rows_from_counts
 
     opts, counts = job.opts, outcome.counts
     summary = outcome.stats.summary()
@@ -345,7 +348,6 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
 
 
 def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
-    from packcli.shards import ids_dtype
 
     opts, setup = job.opts, job.setup
     return build_manifest(
@@ -361,8 +363,6 @@ def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
 
 def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     """Report, then manifest (last: its presence means complete), then the spill goes."""
-    from packcli.spill import remove_spill
-
     out = job.out_dir
     outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
     outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
@@ -372,10 +372,11 @@ def _finish(job: Job, outcome: Outcome, report: Report) -> None:
 def _finished_report(out_dir: Path) -> Report:
     """--resume on a run that had finished: nothing to do, the same report again."""
     sys.stderr.write(f"{out_dir} is already complete; nothing to resume\n")
-    return json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    report: Report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    return report
 
 
-def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) -> dict:
+def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) -> dict[str, Any]:
     resolved = asdict(opts)
     resolved.update(
         input=opts.input_kind,

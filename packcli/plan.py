@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from packcli.kernels import bfd_rows_from_counts, pack_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows
+
+if TYPE_CHECKING:
+    from packcli.spill import Spill
 
 ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) this many tokens at a time
 
@@ -120,7 +124,7 @@ def plan_window(lengths: np.ndarray, settings: PlanSettings, index: int, final: 
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index)
 
 
-def gather_rows(spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0) -> Iterator[Rows]:
+def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
     for first, last, pick in plan.row_blocks(block, first_row):

@@ -52,7 +52,7 @@ class _ZstdRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:
         while self._offset >= len(self._pending):
             chunk = self._compressed.read(READ_CHUNK)
             if not chunk:

@@ -17,6 +17,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class SpillWriter:
         self.tokens += len(tokens)
         self.sequences += len(lengths)
 
-    def finish(self, meta: dict) -> Spill:
+    def finish(self, meta: dict[str, Any]) -> Spill:
         """Flush, record the lengths and `meta`, and mark the spill complete."""
         if self._learned is not None and len(self._carry):
             self._learned.write(np.packbits(self._carry, bitorder="little").data)
@@ -107,10 +108,10 @@ class Spill:
     lengths: np.ndarray  # int64, one per segment, in input order
     token_dtype: np.dtype
     masked: bool
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     directory: Path | None = None
-    arrays: tuple | None = None  # (tokens, packed bits) of an in-memory spill
-    _files: list = field(default_factory=list)
+    arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
+    _files: list[BinaryIO] = field(default_factory=list)
 
     def starts(self) -> np.ndarray:
         starts = np.empty(len(self.lengths), dtype=np.int64)
@@ -190,7 +191,7 @@ class _Ranges:
         self.start = s[firsts]
         self.end = np.maximum.reduceat(e, firsts) if len(firsts) else e
 
-    def read(self, f, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Elements [first, end) of each range from file `f`, one after another in one array;
         returns the array and where each range starts in it."""
         sizes = end - first
