@@ -15,15 +15,36 @@ from typing import Annotated, Any
 import typer
 
 from packcli import __version__
-from packcli.choices import (
-    ALGORITHMS,
-    BAD_RECORD_POLICIES,
-    FORMATS,
-    MODES,
-    OVERLONG_POLICIES,
-    REMAINDER_POLICIES,
-    ROLES,
-    TOKENIZER_BACKENDS,
+from packcli.choices import ALGORITHMS, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.cli_options import (
+    INPUT_OPTIONS,
+    OUTPUT,
+    PACKING,
+    RUN,
+    Bos,
+    BufferSize,
+    ChatTemplate,
+    CompletionField,
+    Debug,
+    Eos,
+    EosToken,
+    IdsField,
+    Json,
+    LabelsField,
+    MessagesField,
+    OnBadRecord,
+    Overlong,
+    PadId,
+    ParseSpecialTokens,
+    PromptField,
+    TextField,
+    Tokenizer,
+    TokenizerBackend,
+    TrainOn,
+    Workers,
+    one_of,
+    option,
+    pack_options,
 )
 from packcli.errors import PackcliError
 
@@ -34,151 +55,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
-
-
-def _one_of(names: tuple[str, ...]) -> str:
-    """The metavar of a choice option: its values, as --help shows them."""
-    return "<" + "|".join(names) + ">"
-
-
-def _option(*decls: str, panel: str, help: str, **kwargs):
-    kwargs.setdefault("show_default", False)
-    return typer.Option(*decls, help=help, rich_help_panel=panel, **kwargs)
-
-
-Debug = Annotated[bool, _option("--debug", panel=RUN, help="Show the full traceback on errors.")]
-Json = Annotated[bool, _option("--json", panel=OUTPUT, help="Print the report as JSON on stdout.")]
-
-# pack's input options: how records are read and tokenized. `stats` on raw input takes every
-# one of them, with these very definitions, so the two commands see the same sequences.
-# Values are checked by PackOptions.validate, which names the option (exit 2).
-Tokenizer = Annotated[
-    str | None,
-    _option(
-        panel=TOKENIZATION,
-        help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.",
-    ),
-]
-TextField = Annotated[
-    str | None, _option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")
-]
-PromptField = Annotated[str | None, _option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
-CompletionField = Annotated[str | None, _option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
-MessagesField = Annotated[
-    str | None,
-    _option(
-        panel=INPUT,
-        help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.",
-    ),
-]
-ChatTemplate = Annotated[
-    str | None, _option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")
-]
-TrainOn = Annotated[
-    str,
-    _option(
-        panel=INPUT,
-        show_default=True,
-        help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).",
-    ),
-]
-IdsField = Annotated[str | None, _option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
-LabelsField = Annotated[
-    str | None, _option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")
-]
-OnBadRecord = Annotated[
-    str,
-    _option(
-        panel=INPUT,
-        show_default=True,
-        metavar=_one_of(BAD_RECORD_POLICIES),
-        help="fail: stop at the first bad record; skip: count it and go on.",
-    ),
-]
-TokenizerBackend = Annotated[
-    str,
-    _option(
-        panel=TOKENIZATION,
-        show_default=True,
-        metavar=_one_of(TOKENIZER_BACKENDS),
-        help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.",
-    ),
-]
-ParseSpecialTokens = Annotated[
-    bool,
-    _option(
-        "--parse-special-tokens",
-        panel=TOKENIZATION,
-        help="Special-token strings inside record text become special tokens. (default: record text is always ordinary text)",
-    ),
-]
-Bos = Annotated[
-    bool | None,
-    _option("--bos/--no-bos", panel=TOKENIZATION, help="Put BOS first. (default: as the tokenizer does)"),
-]
-Eos = Annotated[
-    bool, _option("--eos/--no-eos", panel=TOKENIZATION, show_default=True, help="Append EOS to every document.")
-]
-EosToken = Annotated[
-    str | None,
-    _option(
-        panel=TOKENIZATION,
-        help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).",
-    ),
-]
-PadId = Annotated[
-    int | None, _option(panel=TOKENIZATION, help="Padding token id. (default: the tokenizer's pad, else EOS)")
-]
-BufferSize = Annotated[
-    int | None,
-    _option(
-        panel=PACKING,
-        help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)",
-    ),
-]
-Overlong = Annotated[
-    str | None,
-    _option(
-        panel=PACKING,
-        metavar=_one_of(OVERLONG_POLICIES),
-        help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
-    ),
-]
-Workers = Annotated[
-    int | None,
-    _option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
-]
-
-INPUT_OPTIONS = (
-    "tokenizer",
-    "text_field",
-    "prompt_field",
-    "completion_field",
-    "messages_field",
-    "chat_template",
-    "train_on",
-    "ids_field",
-    "labels_field",
-    "on_bad_record",
-    "tokenizer_backend",
-    "parse_special_tokens",
-    "bos",
-    "eos",
-    "eos_token",
-    "pad_id",
-    "buffer_size",
-    "overlong",
-    "workers",
-)
-
-
-def _pack_options(inputs: list[str], arguments: dict, **own):
-    """PackOptions from a command's arguments (its input options, taken by name) and its own options."""
-    from packcli.options import PackOptions
-
-    return PackOptions(inputs=list(inputs), **{name: arguments[name] for name in INPUT_OPTIONS}, **own)
 
 
 def _version(value: bool) -> None:
@@ -246,53 +122,53 @@ def pack(
     eos: Eos = True,
     eos_token: EosToken = None,
     pad_id: PadId = None,
-    seq_len: Annotated[int, _option("--seq-len", panel=PACKING, help="Tokens per row.")],
+    seq_len: Annotated[int, option("--seq-len", panel=PACKING, help="Tokens per row.")],
     mode: Annotated[
         str,
-        _option(
+        option(
             panel=PACKING,
             show_default=True,
-            metavar=_one_of(MODES),
+            metavar=one_of(MODES),
             help="bin: whole sequences per row; concat: EOS-joined stream cut into rows.",
         ),
     ] = "bin",
     algorithm: Annotated[
-        str, _option(panel=PACKING, show_default=True, metavar=_one_of(ALGORITHMS), help="Bin packer.")
+        str, option(panel=PACKING, show_default=True, metavar=one_of(ALGORITHMS), help="Bin packer.")
     ] = "bfd",
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
     remainder: Annotated[
         str,
-        _option(
+        option(
             panel=PACKING,
             show_default=True,
-            metavar=_one_of(REMAINDER_POLICIES),
+            metavar=one_of(REMAINDER_POLICIES),
             help="concat mode: pad or drop the last partial row.",
         ),
     ] = "pad",
     shuffle: Annotated[
         bool,
-        _option(
+        option(
             "--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed)."
         ),
     ] = False,
-    seed: Annotated[int, _option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
-    output: Annotated[str, _option("--output", "-o", panel=OUTPUT, help="Output directory.")],
+    seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
+    output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
     format: Annotated[
-        str, _option("--format", panel=OUTPUT, show_default=True, metavar=_one_of(FORMATS), help="Shard format.")
+        str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")
     ] = "parquet",
     rows_per_shard: Annotated[
-        int | None, _option(panel=OUTPUT, help="Rows per shard. (default: about 32M tokens per shard)")
+        int | None, option(panel=OUTPUT, help="Rows per shard. (default: about 32M tokens per shard)")
     ] = None,
-    overwrite: Annotated[bool, _option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
+    overwrite: Annotated[bool, option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
     json_output: Json = False,
     workers: Workers = None,
     resume: Annotated[
-        bool, _option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")
+        bool, option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")
     ] = False,
     tmp_dir: Annotated[
         str | None,
-        _option(
+        option(
             panel=RUN,
             help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
         ),
@@ -303,7 +179,7 @@ def pack(
     with _errors(debug):
         from packcli.pipeline import run_pack
 
-        options = _pack_options(
+        options = pack_options(
             inputs,
             locals(),
             output=output,
@@ -393,16 +269,16 @@ def stats(
     pad_id: PadId = None,
     seq_len: Annotated[
         list[int] | None,
-        _option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several."),
+        option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several."),
     ] = None,
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
     batch_size: Annotated[
-        int, _option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
+        int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
     ] = 8,
     plot: Annotated[
         str | None,
-        _option(
+        option(
             "--plot",
             panel=OUTPUT,
             help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
@@ -425,7 +301,7 @@ def stats(
 
         seq_lens = list(seq_len or [])
         options = WhatIfOptions(
-            _pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size
+            pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size
         )
         _stats_raw(options, plot, json_output)
 

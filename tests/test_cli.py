@@ -66,7 +66,7 @@ PACK_ONLY = {
 def test_stats_takes_every_input_option_of_pack_defined_alike():
     from dataclasses import fields
 
-    from packcli.cli import INPUT_OPTIONS
+    from packcli.cli_options import INPUT_OPTIONS
     from packcli.pipeline import PackOptions
 
     pack = {p.name: p for p in commands()["pack"].params}
@@ -91,7 +91,7 @@ def test_stats_takes_every_input_option_of_pack_defined_alike():
 
 def test_help_shows_every_choice_from_the_core_in_panels(cli):
     from packcli import fastbpe, kernels, manifest, options
-    from packcli.cli import INPUT, OUTPUT, PACKING, RUN, TOKENIZATION
+    from packcli.cli_options import INPUT, OUTPUT, PACKING, RUN, TOKENIZATION
 
     core = {
         "mode": options.MODES,

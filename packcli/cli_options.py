@@ -1,0 +1,163 @@
+"""The options `pack` and `stats` share, each defined once, and the panels `--help` shows.
+
+Both commands take every input option of `pack` through these aliases, and
+`pack_options` turns them into the one `PackOptions`, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from packcli.choices import (
+    BAD_RECORD_POLICIES,
+    OVERLONG_POLICIES,
+    ROLES,
+    TOKENIZER_BACKENDS,
+)
+
+INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
+
+
+def one_of(names: tuple[str, ...]) -> str:
+    """The metavar of a choice option: its values, as --help shows them."""
+    return "<" + "|".join(names) + ">"
+
+
+def option(*decls: str, panel: str, help: str, **kwargs):
+    kwargs.setdefault("show_default", False)
+    return typer.Option(*decls, help=help, rich_help_panel=panel, **kwargs)
+
+
+Debug = Annotated[bool, option("--debug", panel=RUN, help="Show the full traceback on errors.")]
+Json = Annotated[bool, option("--json", panel=OUTPUT, help="Print the report as JSON on stdout.")]
+
+# pack's input options: how records are read and tokenized. `stats` on raw input takes every
+# one of them, with these very definitions, so the two commands see the same sequences.
+# Values are checked by PackOptions.validate, which names the option (exit 2).
+Tokenizer = Annotated[
+    str | None,
+    option(
+        panel=TOKENIZATION,
+        help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.",
+    ),
+]
+TextField = Annotated[
+    str | None, option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")
+]
+PromptField = Annotated[str | None, option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
+CompletionField = Annotated[str | None, option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
+MessagesField = Annotated[
+    str | None,
+    option(
+        panel=INPUT,
+        help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.",
+    ),
+]
+ChatTemplate = Annotated[
+    str | None, option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")
+]
+TrainOn = Annotated[
+    str,
+    option(
+        panel=INPUT,
+        show_default=True,
+        help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).",
+    ),
+]
+IdsField = Annotated[str | None, option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
+LabelsField = Annotated[
+    str | None, option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")
+]
+OnBadRecord = Annotated[
+    str,
+    option(
+        panel=INPUT,
+        show_default=True,
+        metavar=one_of(BAD_RECORD_POLICIES),
+        help="fail: stop at the first bad record; skip: count it and go on.",
+    ),
+]
+TokenizerBackend = Annotated[
+    str,
+    option(
+        panel=TOKENIZATION,
+        show_default=True,
+        metavar=one_of(TOKENIZER_BACKENDS),
+        help="auto: tiktoken where provably identical to the HF tokenizer, else hf; or force hf / tiktoken.",
+    ),
+]
+ParseSpecialTokens = Annotated[
+    bool,
+    option(
+        "--parse-special-tokens",
+        panel=TOKENIZATION,
+        help="Special-token strings inside record text become special tokens. (default: record text is always ordinary text)",
+    ),
+]
+Bos = Annotated[
+    bool | None,
+    option("--bos/--no-bos", panel=TOKENIZATION, help="Put BOS first. (default: as the tokenizer does)"),
+]
+Eos = Annotated[
+    bool, option("--eos/--no-eos", panel=TOKENIZATION, show_default=True, help="Append EOS to every document.")
+]
+EosToken = Annotated[
+    str | None,
+    option(
+        panel=TOKENIZATION,
+        help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).",
+    ),
+]
+PadId = Annotated[
+    int | None, option(panel=TOKENIZATION, help="Padding token id. (default: the tokenizer's pad, else EOS)")
+]
+BufferSize = Annotated[
+    int | None,
+    option(
+        panel=PACKING,
+        help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)",
+    ),
+]
+Overlong = Annotated[
+    str | None,
+    option(
+        panel=PACKING,
+        metavar=one_of(OVERLONG_POLICIES),
+        help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
+    ),
+]
+Workers = Annotated[
+    int | None,
+    option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
+]
+
+INPUT_OPTIONS = (
+    "tokenizer",
+    "text_field",
+    "prompt_field",
+    "completion_field",
+    "messages_field",
+    "chat_template",
+    "train_on",
+    "ids_field",
+    "labels_field",
+    "on_bad_record",
+    "tokenizer_backend",
+    "parse_special_tokens",
+    "bos",
+    "eos",
+    "eos_token",
+    "pad_id",
+    "buffer_size",
+    "overlong",
+    "workers",
+)
+
+
+def pack_options(inputs: list[str], arguments: dict, **own):
+    """PackOptions from a command's arguments (its input options, taken by name) and its own options."""
+    from packcli.options import PackOptions
+
+    return PackOptions(inputs=list(inputs), **{name: arguments[name] for name in INPUT_OPTIONS}, **own)
