@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import random_texts, write_jsonl
+from helpers import random_texts, write_jsonl
 
 from packcli import hf
 from packcli.errors import PackcliError
