@@ -243,8 +243,9 @@ class BadRecordCounts(TypedDict):
     examples: list[str]
 
 
-class Report(TypedDict, total=False):
-    """report.json. `remainder` (concat mode) or `buffer` (bin mode); every other key always."""
+class Report(RowSummary, total=False):
+    """report.json: the row figures and these. `remainder` (concat mode) or `buffer` (bin
+    mode); every other key always."""
 
     documents: Documents
     input: str
@@ -254,17 +255,6 @@ class Report(TypedDict, total=False):
     tokenizer_backend_reason: str | None
     workers: dict[str, Any]
     overlong: Overlong
-    seq_len: int
-    rows: int
-    sequences_packed: int
-    real_tokens: int
-    padding_tokens: int
-    label_tokens: int
-    efficiency: float
-    lower_bound_rows: int
-    sequences_per_row: SequencesPerRow
-    fill_per_row: FillPerRow
-    sequence_length: SequenceLengths
     no_packing: NoPacking
     remainder: Remainder
     buffer: Buffer
