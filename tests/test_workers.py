@@ -152,7 +152,7 @@ def test_a_bad_record_found_in_a_worker_names_its_line(tmp_path, cli):
 
 @pytest.mark.parametrize("options", [("--mode", "bin"), ("--mode", "concat", "--format", "npy")])
 def test_tiktoken_shards_are_byte_identical_to_hf_shards(tmp_path, packed, options):
-    # The promise for the fast path, end to end: the same shards. Only the files
+    # The fast path's promise, end to end: the same shards. Only the files
     # that name the backend differ (report, manifest, the run record for --resume).
     # Texts with added tokens, unicode and long words.
     records = _records("text", 2600)
