@@ -147,7 +147,7 @@ class _NpyFile:
         self.file.write(b"\0" * NPY_HEADER_BYTES)
 
     def write(self, block: np.ndarray) -> None:
-        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).tobytes())
+        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).data)  # the buffer itself, no bytes copy
         self.rows += len(block)
 
     def close(self) -> None:
