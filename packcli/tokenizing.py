@@ -314,7 +314,7 @@ def literal_alternation(contents: list[str]) -> re.Pattern[str] | None:
 
 class SpecialTokenFinder:
     """Finds special-token strings in record text, for the report's count and for chat
-    contents, which need the careful path (`packcli.sequences.ChatSequences`)."""
+    contents, which need the careful path (`packcli.chat_sequences.ChatSequences`)."""
 
     def __init__(self, contents: list[str]):
         self.contents = list(contents)
