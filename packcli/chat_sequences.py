@@ -234,7 +234,7 @@ class ChatSequences:
 
     def _generation_spans(self, messages: Conversation, rendered: str, location: str) -> list[tuple[int, int]]:
         """The characters of the `{% generation %}` blocks, from transformers' own renderer."""
-        try:
+        try:  # here, not at the top: older transformers lack it, and only this path needs it
             from transformers.utils.chat_template_utils import render_jinja_template
         except ImportError:
             raise PackcliError(
