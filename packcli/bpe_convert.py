@@ -35,6 +35,10 @@ from pathlib import Path
 from typing import Literal, cast
 
 import numpy as np
+import tiktoken
+import tokenizers
+
+from packcli import tokenizing
 
 CACHE_FORMAT = 2
 
@@ -349,8 +353,6 @@ def _added_tokens(backend) -> list[AddedTokenSpec]:
 
 
 def build_encoding(conversion: Conversion):
-    import tiktoken
-
     top = max(conversion.mergeable_ranks.values()) + 1
     try:
         return tiktoken.Encoding(
@@ -373,17 +375,12 @@ def default_cache_dir() -> Path:
 
 
 def _versions() -> dict:
-    import tiktoken
-    import tokenizers
-
     return {"format": CACHE_FORMAT, "tiktoken": tiktoken.__version__, "tokenizers": tokenizers.__version__}
 
 
 def load_or_convert(tokenizer, cache_dir: Path | None = None, fingerprint: str | None = None) -> Conversion | str:
     """The conversion, or the reason there is none, cached per tokenizer fingerprint
     (`packcli.tokenizing.fingerprint`, computed here if not given)."""
-    from packcli import tokenizing
-
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = (fingerprint or tokenizing.fingerprint(tokenizer)).split(":", 1)[-1]
     path = cache_dir / f"{key}.pkl"

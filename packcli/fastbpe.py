@@ -30,6 +30,7 @@ import numpy as np
 from packcli.bpe_convert import Conversion, build_encoding, load_or_convert
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
 from packcli.errors import PackcliError
+from packcli.tokenizing import encode_texts, literal_alternation
 
 
 class Encoder(Protocol):
@@ -54,8 +55,6 @@ class HFEncoder:
         self.parse_special_tokens = parse_special_tokens
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        from packcli.tokenizing import encode_texts
-
         return encode_texts(self.tokenizer, list(texts), self.parse_special_tokens)
 
 
@@ -82,8 +81,6 @@ class TiktokenEncoder:
     def __init__(
         self, tokenizer, conversion: Conversion, *, threads: int | None = None, parse_special_tokens: bool = False
     ):
-        from packcli.tokenizing import literal_alternation
-
         self.tokenizer = tokenizer
         self.conversion = conversion
         self.reason: str | None = None
@@ -206,8 +203,6 @@ class TiktokenEncoder:
             arrays.extend(chunk_arrays)
             hf_positions.extend(start + i for i in to_hf)
         if hf_positions:
-            from packcli.tokenizing import encode_texts
-
             flat, lengths = encode_texts(self.tokenizer, [texts[i] for i in hf_positions], self.parse_special_tokens)
             ends = np.cumsum(lengths)
             for k, i in enumerate(hf_positions):
@@ -325,8 +320,6 @@ def _special_tokens_in_context(added) -> list[str]:
 
 def first_difference(tokenizer, encoder, texts: Sequence[str]) -> str | None:
     """None if the encoder gives the tokenizer's ids on every text, else a description."""
-    from packcli.tokenizing import encode_texts
-
     texts = list(texts)
     if not texts:
         return None

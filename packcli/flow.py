@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import queue
+import signal
+import sys
+import threading
 import time
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+from packcli.errors import Interrupted
 
 T = TypeVar("T")
 
@@ -43,9 +50,6 @@ def prefetch(iterator: Iterable[T], depth: int = 2) -> Generator[T, None, None]:
 
     Closing the returned generator stops the thread and waits for it; the iterator is
     closed by the thread that runs it, never while another thread is inside it."""
-    import queue
-    import threading
-
     items: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -89,11 +93,6 @@ def prefetch(iterator: Iterable[T], depth: int = 2) -> Generator[T, None, None]:
 @contextmanager
 def signals_raise() -> Iterator[None]:
     """SIGTERM stops a run like Ctrl-C does: temporary files removed, no manifest."""
-    import signal
-    import threading
-
-    from packcli.errors import Interrupted
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -113,9 +112,6 @@ def return_freed_memory() -> None:
     when freed. glibc raises its mmap threshold as such blocks are freed, after which they
     come from heaps that keep the memory: resident memory would then grow with the number
     of batches in flight over the run, not with one batch."""
-    import ctypes
-    import sys
-
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -24,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from packcli.api import pack_sequences
 from packcli.errors import PackcliError, needs_extra
 from packcli.manifest import load_manifest
 from packcli.rows import Rows
@@ -58,8 +60,6 @@ def pack_dataset(
     (`algorithm`, `mode`, `overlong`, `remainder`, `buffer_size`, `shuffle`, `seed`)
     are those of `packcli.pack_sequences`; the result holds the same rows.
     """
-    from packcli.api import pack_sequences
-
     sequences, found_labels = _columns(token_ids, column)
     if labels is None:
         labels = found_labels
@@ -84,6 +84,7 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
     manifest = load_manifest(path)
     keep = [*TRAIN_COLUMNS, *(EXTRA_COLUMNS if cu_seqlens else ())]
     if manifest["format"] == "parquet":
+        # lazy: datasets is an optional extra (npy output loads without it)
         with needs_extra("hf", "packcli.hf needs datasets"):
             import datasets
 
@@ -112,9 +113,7 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
 
 def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: bool = False):
     """A `datasets.Dataset` over packed rows (int32 list columns, as the Parquet shards)."""
-    import pyarrow as pa
-
-    with needs_extra("hf", "packcli.hf needs datasets"):
+    with needs_extra("hf", "packcli.hf needs datasets"):  # lazy: datasets is an optional extra
         import datasets
         from datasets.table import InMemoryTable
 
@@ -143,7 +142,7 @@ def collator(examples: list[Mapping]) -> dict:
     """`data_collator` for `Trainer`/`SFTTrainer` over packed rows: the model inputs of
     `packcli.torch_data.collate_rows` (input_ids, labels, position_ids and the
     flash-attention varlen arguments), without attention_mask."""
-    from packcli.torch_data import collate_rows
+    from packcli.torch_data import collate_rows  # lazy: torch is optional, and only the collator needs it
 
     return collate_rows(examples).model_inputs()
 

@@ -18,16 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packcli import reading
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch
 from packcli.options import PackOptions
 from packcli.rows import IGNORE_INDEX, cut_pieces, learned_bits
 from packcli.sequences import SequenceBatch
 from packcli.tokensetup import TokenSetup, choose_backend
+from packcli.workers import WorkerPool, available_cores, can_fork
 
 if TYPE_CHECKING:
     from packcli.reading import BadRecords, RecordBatch
-    from packcli.workers import WorkerPool
 
 READ_BATCH = 1024
 Locate = Callable[[int], str]  # a sequence's index in its batch -> "file:line" or "file row N"
@@ -160,8 +161,6 @@ def use_workers(workers: int | None) -> None:
 
 def worker_count(opts: PackOptions) -> int:
     """--workers, or the cores this process may use."""
-    from packcli.workers import available_cores
-
     return opts.workers if opts.workers is not None else available_cores()
 
 
@@ -172,8 +171,6 @@ def worker_processes(opts: PackOptions, backend: str) -> int:
     their work (tiktoken: two threads 1.50x one, two processes 1.97x). The HF tokenizer
     encodes a batch on its own Rust threads, faster than one-thread processes of it
     (docs/benchmarks.md)."""
-    from packcli.workers import can_fork
-
     if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind != "chat"):
         return 0
     count = worker_count(opts)
@@ -197,8 +194,6 @@ class TokenStream:
     forks the workers (before any thread of ours starts) and starts the threads."""
 
     def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad: BadRecords, timer: Timer):
-        from packcli import reading
-
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
@@ -221,8 +216,6 @@ class TokenStream:
         timer, builder = self.timer, self.setup.builder
         pool: WorkerPool | None = None
         if self.processes and self.first is not None:
-            from packcli.workers import WorkerPool
-
             pool = WorkerPool(builder.build, self.processes)  # it forks: before any thread of ours starts
             self.cleanup.callback(pool.close)
         batches = prefetch(timer.timed_iter("read", self.records))

@@ -48,7 +48,7 @@ class OutputLock:
         self._fd: int | None = None
 
     def acquire(self) -> OutputLock:
-        import fcntl
+        import fcntl  # lazy: POSIX-only, so the module still imports where there is none
 
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -301,7 +301,7 @@ def _duration(seconds: float) -> str:
 
 
 def matplotlib_figure() -> type:
-    with needs_extra("plot", "--plot needs matplotlib"):
+    with needs_extra("plot", "--plot needs matplotlib"):  # lazy: matplotlib is an optional extra
         from matplotlib.figure import Figure
     return Figure
 

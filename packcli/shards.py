@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError
 from packcli.manifest import Manifest, ShardEntry, load_manifest
@@ -65,8 +67,6 @@ class ShardInfo:
 def int32_array(values: np.ndarray):
     """An Arrow int32 array over the same memory. `pyarrow.array` would do, but its first
     call imports pandas when it is installed: most of a second of start-up for nothing."""
-    import pyarrow as pa
-
     values = np.ascontiguousarray(values, dtype=np.int32)
     return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
 
@@ -86,9 +86,6 @@ def checksum(path: Path) -> str:
 
 class _ParquetShard:
     def __init__(self, tmp_path: Path, seq_len: int):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         self._pa = pa
         self.seq_len = seq_len
         self.group_rows = max(1, ROW_GROUP_TOKENS // seq_len)
@@ -276,8 +273,6 @@ def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_
 
 
 def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
-    import pyarrow.parquet as pq
-
     columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
     parquet = pq.ParquetFile(str(path), pre_buffer=False)  # bounded memory: pre-buffered row groups are kept to the end
     missing = [c for c in columns if c not in parquet.schema_arrow.names]

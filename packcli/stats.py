@@ -16,12 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
+from packcli import reading
 from packcli.errors import PackcliError
+from packcli.flow import Timer
+from packcli.ingest import TokenStream, learns_after_first, use_workers
+from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.manifest import NoPacking, RowSummary, load_manifest
 from packcli.options import PackOptions
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import IGNORE_INDEX
 from packcli.shards import iter_output_rows
+from packcli.tokensetup import setup_tokens
 
 CHART_BINS = 16
 DEFAULT_BATCH_SIZE = 8
@@ -153,11 +158,6 @@ class Corpus:
 
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     """Read and tokenize with pack's own setup, backend choice and sequence builder."""
-    from packcli import reading
-    from packcli.flow import Timer
-    from packcli.ingest import TokenStream, use_workers
-    from packcli.tokensetup import setup_tokens
-
     pack_opts = opts.pack_options(opts.seq_lens[0])
     use_workers(pack_opts.workers)
     started = time.perf_counter()
@@ -197,8 +197,6 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
 def _unlearnable_when_truncated(sequences, seq_len: int) -> np.ndarray:
     """Sequences longer than seq_len whose first seq_len tokens hold no learned label:
     --overlong truncate leaves them nothing to learn, so pack drops them."""
-    from packcli.ingest import learns_after_first
-
     long = sequences.lengths > seq_len
     if sequences.labels is None or not long.any():
         return np.zeros(len(sequences.lengths), dtype=bool)
@@ -312,8 +310,6 @@ class _Scale:
 
 def _packer_entries(scale: _Scale, sequences: np.ndarray, seq_len: int, buffer_size: int | None) -> list[dict]:
     """Every bin packer on the sequences, in windows of `buffer_size` as pack plans them, timed."""
-    from packcli.kernels import ALGORITHMS, pack_lengths
-
     _warm_up_packers()
     entries = []
     for algorithm in ALGORITHMS:
@@ -340,8 +336,6 @@ def _warm_up_packers() -> None:
     """Load (or compile) every kernel before timing, so no packer is charged for it."""
     global _warmed
     if not _warmed:
-        from packcli.kernels import ALGORITHMS, pack_lengths
-
         for algorithm in ALGORITHMS:
             pack_lengths(np.array([3, 2, 1], dtype=np.int64), 4, algorithm)
         _warmed = True

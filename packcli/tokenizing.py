@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from packcli.errors import PackcliError
 
@@ -57,7 +59,7 @@ def load_tokenizer(spec: str, *, via_transformers: bool = False) -> Any:
             return plain
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    import transformers
+    import transformers  # lazy: seconds to import, and a plain tokenizer.json or --ids-field needs none of it
 
     try:
         if location.endswith(".json") and Path(location).is_file():
@@ -133,8 +135,6 @@ class TokenizerFile:
 def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
     """A TokenizerFile when `location` (a directory or a tokenizer.json) is one transformers
     would load unchanged; None when it must go through transformers."""
-    import json
-
     if location.is_dir():
         file, config_path = location / "tokenizer.json", location / "tokenizer_config.json"
         if not config_path.is_file() or any(
@@ -161,8 +161,6 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
         if value is not None and not isinstance(value, str):
             return None
         specials[key] = value
-    from tokenizers import Tokenizer
-
     try:
         backend = Tokenizer.from_file(str(file))
     except Exception:  # let transformers report it, in its words
@@ -184,8 +182,6 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
 def _named_tokenizer_class(directory: Path, transformers: Any) -> Any:
     """The class a local directory's tokenizer_config.json names, found without AutoTokenizer:
     importing the auto classes imports PyTorch when it is installed, seconds for nothing."""
-    import json
-
     config = directory / "tokenizer_config.json"
     if not (config.is_file() and (directory / "tokenizer.json").is_file()):
         return None
@@ -204,8 +200,6 @@ def _named_tokenizer_class(directory: Path, transformers: Any) -> Any:
 
 def _load_tokenizer_file(path: Path, fast_class: Any) -> Any:
     """A bare tokenizer.json: special tokens come from a tokenizer_config.json beside it, if any."""
-    import json
-
     kwargs = {}
     config = path.with_name("tokenizer_config.json")
     if config.is_file():
@@ -314,7 +308,7 @@ def literal_alternation(contents: list[str]) -> re.Pattern[str] | None:
 
 class SpecialTokenFinder:
     """Finds special-token strings in record text, for the report's count and for chat
-    contents, which need the careful path (`packcli.sequences.ChatSequences`)."""
+    contents, which need the careful path (`packcli.chat_sequences.ChatSequences`)."""
 
     def __init__(self, contents: list[str]):
         self.contents = list(contents)

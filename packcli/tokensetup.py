@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from packcli import sequences, tokenizing
+from packcli.chat_sequences import ChatSequences
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 
@@ -132,7 +133,7 @@ def _builder(opts: PackOptions, tokenizer: Any, bounds: sequences.Boundaries) ->
     if kind == "chat":
         template = _read_template(opts.chat_template) if opts.chat_template else None
         roles = tuple(r.strip() for r in opts.train_on.split(",") if r.strip())
-        return sequences.ChatSequences(
+        return ChatSequences(
             _given(opts.messages_field),
             tokenizer,
             template,

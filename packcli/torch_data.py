@@ -29,6 +29,7 @@ from packcli.errors import PackcliError, needs_extra
 with needs_extra("torch", "packcli.torch_data needs PyTorch"):
     import torch
 
+from packcli.api import pack_sequences
 from packcli.manifest import load_manifest
 from packcli.rows import Rows
 from packcli.shards import read_shard
@@ -170,8 +171,6 @@ class PackingCollator:
         self.seq_len, self.pad_id, self.eos_id, self.pack_options = seq_len, pad_id, eos_id, pack_options
 
     def __call__(self, examples: Sequence) -> PackedBatch:
-        from packcli.api import pack_sequences
-
         sequences, labels = [], []
         for example in examples:
             if isinstance(example, Mapping):
@@ -307,7 +306,7 @@ def varlen_attention(
 
 
 def _flash_varlen():
-    try:
+    try:  # lazy: flash-attn is optional, used when installed
         from flash_attn import flash_attn_varlen_func
     except ImportError:
         return None

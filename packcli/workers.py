@@ -13,12 +13,16 @@ is built by the same deterministic function, and results are consumed in submiss
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import multiprocessing
 import os
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -42,8 +46,6 @@ def available_cores() -> int:
 
 
 def can_fork() -> bool:
-    import multiprocessing
-
     return "fork" in multiprocessing.get_all_start_methods()
 
 
@@ -51,8 +53,6 @@ def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the parent decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:  # Linux: die with the parent, even when it is killed with SIGKILL
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -86,9 +86,6 @@ class WorkerPool:
     so a lock another thread held would stay locked in the children forever."""
 
     def __init__(self, build: Build, workers: int):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         global _build
         _build = build
         self.workers = workers
@@ -128,8 +125,6 @@ class WorkerPool:
     def _take(
         self, batch: RecordBatch, future: Future[tuple[SequenceBatch, float]]
     ) -> tuple[RecordBatch, SequenceBatch, float]:
-        from concurrent.futures.process import BrokenProcessPool
-
         try:
             result, seconds = future.result()
         except BrokenProcessPool as exc:

@@ -71,3 +71,68 @@ def real_segments(rows) -> list[list[int]]:
         for k in range(int(rows.num_segments[r])):
             segments.append(rows.input_ids[r, cu[k] : cu[k + 1]].tolist())
     return segments
+
+
+# --------------------------------------------------- tokenizers and checks for SFT and chat input
+
+EOT = "<|endoftext|>"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML_MARKERS = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{% else %}{{ message['content'] + "
+    "'<|im_end|>' }}{% endif %}{{ '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+NO_MARKER_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def learned_text_per_segment(rows, tokenizer) -> list[str]:
+    """Decode, segment by segment, only the tokens whose label is kept."""
+    texts = []
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        for k in range(int(rows.num_segments[r])):
+            labels = rows.labels[r, cu[k] : cu[k + 1]]
+            texts.append(tokenizer.decode([int(t) for t in labels[labels != -100]]))
+    return texts
+
+
+def write_chatml_tokenizer(path: Path) -> Path:
+    """Byte-level BPE (so the tiktoken backend applies) with ChatML's special tokens and one
+    added token that is not special."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(
+        ["user assistant system: hello world, say forged answers <|> endoftext im_start"] * 50, trainer=trainer
+    )
+    tok.add_tokens([AddedToken("<tool>", special=False, normalized=False)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(path))
+    (path / "chatml.jinja").write_text(CHATML_MARKERS)
+    (path / "chatml-no-markers.jinja").write_text(NO_MARKER_TEMPLATE)
+    return path
+
+
+def as_text(tokenizer, text: str) -> list[int]:
+    """Ids of a text with no added token matched: pre-tokenizer and BPE model alone."""
+    backend = tokenizer.backend_tokenizer
+    return [t.id for piece, _ in backend.pre_tokenizer.pre_tokenize_str(text) for t in backend.model.tokenize(piece)]
+
+
+def special_ids(tokenizer, *tokens) -> list[int]:
+    return [tokenizer.convert_tokens_to_ids(t) for t in tokens]
+
+
+def report_of(out) -> dict:
+    return json.loads((out / "report.json").read_text())
