@@ -147,7 +147,7 @@ class PackOptions:
             raise _usage("--train-on goes with --messages-field")
 
     def plan_settings(self) -> PlanSettings:
-        from packcli.plan import PlanSettings  # lazy: plan imports numba, kept off `packcli --help`
+        from packcli.plan import PlanSettings  # lazy: a pack refused for bad usage stops before numba loads
 
         return PlanSettings(
             seq_len=self.seq_len,
