@@ -166,7 +166,7 @@ def test_the_scan_sees_function_level_and_optional_imports():
     assert ("packcli/torch_data.py", "torch", "<module>", "torch", False) in found
     assert ("packcli/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
     assert ("packcli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
-    assert ("packcli/hf.py", "pyarrow", "rows_to_dataset", None, False) in found
+    assert ("packcli/cli.py", "rich", "_progress", None, False) in found
     assert ("packcli/torch_data.py", "flash_attn", "_flash_varlen", None, True) in found
 
 
