@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ["COLUMNS"] = "100"  # Rich output stable whatever the terminal
 
-from helpers import word_level_tokenizer
+from helpers import word_level_tokenizer, write_chatml_tokenizer
 
 from packcli.cli import app
-from packcli.tokenizing import BUNDLED_DIR
+from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +74,15 @@ def packed(cli, tmp_path):
         return out
 
     return run
+
+
+@pytest.fixture(scope="session")
+def demo():
+    """The bundled tokenizer through transformers (the tests decode with it)."""
+    return load_tokenizer(str(BUNDLED_DIR), via_transformers=True)
+
+
+@pytest.fixture(scope="session")
+def chatml_tokenizer(tmp_path_factory):
+    """A byte-level BPE with ChatML special tokens, trained in the test."""
+    return write_chatml_tokenizer(tmp_path_factory.mktemp("tok") / "chatml")

@@ -15,24 +15,12 @@ from helpers import (
     real_segments,
     report_of,
     special_ids,
-    write_chatml_tokenizer,
     write_jsonl,
 )
 
 from packcli.chat_sequences import ChatSequences
 from packcli.sequences import Boundaries
-from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def demo():
-    return load_tokenizer(str(BUNDLED_DIR), via_transformers=True)  # decode
-
-
-@pytest.fixture(scope="module")
-def chatml_tokenizer(tmp_path_factory):
-    return write_chatml_tokenizer(tmp_path_factory.mktemp("tok") / "chatml")
-
+from packcli.tokenizing import load_tokenizer
 
 CONVERSATIONS = [
     [

@@ -15,7 +15,6 @@ from helpers import (
     real_segments,
     report_of,
     special_ids,
-    write_chatml_tokenizer,
     write_jsonl,
 )
 from hypothesis import given, settings
@@ -24,13 +23,7 @@ from hypothesis import strategies as st
 from packcli.errors import PackcliError
 from packcli.reading import IdLists, RecordBatch
 from packcli.sequences import Boundaries, IdsSequences, from_lists, join_prompt_completion
-from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def demo():
-    return load_tokenizer(str(BUNDLED_DIR), via_transformers=True)  # decode
-
+from packcli.tokenizing import load_tokenizer
 
 PAIRS = [
     {"question": "What is 2 + 3?", "answer": " It is 5."},
@@ -205,11 +198,6 @@ def test_vectorised_join_equals_the_list_rule(pairs, bos, eos):
 
 
 # ------------------------------------------------------------------ special-token strings in records
-
-
-@pytest.fixture(scope="module")
-def chatml_tokenizer(tmp_path_factory):
-    return write_chatml_tokenizer(tmp_path_factory.mktemp("tok") / "chatml")
 
 
 FORGING_TEXTS = [
