@@ -22,7 +22,7 @@ from packcli import reading
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch
 from packcli.options import PackOptions
-from packcli.rows import IGNORE_INDEX, cut_pieces, learned_bits
+from packcli.rows import cut_pieces, learned_bits
 from packcli.sequences import SequenceBatch
 from packcli.tokensetup import TokenSetup, choose_backend
 from packcli.workers import WorkerPool, available_cores, can_fork
@@ -79,26 +79,27 @@ class Segmenter:
             starts = np.cumsum(lengths) - lengths
             learned = learned_bits(tokens, seqs.labels, lambda i: location(_owner(starts, i)))
         first = self.counts.sequences_in - len(lengths)
-        owner = np.arange(first, first + len(lengths), dtype=np.int64)
+        kept = None  # per segment, the sequence of the batch it comes from; None: one each
         if self.mode == "concat":
             self.counts.overlong += int((lengths > self.seq_len).sum())
             self.counts.unpacked_rows += int(((lengths + self.seq_len - 1) // self.seq_len).sum())
         else:
             tokens, lengths, learned, kept = self._overlong(tokens, lengths, learned, location)
-            owner = owner[kept]
             self.counts.unpacked_rows += len(lengths)
         if self.owners is not None:
+            owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
             self.owners = np.concatenate([self.owners, owner])
         return tokens, lengths, learned
 
     def _overlong(
         self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None, location: Locate
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
-        """--overlong in bin mode; the last item is, per segment kept, the sequence it came from."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """--overlong in bin mode; the last item is, per segment kept, the sequence it came
+        from (None when every sequence is one segment)."""
         seq_len = self.seq_len
         long = lengths > seq_len
         if not long.any():
-            return tokens, lengths, learned, np.arange(len(lengths))
+            return tokens, lengths, learned, None
         self.counts.overlong += int(long.sum())
         starts = np.cumsum(lengths) - lengths
         if self.overlong == "error":
@@ -278,8 +279,3 @@ def segments(
         yield segmenter(sequences, batch.location)
         if progress is not None:
             progress(len(sequences.lengths), int(sequences.lengths.sum()), *tracker.update(batch))
-
-
-def masked_labels(learned: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Labels from learned flags (for tests and the API): the token, or -100."""
-    return np.where(learned, tokens, IGNORE_INDEX).astype(np.int32)

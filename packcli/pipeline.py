@@ -240,7 +240,7 @@ def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, ti
     size = opts.buffer_size
     assert size is not None  # windows are what --buffer-size asks for
     carry = None
-    pending = iter(_cut_windows(chunks, size, opts.mode))
+    pending = iter(_cut_windows(chunks, size))
     index = 0
     while True:
         window = _spill_write(job, SpillWriter, job.spill_dir, dtype, masked)
@@ -273,15 +273,13 @@ def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, ti
             return
 
 
-def _cut_windows(
-    chunks: Chunks, size: int, mode: str
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
-    """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments
-    in bin mode; in concat mode a window closes after the batch that reaches `size`."""
+def _cut_windows(chunks: Chunks, size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
+    """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments,
+    whatever the batches: windows never depend on how the input was read."""
     held = 0
     for tokens, lengths, learned in chunks:
         while len(lengths):
-            take = len(lengths) if mode == "concat" else min(len(lengths), size - held)
+            take = min(len(lengths), size - held)
             n = int(lengths[:take].sum())
             part = (tokens[:n], lengths[:take], None if learned is None else learned[:n])
             tokens, lengths = tokens[n:], lengths[take:]

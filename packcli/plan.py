@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packcli.kernels import bfd_rows_from_counts, pack_lengths
+from packcli.kernels import pack_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ class RowPlan:
     row: np.ndarray  # int64, the output row (after shuffling)
     offset: np.ndarray  # int64, inside the row
     n_rows: int
-    windows: int = 1
     remainder_tokens: int = 0  # concat: tokens of the last, partial row (padded or dropped)
 
     def row_blocks(self, block_rows: int, first_row: int = 0) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -66,23 +65,46 @@ def window_rng(seed: int, window: int) -> np.random.Generator:
 def plan_rows(lengths: np.ndarray, settings: PlanSettings) -> RowPlan:
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
-    if settings.mode == "concat":
-        return _plan_concat(starts, lengths, settings, final=True)
-    return _plan_bin(starts, lengths, settings)
+    if settings.mode == "bin":
+        return _plan_bin(starts, lengths, settings)
+    plan = _plan_concat(starts, lengths, PlanSettings(**{**settings.__dict__, "shuffle": False}), final=True)
+    if settings.shuffle:
+        plan.row = _permute_within(plan.row, _concat_window_ends(lengths, settings, plan.n_rows), settings.seed)
+    return plan
+
+
+def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> list[int]:
+    """Where the rows of each window end, as `packcli pack` writes them: a window closes
+    after exactly `window` segments, with the full rows of the stream so far; the last
+    window takes the rest."""
+    if s.window is None:
+        return [n_rows]
+    closed = np.cumsum(lengths)[s.window - 1 :: s.window] // s.seq_len
+    return [*closed.tolist(), n_rows]  # the last window may be empty: permuting it is a no-op
+
+
+def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_window: int = 0) -> np.ndarray:
+    """Rows permuted inside each window (window w: rows up to window_ends[w]) by its own rng."""
+    mapping = np.arange(window_ends[-1], dtype=np.int64)
+    begin = 0
+    for window, end in enumerate(window_ends, first_window):
+        mapping[begin:end] = begin + window_rng(seed, window).permutation(end - begin)
+        begin = end
+    permuted: np.ndarray = mapping[row]
+    return permuted
 
 
 def _plan_bin(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_window: int = 0) -> RowPlan:
     size = s.window or max(1, len(lengths))
-    rows, offsets, base, windows = [], [], 0, 0
-    for first in range(0, len(lengths), size):
+    rows, offsets, base = [], [], 0
+    for window, first in enumerate(range(0, len(lengths), size), first_window):
         placed = pack_lengths(lengths[first : first + size], s.seq_len, algorithm=s.algorithm, seed=s.seed)
         row_of = placed.row.astype(np.int64)  # the base is added below: no int32 wrap
         if s.shuffle:
-            row_of = window_rng(s.seed, first_window + windows).permutation(placed.n_rows)[row_of]
+            row_of = window_rng(s.seed, window).permutation(placed.n_rows)[row_of]
         rows.append(row_of + base)
         offsets.append(placed.offset.astype(np.int64))
         base += placed.n_rows
-        windows += 1
     empty = np.zeros(0, dtype=np.int64)
     return RowPlan(
         piece_start=starts,
@@ -91,7 +113,6 @@ def _plan_bin(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_wi
         row=np.concatenate(rows) if rows else empty,
         offset=np.concatenate(offsets) if offsets else empty,
         n_rows=base,
-        windows=max(windows, 1),
     )
 
 
@@ -110,8 +131,8 @@ def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final
         piece_start, piece_len, source = piece_start[kept], piece_len[kept], source[kept]
     row = piece_start // seq_len
     if s.shuffle:
-        row = window_rng(s.seed, window).permutation(n_rows)[row]
-    return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, 1, remainder if final else 0)
+        row = _permute_within(row, [n_rows], s.seed, window)
+    return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, remainder if final else 0)
 
 
 def plan_window(lengths: np.ndarray, settings: PlanSettings, index: int, final: bool) -> RowPlan:
@@ -142,11 +163,3 @@ def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_ro
             seq_len,
             pad_id,
         )
-
-
-def bfd_rows_in_one_window(lengths: np.ndarray, seq_len: int) -> int:
-    """Rows best-fit decreasing needs with every segment in one window: what windows cost.
-    BFD's row count depends only on the multiset of lengths."""
-    if not len(lengths):
-        return 0
-    return bfd_rows_from_counts(np.bincount(lengths, minlength=seq_len + 1)[: seq_len + 1], seq_len)

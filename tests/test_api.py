@@ -17,7 +17,14 @@ def test_library_equals_cli(tmp_path, packed):
     rng = np.random.default_rng(0)
     sequences = [rng.integers(4, 300, size=int(n)).tolist() for n in rng.integers(1, 90, size=120)]
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": s} for s in sequences])
-    for algorithm, mode in (("bfd", "bin"), ("nf", "bin"), ("bfd", "concat")):
+    cases = [
+        (a, m, sh, b)
+        for a, m in (("bfd", "bin"), ("nf", "bin"), ("bfd", "concat"))
+        for sh in (False, True)
+        for b in (50, None)
+    ]
+    for algorithm, mode, shuffle, buffer_size in cases:
+        window = ("--buffer-size", buffer_size) if buffer_size else ()
         out = packed(
             path,
             "--ids-field",
@@ -31,14 +38,18 @@ def test_library_equals_cli(tmp_path, packed):
             algorithm,
             "--mode",
             mode,
-            "--buffer-size",
-            50,
+            "--shuffle" if shuffle else "--no-shuffle",
+            *window,
         )
         cli_rows, _ = load_rows(out)
-        lib = packcli.pack_sequences(sequences, 64, algorithm=algorithm, mode=mode, pad_id=0, buffer_size=50)
+        lib = packcli.pack_sequences(
+            sequences, 64, algorithm=algorithm, mode=mode, pad_id=0, buffer_size=buffer_size, shuffle=shuffle
+        )
         for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments"):
             np.testing.assert_array_equal(
-                getattr(lib.rows, name), getattr(cli_rows, name), err_msg=f"{algorithm} {mode} {name}"
+                getattr(lib.rows, name),
+                getattr(cli_rows, name),
+                err_msg=f"{algorithm} {mode} {shuffle} {buffer_size} {name}",
             )
 
 
