@@ -236,12 +236,12 @@ def test_text_records_never_become_special_tokens(tmp_path, packed, chatml_token
 def test_both_backends_give_the_same_rows(tmp_path, packed, chatml_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", FORGING_TEXTS * 3)
     for extra in ([], ["--parse-special-tokens"]):
-        rows = [
-            load_rows(packed(path, "--tokenizer", chatml_tokenizer, "--seq-len", 32, "--tokenizer-backend", b, *extra))[
-                0
-            ]
+        outputs = [
+            packed(path, "--tokenizer", chatml_tokenizer, "--seq-len", 32, "--tokenizer-backend", b, *extra)
             for b in ("hf", "tiktoken")
         ]
+        assert [report_of(out)["tokenizer_backend"] for out in outputs] == ["hf", "tiktoken"]
+        rows = [load_rows(out)[0] for out in outputs]
         assert np.array_equal(rows[0].input_ids, rows[1].input_ids) and np.array_equal(rows[0].labels, rows[1].labels)
 
 
