@@ -157,16 +157,18 @@ class TiktokenEncoder:
         parts = []
         for piece in self._pieces(text):
             if isinstance(piece, int):
-                parts.append(np.array([piece], dtype=np.int64))
+                parts.append(np.array([piece], dtype=np.int32))
             else:
                 ranks = np.frombuffer(core.encode_to_tiktoken_buffer(piece, self._no_specials), dtype=np.uint32)
-                parts.append(self._to_ids(ranks).astype(np.int64))
+                parts.append(self._to_ids(ranks))
         if not parts:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int32)
         return np.concatenate(parts)
 
     def _to_ids(self, ranks: np.ndarray) -> np.ndarray:
-        return ranks if self._rank_to_id is None else self._rank_to_id[ranks]
+        """int32 ids, so the batch is joined without a conversion (ranks are below 2**31:
+        the view is exact and copies nothing)."""
+        return ranks.view(np.int32) if self._rank_to_id is None else self._rank_to_id[ranks]
 
     def _encode_chunk(self, texts: Sequence[str]):
         """Arrays for a run of texts; the index of any text tiktoken cannot take (a lone
