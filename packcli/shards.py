@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError
-from packcli.manifest import Manifest, ShardEntry, load_manifest
+from packcli.manifest import Manifest, ShardEntry
 from packcli.outdir import remove_path
 from packcli.rows import Rows
 
@@ -332,11 +332,9 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) 
         )
 
 
-def iter_output_rows(out_dir: Path | str, manifest: Manifest | None = None) -> Iterator[tuple[ShardEntry, Rows]]:
-    """(shard entry, block of rows) over every shard the manifest lists, in order.
-    `manifest`: the output's, when the caller has read it already."""
-    if manifest is None:
-        manifest = load_manifest(out_dir)
+def iter_output_rows(out_dir: Path | str, manifest: Manifest) -> Iterator[tuple[ShardEntry, Rows]]:
+    """(shard entry, block of rows) over every shard the manifest (read by
+    `manifest.load_manifest`, which checks its version) lists, in order."""
     for shard in manifest["shards"]:
         path = Path(out_dir) / shard["path"]
         if not path.exists():

@@ -55,8 +55,9 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 
 def load_rows(out: Path):
     """All rows of an output directory, concatenated, plus its manifest."""
+    from packcli.manifest import load_manifest
     from packcli.rows import Rows
-    from packcli.shards import iter_output_rows, load_manifest
+    from packcli.shards import iter_output_rows
 
     manifest = load_manifest(out)
     blocks = [rows for _, rows in iter_output_rows(out, manifest)]

@@ -69,7 +69,8 @@ def test_a_newer_format_is_refused_by_every_reader_with_what_to_do(output, reade
     with pytest.raises(PackcliError) as raised:
         READERS[reader](output)
     assert str(raised.value) == f"{output}: written by a newer packcli (format 99); upgrade packcli"
-    assert not (output.parent / "mega.bin").exists()
+    if reader == "export megatron":
+        assert not (output.parent / "mega.bin").exists()  # refused before anything is written
 
 
 @pytest.mark.parametrize("command", [["verify"], ["stats"], ["export", "megatron"]])
