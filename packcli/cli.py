@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from packcli import __version__
-from packcli.choices import ALGORITHMS, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, FORMATS, MODES, REMAINDER_POLICIES
 from packcli.cli_options import (
     INPUT_OPTIONS,
     OUTPUT,
@@ -275,7 +275,7 @@ def stats(
     overlong: Overlong = None,
     batch_size: Annotated[
         int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
-    ] = 8,
+    ] = DEFAULT_BATCH_SIZE,
     plot: Annotated[
         str | None,
         option(

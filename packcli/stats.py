@@ -17,19 +17,19 @@ from pathlib import Path
 import numpy as np
 
 from packcli import reading
+from packcli.choices import DEFAULT_BATCH_SIZE
 from packcli.errors import PackcliError
 from packcli.flow import Timer
 from packcli.ingest import TokenStream, learns_after_first, use_workers
 from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.manifest import NoPacking, RowSummary, load_manifest
-from packcli.options import PackOptions
+from packcli.options import PackOptions, check_positive
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import IGNORE_INDEX
 from packcli.shards import iter_output_rows
 from packcli.tokensetup import setup_tokens
 
 CHART_BINS = 16
-DEFAULT_BATCH_SIZE = 8
 
 
 def is_packed_output(path) -> bool:
@@ -136,8 +136,7 @@ class WhatIfOptions:
     def validate(self) -> None:
         if not self.seq_lens:
             raise PackcliError("--seq-len is needed for raw input (repeat it to compare several)", usage=True)
-        if self.batch_size < 1:
-            raise PackcliError(f"--batch-size must be at least 1, not {self.batch_size}", usage=True)
+        check_positive("--batch-size", self.batch_size)
         for seq_len in self.seq_lens:
             self.pack_options(seq_len).validate()
 
