@@ -28,9 +28,11 @@ from packcli.cli_options import (
     Debug,
     Eos,
     EosToken,
+    GroupBy,
     IdsField,
     Json,
     LabelsField,
+    MaxSequencesPerRow,
     MessagesField,
     OnBadRecord,
     Overlong,
@@ -133,9 +135,17 @@ def pack(
         ),
     ] = "bin",
     algorithm: Annotated[
-        str, option(panel=PACKING, show_default=True, metavar=one_of(ALGORITHMS), help="Bin packer.")
+        str,
+        option(
+            panel=PACKING,
+            show_default=True,
+            metavar=one_of(ALGORITHMS),
+            help="Bin packer, or module:function, a user strategy fn(lengths, capacity, groups) (docs/commands.md).",
+        ),
     ] = "bfd",
     buffer_size: BufferSize = None,
+    group_by: GroupBy = None,
+    max_sequences_per_row: MaxSequencesPerRow = None,
     overlong: Overlong = None,
     remainder: Annotated[
         str,
@@ -272,6 +282,8 @@ def stats(
         option("--seq-len", panel=PACKING, help="Raw input: tokens per row; repeat to compare several."),
     ] = None,
     buffer_size: BufferSize = None,
+    group_by: GroupBy = None,
+    max_sequences_per_row: MaxSequencesPerRow = None,
     overlong: Overlong = None,
     batch_size: Annotated[
         int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")

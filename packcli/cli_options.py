@@ -18,6 +18,7 @@ from packcli.choices import (
 )
 
 INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
+GROUPS = "Groups and limits"  # its own panel: its long option names would squeeze Packing's columns
 
 
 def one_of(names: tuple[str, ...]) -> str:
@@ -120,6 +121,17 @@ BufferSize = Annotated[
         help="Pack in windows of this many sequences instead of one plan over the whole corpus (bounds temporary disk). (default: one plan)",
     ),
 ]
+GroupBy = Annotated[
+    str | None,
+    option(
+        panel=GROUPS,
+        help="Rows never mix records with different values of this field (any JSON scalar; null is a group of its own, a missing field a bad record).",
+    ),
+]
+MaxSequencesPerRow = Annotated[
+    int | None,
+    option(panel=GROUPS, help="bin mode: at most this many sequences in a row. (default: no cap)"),
+]
 Overlong = Annotated[
     str | None,
     option(
@@ -151,6 +163,8 @@ INPUT_OPTIONS = (
     "eos_token",
     "pad_id",
     "buffer_size",
+    "group_by",
+    "max_sequences_per_row",
     "overlong",
     "workers",
 )

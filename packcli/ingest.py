@@ -21,6 +21,7 @@ import numpy as np
 from packcli import reading
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch
+from packcli.grouping import GroupIds, GroupTable
 from packcli.options import PackOptions
 from packcli.rows import cut_pieces, learned_bits
 from packcli.sequences import SequenceBatch
@@ -62,13 +63,17 @@ class Segmenter:
         refuse_pad: int | None,
         counts: IngestCounts,
         track_owners: bool = False,
+        groups: GroupTable | None = None,
     ):
         self.seq_len, self.mode, self.overlong = seq_len, mode, overlong
         self.refuse_pad, self.counts = refuse_pad, counts
         self.owners: np.ndarray | None = np.zeros(0, dtype=np.int64) if track_owners else None
+        self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
+        self.group_ids = GroupIds()
 
-    def __call__(self, seqs: SequenceBatch, location: Locate) -> Segments:
-        """(tokens, segment lengths, learned flags or None) of one batch, in input order."""
+    def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> Segments:
+        """(tokens, segment lengths, learned flags or None) of one batch, in input order.
+        `group_values`: with --group-by, the field's value in each record of the batch."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
         self.counts.special_token_records += seqs.special_token_records
@@ -89,7 +94,21 @@ class Segmenter:
         if self.owners is not None:
             owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
             self.owners = np.concatenate([self.owners, owner])
+        if self.groups is not None:
+            segment_groups = self._add_groups(group_values, len(seqs.lengths), kept)
+            self.groups.add_tokens(tokens, lengths, segment_groups)
         return tokens, lengths, learned
+
+    def _add_groups(self, values: list[Any] | None, n_sequences: int, kept: np.ndarray | None) -> np.ndarray:
+        assert self.groups is not None
+        if values is None or len(values) != n_sequences:
+            raise PackcliError(
+                f"--group-by {self.groups.field}: no value for each of the batch's {n_sequences} sequences"
+            )
+        ids = self.groups.ids_of(values)
+        segment_groups = ids if kept is None else ids[kept]
+        self.group_ids.append(segment_groups)
+        return segment_groups
 
     def _overlong(
         self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None, location: Locate
@@ -199,8 +218,11 @@ class TokenStream:
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
         try:
+            fields = dict(setup.builder.fields)
+            if opts.group_by is not None:
+                fields[opts.group_by] = "scalar"
             self.records = reading.read_batches(
-                paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+                paths, fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
             )
             self.cleanup.callback(self.records.close)
             forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken
@@ -275,7 +297,8 @@ def segments(
 ) -> Iterator[Segments]:
     """(tokens, lengths, learned) per batch, in input order, with the progress bar fed."""
     tracker = InputProgress(paths)
+    field = segmenter.groups.field if segmenter.groups is not None else None
     for batch, sequences in stream:
-        yield segmenter(sequences, batch.location)
+        yield segmenter(sequences, batch.location, None if field is None else batch.columns[field])
         if progress is not None:
             progress(len(sequences.lengths), int(sequences.lengths.sum()), *tracker.update(batch))

@@ -11,7 +11,7 @@ Public API (the only names other modules use):
         offset: np.ndarray  # int32 [n]: first token of the sequence inside its row
         n_rows: int
 
-    def pack_lengths(lengths, capacity, algorithm="bfd", seed=0) -> PackedLengths
+    def pack_lengths(lengths, capacity, algorithm="bfd", seed=0, max_sequences_per_row=None) -> PackedLengths
     def bfd_rows_from_counts(counts, capacity) -> int        # bfd's row count, from counts
     def lower_bound_rows(lengths, capacity) -> int           # ceil(sum / capacity)
     def martello_toth_l2(lengths, capacity) -> int           # a tighter lower bound
@@ -28,6 +28,8 @@ place that validates. The kernels live by family:
 
     kernels_fit.py        nf, ff, ffd, bfd
     kernels_histogram.py  spfhp, lpfhp
+    kernels_cap.py        nf, ff, ffd, bfd with a cap on sequences per row (the
+                          histogram packers take the cap themselves)
     kernels_runs.py       the length histogram and the runs that bfd and the histogram
                           packers place sequences with
     kernels_bitset.py     the room index (a hierarchical bitset) and bit intrinsics
@@ -46,6 +48,7 @@ from numba import njit
 
 from packcli.choices import ALGORITHMS
 from packcli.errors import PackcliError
+from packcli.kernels_cap import _bfd_capped_kernel, _ff_capped_kernel, _ffd_capped_kernel, _nf_capped_kernel
 from packcli.kernels_fit import _bfd_kernel, _bfd_plan, _ff_kernel, _ffd_kernel, _nf_kernel
 from packcli.kernels_histogram import _histogram_kernel
 
@@ -118,8 +121,11 @@ def _min_max(values):
     return smallest, largest
 
 
-def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0) -> PackedLengths:
-    """Place every sequence into a row of ``capacity`` tokens.
+def pack_lengths(
+    lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0, max_sequences_per_row: int | None = None
+) -> PackedLengths:
+    """Place every sequence into a row of ``capacity`` tokens, at most
+    ``max_sequences_per_row`` in a row when it is given.
 
     ``seed`` is part of the API so that a randomised packer can be added without changing
     callers; none of the current algorithms uses it.
@@ -128,13 +134,16 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
         raise PackcliError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     capacity = _as_capacity(capacity)
     lengths = _as_lengths(lengths, capacity)
+    cap = _as_cap(max_sequences_per_row)
     # int32 is enough (rows < MAX_SEQUENCES, offsets < MAX_CAPACITY) and halves what the
     # kernels write. Fresh output pages are faulted in on first write: ~3.4 us per 4 KB
     # page on the development machine, 6.6 ms for two 1M-element outputs, as much as a whole packer. One
     # buffer for both is big enough (>= 4 MiB from 512Ki sequences) for numpy to ask for
     # transparent huge pages, 512 times fewer faults.
     row, offset = np.empty((2, lengths.shape[0]), dtype=np.int32)
-    if algorithm == "nf":
+    if cap:
+        n_rows = _capped(algorithm, lengths, capacity, cap, row, offset)
+    elif algorithm == "nf":
         n_rows = _nf_kernel(lengths, capacity, row, offset)
     elif algorithm == "ff":
         n_rows = _ff_kernel(lengths, capacity, row, offset)
@@ -146,6 +155,27 @@ def pack_lengths(lengths, capacity: int, algorithm: str = DEFAULT_ALGORITHM, see
         longest_first = algorithm == "lpfhp"
         n_rows = _histogram_kernel(lengths, capacity, longest_first, HISTOGRAM_MAX_SEQUENCES_PER_ROW, row, offset)
     return PackedLengths(row=row, offset=offset, n_rows=int(n_rows))
+
+
+def _as_cap(cap) -> int:
+    """0 for no cap; else a positive integer."""
+    if cap is None:
+        return 0
+    if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, (int, np.integer)) or cap < 1:
+        raise PackcliError(f"max_sequences_per_row must be a positive integer, got {cap!r}")
+    return min(int(cap), MAX_SEQUENCES)
+
+
+def _capped(algorithm: str, lengths: np.ndarray, capacity: int, cap: int, row: np.ndarray, offset: np.ndarray) -> int:
+    if algorithm == "nf":
+        return int(_nf_capped_kernel(lengths, capacity, cap, row, offset))
+    if algorithm == "ff":
+        return int(_ff_capped_kernel(lengths, capacity, cap, row, offset))
+    if algorithm == "ffd":
+        return int(_ffd_capped_kernel(lengths, capacity, cap, row, offset))
+    if algorithm == "bfd":
+        return int(_bfd_capped_kernel(lengths, capacity, cap, row, offset))
+    return int(_histogram_kernel(lengths, capacity, algorithm == "lpfhp", cap, row, offset))
 
 
 def bfd_rows_from_counts(counts, capacity: int) -> int:

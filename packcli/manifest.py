@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from packcli import __version__
 from packcli.choices import FORMATS
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from packcli.tokensetup import TokenSetup
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
-FORMAT_VERSION = 2
+# 3 added `group_by`, the `groups` table and the `group` column of --group-by outputs.
+FORMAT_VERSION = 3
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 
@@ -47,6 +48,7 @@ class Columns(TypedDict):
     position_ids: str
     cu_seqlens: str
     num_segments: str
+    group: NotRequired[str]  # with --group-by
 
 
 class Totals(TypedDict):
@@ -63,6 +65,20 @@ class ShardEntry(TypedDict):
     checksum: str
 
 
+class GroupEntry(TypedDict):
+    """One --group-by group: its id (the `group` column's value), the field's value, and
+    what it holds (documents read; sequences, rows and real tokens as written)."""
+
+    id: int
+    value: Any
+    documents: int
+    sequences: int
+    rows: int
+    real_tokens: int
+    efficiency: float
+    token_hash: str | None  # of the group's tokens as read (grouping.row_token_hashes); None: not all are in rows
+
+
 class Manifest(TypedDict):
     format_version: int
     packcli_version: str
@@ -77,6 +93,8 @@ class Manifest(TypedDict):
     columns: Columns
     totals: Totals
     shards: list[ShardEntry]
+    group_by: NotRequired[str | None]  # format 3
+    groups: NotRequired[list[GroupEntry]]  # format 3, with --group-by
 
 
 def build_manifest(
@@ -88,10 +106,12 @@ def build_manifest(
     npy_ids_dtype: str,
     totals: Totals,
     shards: list[ShardEntry],
+    groups: list[GroupEntry] | None = None,
 ) -> Manifest:
     """What `pack` writes last. `options`: the resolved options that change the shards;
-    `npy_ids_dtype`: the dtype of input_ids.npy, were the shards npy."""
-    return {
+    `npy_ids_dtype`: the dtype of input_ids.npy, were the shards npy; `groups`: the
+    --group-by table."""
+    manifest: Manifest = {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "mode": opts.mode,
@@ -120,6 +140,11 @@ def build_manifest(
         "totals": totals,
         "shards": shards,
     }
+    manifest["group_by"] = opts.group_by
+    if opts.group_by is not None:
+        manifest["columns"]["group"] = "int32"
+        manifest["groups"] = groups or []
+    return manifest
 
 
 def load_manifest(out_dir: Path | str) -> Manifest:
@@ -261,6 +286,17 @@ class Report(RowSummary, total=False):
     spill: SpillSummary
     timings: dict[str, float]
     tokens_per_second: float
+    groups: list[GroupEntry]
+    max_sequences_per_row: SequenceCap
+
+
+class SequenceCap(TypedDict):
+    """What --max-sequences-per-row cost: rows against the uncapped plan of the same lengths."""
+
+    cap: int
+    rows: int
+    uncapped_rows: int | None  # None for a user strategy, which has no uncapped twin
+    extra_rows: int | None
 
 
 def build_report(

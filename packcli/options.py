@@ -57,6 +57,8 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     tmp_dir: str | None = None
+    group_by: str | None = None  # a record field: rows never mix its values
+    max_sequences_per_row: int | None = None
 
     @property
     def input_kind(self) -> str:
@@ -91,7 +93,7 @@ class PackOptions:
     def _check_values(self) -> None:
         check_seq_len(self.seq_len, "--seq-len")
         check_choice("--mode", self.mode, MODES)
-        check_choice("--algorithm", self.algorithm, ALGORITHMS)
+        check_algorithm(self.algorithm)
         check_choice("--remainder", self.remainder, REMAINDER_POLICIES)
         check_choice("--format", self.format, FORMATS)
         check_choice("--on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
@@ -102,10 +104,37 @@ class PackOptions:
             ("--buffer-size", self.buffer_size),
             ("--rows-per-shard", self.rows_per_shard),
             ("--workers", self.workers),
+            ("--max-sequences-per-row", self.max_sequences_per_row),
         ):
             check_positive(flag, value)
+        self._check_packing_extras()
         if self.pad_id is not None and self.pad_id < 0:
             raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+
+    def _check_packing_extras(self) -> None:
+        """--group-by, --max-sequences-per-row and a user strategy, where they apply."""
+        if self.mode == "concat" and self.max_sequences_per_row is not None:
+            raise _usage("--max-sequences-per-row applies to bin mode (concat rows hold parts of documents)")
+        if self.mode == "concat" and ":" in self.algorithm:
+            raise _usage("--algorithm module:function applies to bin mode")
+        if self.group_by is None:
+            return
+        if not self.group_by:
+            raise _usage("--group-by must name a field")
+        if self.mode == "concat" and self.buffer_size is not None:
+            raise _usage(
+                "--group-by with --mode concat plans one stream per group over the whole input: drop --buffer-size"
+            )
+        tokenized = (
+            self.text_field or ("text" if self.input_kind == "text" else None),
+            self.prompt_field,
+            self.completion_field,
+            self.messages_field,
+            self.ids_field,
+            self.labels_field,
+        )
+        if self.group_by in tokenized:
+            raise _usage(f"--group-by {self.group_by}: that field is the one tokenized; group by another field")
 
     def _check_input_kind(self) -> None:
         """Exactly one kind of input, and the options that go with it."""
@@ -157,6 +186,7 @@ class PackOptions:
             window=self.buffer_size,
             shuffle=self.shuffle,
             seed=self.seed,
+            max_per_row=self.max_sequences_per_row,
         )
 
 
@@ -168,6 +198,16 @@ def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     """One rule for every choice, named as the caller names it (`--mode` or `mode`)."""
     if value not in allowed:
         raise _usage(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def check_algorithm(value: str, name: str = "--algorithm") -> None:
+    """A built-in packer, or module:function (a user strategy, imported when the plan is made)."""
+    if ":" in value:
+        from packcli.strategy import check_spec
+
+        check_spec(value)
+    else:
+        check_choice(name, value, ALGORITHMS)
 
 
 def check_positive(name: str, value: int | None) -> None:

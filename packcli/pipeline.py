@@ -23,11 +23,12 @@ from packcli import __version__, outdir, reading
 from packcli import spill as spilling
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
+from packcli.grouping import GroupTable, group_entries, load_group_ids, save_group_ids
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
 from packcli.kernels import bfd_rows_from_counts
-from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
+from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.plan import RowPlan, gather_rows, plan_window
+from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
 from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
@@ -57,6 +58,9 @@ class Job:
     spill_bytes: int = 0
     spill_reused: bool = False
     histogram: np.ndarray | None = None  # packed segment lengths (bin), for the window cost
+    segmenter: Segmenter | None = None
+    groups: GroupTable | None = None  # --group-by: the values, once read (or from a reused spill)
+    uncapped_rows: int = 0  # --max-sequences-per-row: rows of the same plan without the cap
 
     @property
     def run_id(self) -> str:
@@ -78,6 +82,8 @@ class Outcome:
     bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
     remainder_tokens: int = 0
     shards: list[ShardInfo] = field(default_factory=list)
+    group_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    groups: list[GroupEntry] = field(default_factory=list)
 
 
 def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
@@ -138,13 +144,23 @@ def _execute(
     opts = job.opts
     outcome = Outcome(stats=RowStats(opts.seq_len))
     writer = ShardWriter(
-        job.out_dir, opts.format, opts.seq_len, job.rows_per_shard, job.setup.vocab_size, job.done_shards
+        job.out_dir,
+        opts.format,
+        opts.seq_len,
+        job.rows_per_shard,
+        job.setup.vocab_size,
+        job.done_shards,
+        grouped=opts.group_by is not None,
     )
     try:
         refuse_pad = (
             opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
         )
-        segmenter = Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts)
+        job.groups = GroupTable(opts.group_by) if opts.group_by is not None else None
+        segmenter = Segmenter(
+            opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts, groups=job.groups
+        )
+        job.segmenter = segmenter
         chunks = segments(stream, segmenter, paths, progress)
         if opts.buffer_size is None:
             _one_plan(job, chunks, outcome, writer, bad, timer)
@@ -156,6 +172,7 @@ def _execute(
             raise PackcliError(f"no documents to pack in the input{skipped}")
         with timer.stage("write"):
             outcome.shards = outdir.guarded(job.out_dir, writer.close)
+        outcome.group_counts = writer.group_counts
         return outcome
     except BaseException:
         writer.abort()
@@ -169,12 +186,18 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
         job.spill_reused = True
         outcome.counts = IngestCounts(**spill.meta["counts"])
         outcome.bad = spill.meta["bad"]
+        if job.opts.group_by is not None:
+            job.groups = GroupTable.from_dict(spill.meta["groups"])
+            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
     else:
-        spill = _spill_all(job, chunks, timer, lambda: {"counts": outcome.counts.to_dict(), "bad": _bad_dict(bad)})
+        spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
         outcome.bad = spill.meta["bad"]
+        if job.groups is not None:
+            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
     job.spill_bytes = spilling.spill_size(job.spill_dir)
     try:
-        _plan_and_write(job, spill, outcome, writer, timer, index=0, final=True)
+        groups = group_ids if job.opts.group_by is not None else None
+        _plan_and_write(job, spill, outcome, writer, timer, index=0, final=True, groups=groups)
     finally:
         spill.close()
 
@@ -194,6 +217,16 @@ def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[s
         raise
 
 
+def _spill_meta(job: Job, outcome: Outcome, bad: BadRecords) -> dict[str, Any]:
+    """The spill's record (counts, bad records, the --group-by table), its group ids saved first."""
+    meta: dict[str, Any] = {"counts": outcome.counts.to_dict(), "bad": _bad_dict(bad)}
+    if job.groups is not None and job.segmenter is not None:
+        ids = job.segmenter.group_ids
+        save_group_ids(job.spill_dir, ids.take(ids.held))
+        meta["groups"] = job.groups.to_dict()
+    return meta
+
+
 def _spill_write(job: Job, action: Callable[..., T], *args: Any) -> T:
     try:
         return action(*args)
@@ -205,12 +238,21 @@ def _spill_write(job: Job, action: Callable[..., T], *args: Any) -> T:
 
 
 def _plan_and_write(
-    job: Job, spill: Spill, outcome: Outcome, writer: ShardWriter, timer: Timer, index: int, final: bool
+    job: Job,
+    spill: Spill,
+    outcome: Outcome,
+    writer: ShardWriter,
+    timer: Timer,
+    index: int,
+    final: bool,
+    groups: np.ndarray | None = None,
 ) -> RowPlan:
 
     opts = job.opts
     with timer.stage("plan"):
-        plan = plan_window(spill.lengths, opts.plan_settings(), index, final)
+        plan = plan_window(spill.lengths, opts.plan_settings(), index, final, groups)
+    if opts.max_sequences_per_row is not None:
+        job.uncapped_rows += uncapped_rows(spill.lengths, opts.plan_settings(), groups)
     if opts.mode == "bin":
         counts = np.bincount(plan.piece_len, minlength=opts.seq_len + 1)[: opts.seq_len + 1]
         job.histogram = counts if job.histogram is None else job.histogram + counts
@@ -220,11 +262,14 @@ def _plan_and_write(
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
     built = prefetch(timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id)), depth=1)
+    first_row = 0
     try:
         for rows in built:
             with timer.stage("write"):
                 outcome.stats.add(rows)
-                outdir.guarded(job.out_dir, writer.add, rows)
+                row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
+                outdir.guarded(job.out_dir, writer.add, rows, row_group)
+                first_row += len(rows)
     finally:
         built.close()
     return plan
@@ -263,7 +308,12 @@ def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, ti
             raise
         job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
         try:
-            plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last)
+            groups = (
+                None
+                if job.segmenter is None or job.groups is None
+                else job.segmenter.group_ids.take(len(spill.lengths))
+            )
+            plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last, groups=groups)
             carry = _tail(spill, plan, opts.seq_len) if opts.mode == "concat" and not last else None
         finally:
             spill.close()
@@ -329,7 +379,7 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
     if opts.mode == "bin":
         one = bfd_rows_from_counts(job.histogram, opts.seq_len) if job.histogram is not None else 0
         buffer = buffer_section(opts, summary, windows=job.windows, bfd_rows_in_one_window=one)
-    return build_report(
+    report = build_report(
         opts,
         job.setup,
         summary=summary,
@@ -343,6 +393,25 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
         timings=timer.seconds,
         total_seconds=total,
     )
+    _add_groups_and_cap(job, outcome, report)
+    return report
+
+
+def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
+    """The --group-by table and what --max-sequences-per-row cost, when they were asked for."""
+    if job.groups is not None:
+        every_token = job.opts.mode == "bin" or job.opts.remainder == "pad"
+        outcome.groups = group_entries(job.groups, outcome.group_counts, job.opts.seq_len, hashed=every_token)
+        report["groups"] = outcome.groups
+    cap = job.opts.max_sequences_per_row
+    if cap is not None:
+        custom = ":" in job.opts.algorithm
+        report["max_sequences_per_row"] = {
+            "cap": cap,
+            "rows": report["rows"],
+            "uncapped_rows": None if custom else job.uncapped_rows,
+            "extra_rows": None if custom else report["rows"] - job.uncapped_rows,
+        }
 
 
 def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
@@ -356,6 +425,7 @@ def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
         npy_ids_dtype=ids_dtype(setup.vocab_size).name,
         totals={"rows": report["rows"], "sequences": report["sequences_packed"], "real_tokens": report["real_tokens"]},
         shards=[s.to_dict() for s in outcome.shards],
+        groups=outcome.groups if opts.group_by is not None else None,
     )
 
 

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from packcli.grouping import group_slices
 from packcli.kernels import pack_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows
+from packcli.strategy import is_custom, place_custom
 
 if TYPE_CHECKING:
     from packcli.spill import Spill
@@ -33,6 +35,7 @@ class PlanSettings:
     window: int | None = None  # --buffer-size: segments per window; None plans them all at once
     shuffle: bool = False
     seed: int = 0
+    max_per_row: int | None = None  # --max-sequences-per-row (bin mode)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class RowPlan:
     offset: np.ndarray  # int64, inside the row
     n_rows: int
     remainder_tokens: int = 0  # concat: tokens of the last, partial row (padded or dropped)
+    row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
 
     def row_blocks(self, block_rows: int, first_row: int = 0) -> Iterator[tuple[int, int, np.ndarray]]:
         """(first row, end row, indices of the pieces in those rows) for consecutive blocks."""
@@ -62,11 +66,14 @@ def window_rng(seed: int, window: int) -> np.random.Generator:
     return np.random.default_rng([seed, window])
 
 
-def plan_rows(lengths: np.ndarray, settings: PlanSettings) -> RowPlan:
+def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> RowPlan:
+    """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
     if settings.mode == "bin":
-        return _plan_bin(starts, lengths, settings)
+        return _plan_bin(starts, lengths, settings, groups=groups)
+    if groups is not None:
+        return _plan_concat_grouped(starts, lengths, settings, groups)
     plan = _plan_concat(starts, lengths, PlanSettings(**{**settings.__dict__, "shuffle": False}), final=True)
     if settings.shuffle:
         plan.row = _permute_within(plan.row, _concat_window_ends(lengths, settings, plan.n_rows), settings.seed)
@@ -94,17 +101,26 @@ def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_wi
     return permuted
 
 
-def _plan_bin(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_window: int = 0) -> RowPlan:
+def _plan_bin(
+    starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_window: int = 0, groups: np.ndarray | None = None
+) -> RowPlan:
     size = s.window or max(1, len(lengths))
-    rows, offsets, base = [], [], 0
+    rows, offsets, row_groups, base = [], [], [], 0
     for window, first in enumerate(range(0, len(lengths), size), first_window):
-        placed = pack_lengths(lengths[first : first + size], s.seq_len, algorithm=s.algorithm, seed=s.seed)
-        row_of = placed.row.astype(np.int64)  # the base is added below: no int32 wrap
+        part = None if groups is None else groups[first : first + size]
+        row_of, offset, n_rows, row_group = place(lengths[first : first + size], s, part)
         if s.shuffle:
-            row_of = window_rng(s.seed, window).permutation(placed.n_rows)[row_of]
+            permutation = window_rng(s.seed, window).permutation(n_rows)
+            row_of = permutation[row_of]
+            if row_group is not None:
+                shuffled = np.empty_like(row_group)
+                shuffled[permutation] = row_group
+                row_group = shuffled
         rows.append(row_of + base)
-        offsets.append(placed.offset.astype(np.int64))
-        base += placed.n_rows
+        offsets.append(offset)
+        if row_group is not None:
+            row_groups.append(row_group)
+        base += n_rows
     empty = np.zeros(0, dtype=np.int64)
     return RowPlan(
         piece_start=starts,
@@ -113,7 +129,50 @@ def _plan_bin(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_wi
         row=np.concatenate(rows) if rows else empty,
         offset=np.concatenate(offsets) if offsets else empty,
         n_rows=base,
+        row_group=None if groups is None else _joined_groups(row_groups),
     )
+
+
+def _joined_groups(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32)
+
+
+def place(
+    lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """(row, offset, rows, group of each row or None) of one window: a user strategy, the
+    chosen packer over all segments, or the packer over each group on its own (rows of
+    group 0 first, then group 1, ...)."""
+    if is_custom(s.algorithm):
+        return place_custom(s.algorithm, lengths, s.seq_len, groups, s.max_per_row)
+    if groups is None:
+        placed = pack_lengths(lengths, s.seq_len, s.algorithm, s.seed, s.max_per_row)
+        return placed.row.astype(np.int64), placed.offset.astype(np.int64), placed.n_rows, None
+    row = np.empty(len(lengths), dtype=np.int64)
+    offset = np.empty(len(lengths), dtype=np.int64)
+    row_group, base = [], 0
+    for group, members in group_slices(groups):
+        placed = pack_lengths(lengths[members], s.seq_len, s.algorithm, s.seed, s.max_per_row)
+        row[members] = placed.row + base  # int64 + int32: no wrap
+        offset[members] = placed.offset
+        row_group.append(np.full(placed.n_rows, group, dtype=np.int32))
+        base += placed.n_rows
+    return row, offset, base, _joined_groups(row_group)
+
+
+def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> int:
+    """Rows the plan of these lengths needs without --max-sequences-per-row: what the cap
+    costs is reported against it (planning alone is cheap). 0 for a user strategy."""
+    if is_custom(settings.algorithm):
+        return 0
+    s = PlanSettings(**{**settings.__dict__, "max_per_row": None, "shuffle": False})
+    lengths = np.asarray(lengths, dtype=np.int64)
+    size = s.window or max(1, len(lengths))
+    total = 0
+    for first in range(0, len(lengths), size):
+        part = None if groups is None else groups[first : first + size]
+        total += place(lengths[first : first + size], s, part)[2]
+    return total
 
 
 def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
@@ -135,14 +194,46 @@ def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final
     return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, remainder if final else 0)
 
 
-def plan_window(lengths: np.ndarray, settings: PlanSettings, index: int, final: bool) -> RowPlan:
+def plan_window(
+    lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, groups: np.ndarray | None = None
+) -> RowPlan:
     """Window `index` of a run that spills and writes window by window. In concat mode a
-    window that is not the last plans only its full rows: the caller carries the tail on."""
+    window that is not the last plans only its full rows: the caller carries the tail on.
+    `groups`: the window's group id per segment (--group-by; concat only with one window)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
     if settings.mode == "concat":
+        if groups is not None:
+            return _plan_concat_grouped(starts, lengths, settings, groups)
         return _plan_concat(starts, lengths, settings, final, index)
-    return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index)
+    return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
+
+
+def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> RowPlan:
+    """Concat mode, each group its own stream: its segments joined in input order and cut
+    into rows, its last partial row padded or dropped on its own."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    row_groups, base, remainder = [], 0, 0
+    for group, members in group_slices(groups):
+        own = lengths[members]
+        stream_starts = np.cumsum(own) - own
+        stream = _plan_concat(stream_starts, own, PlanSettings(**{**s.__dict__, "shuffle": False}), final=True)
+        owner = stream.source
+        spill_start = starts[members][owner] + stream.piece_start - stream_starts[owner]
+        parts.append((spill_start, stream.piece_len, members[owner], stream.row + base, stream.offset))
+        row_groups.append(np.full(stream.n_rows, group, dtype=np.int32))
+        base += stream.n_rows
+        remainder += stream.remainder_tokens
+    columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)]
+    row_group = _joined_groups(row_groups)
+    if s.shuffle and base:
+        permutation = window_rng(s.seed, 0).permutation(base)
+        columns[3] = permutation[columns[3]]
+        shuffled = np.empty_like(row_group)
+        shuffled[permutation] = row_group
+        row_group = shuffled
+    piece_start, piece_len, source, row, offset = columns
+    return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
 
 
 def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0) -> Iterator[Rows]:

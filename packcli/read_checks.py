@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-FieldKind = Literal["text", "ids", "messages", "any"]
-FIELD_KINDS = ("text", "ids", "messages", "any")
+FieldKind = Literal["text", "ids", "messages", "any", "scalar"]
+FIELD_KINDS = ("text", "ids", "messages", "any", "scalar")
 INT64_MAX = np.iinfo(np.int64).max
 _MAX_DETAIL = 160  # long library messages would bury the location in the one-line error
 _MAX_KEYS_SHOWN = 10
@@ -134,11 +134,19 @@ def _as_any(value: Any, name: str) -> Any:
     return value
 
 
+def _as_scalar(value: Any, name: str) -> Any:
+    """--group-by values: any JSON scalar, null included (a group of its own)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise _wrong_type(f"field {name!r}", value, "a string, number, boolean or null")
+
+
 VALIDATORS: dict[str, Callable[[Any, str], Any]] = {
     "text": _as_text,
     "ids": _as_ids,
     "messages": _as_messages,
     "any": _as_any,
+    "scalar": _as_scalar,
 }
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError
+from packcli.grouping import group_counts
 from packcli.manifest import Manifest, ShardEntry
 from packcli.outdir import remove_path
 from packcli.rows import Rows
@@ -32,6 +33,8 @@ NPY_FILES = (
     "cu_seqlens_offsets.npy",
     "num_segments.npy",
 )
+GROUP_COLUMN = "group"  # --group-by: int32 group id of each row (the manifest's `groups` table)
+GROUP_FILE = "group.npy"
 ROW_GROUP_TOKENS = 1 << 20
 NPY_HEADER_BYTES = 128
 READ_BLOCK_ROWS = 4096
@@ -85,32 +88,43 @@ def checksum(path: Path) -> str:
 
 
 class _ParquetShard:
-    def __init__(self, tmp_path: Path, seq_len: int):
+    def __init__(self, tmp_path: Path, seq_len: int, grouped: bool = False):
         self._pa = pa
         self.seq_len = seq_len
         self.group_rows = max(1, ROW_GROUP_TOKENS // seq_len)
         self.pending: list[Rows] = []
+        self.pending_groups: list[np.ndarray] = []  # --group-by: the group id of each pending row
         self.pending_rows = 0
+        self.grouped = grouped
         ints = pa.list_(pa.int32())
         self.schema = pa.schema(
-            [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")] + [("num_segments", pa.int32())]
+            [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")]
+            + [("num_segments", pa.int32())]
+            + ([(GROUP_COLUMN, pa.int32())] if grouped else [])
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
         # two thirds of its time on packed token rows (docs/format.md)
         self.writer = pq.ParquetWriter(str(tmp_path), self.schema, compression="zstd", use_dictionary=False)
 
-    def write(self, rows: Rows) -> None:
+    def write(self, rows: Rows, group: np.ndarray | None = None) -> None:
         self.pending.append(rows)
+        if group is not None:
+            self.pending_groups.append(group)
         self.pending_rows += len(rows)
         if self.pending_rows >= self.group_rows:
-            block = Rows.concat(self.pending)
+            block, groups = Rows.concat(self.pending), self._joined_groups()
             full = len(block) - len(block) % self.group_rows
             for start in range(0, full, self.group_rows):
-                self._write_group(block.slice(start, start + self.group_rows))
+                stop = start + self.group_rows
+                self._write_group(block.slice(start, stop), None if groups is None else groups[start:stop])
             rest = block.slice(full, len(block))
             self.pending, self.pending_rows = ([rest] if len(rest) else []), len(rest)
+            self.pending_groups = [groups[full:]] if groups is not None and len(rest) else []
 
-    def _write_group(self, rows: Rows) -> None:
+    def _joined_groups(self) -> np.ndarray | None:
+        return np.concatenate(self.pending_groups) if self.grouped else None
+
+    def _write_group(self, rows: Rows, group: np.ndarray | None = None) -> None:
         pa = self._pa
         n, width = len(rows), self.seq_len
         fixed_offsets = int32_array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
@@ -121,11 +135,13 @@ class _ParquetShard:
         cu = pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens))
         arrays = [fixed(rows.input_ids), fixed(rows.labels), fixed(rows.position_ids), cu]
         arrays.append(int32_array(rows.num_segments))
+        if group is not None:
+            arrays.append(int32_array(group))
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
 
     def finish(self) -> None:
         if self.pending:
-            self._write_group(Rows.concat(self.pending))
+            self._write_group(Rows.concat(self.pending), self._joined_groups())
         self.writer.close()
 
     def abort(self) -> None:
@@ -156,7 +172,7 @@ class _NpyFile:
 
 
 class _NpyShard:
-    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype):
+    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype, grouped: bool = False):
         tmp_dir.mkdir()
         self.files = {
             "input_ids": _NpyFile(tmp_dir / "input_ids.npy", id_dtype, (seq_len,)),
@@ -166,10 +182,14 @@ class _NpyShard:
             "cu_seqlens_offsets": _NpyFile(tmp_dir / "cu_seqlens_offsets.npy", np.dtype(np.int64), ()),
             "num_segments": _NpyFile(tmp_dir / "num_segments.npy", np.dtype(np.int32), ()),
         }
+        if grouped:
+            self.files[GROUP_COLUMN] = _NpyFile(tmp_dir / GROUP_FILE, np.dtype(np.int32), ())
         self.files["cu_seqlens_offsets"].write(np.zeros(1, dtype=np.int64))
         self.cu_written = 0
 
-    def write(self, rows: Rows) -> None:
+    def write(self, rows: Rows, group: np.ndarray | None = None) -> None:
+        if group is not None:
+            self.files[GROUP_COLUMN].write(group)
         for name in ROW_COLUMNS:
             self.files[name].write(getattr(rows, name))
         self.files["cu_seqlens"].write(rows.cu_seqlens)
@@ -190,9 +210,20 @@ class ShardWriter:
     """Cuts a stream of row blocks into shards of `rows_per_shard` rows."""
 
     def __init__(
-        self, out_dir: Path, fmt: str, seq_len: int, rows_per_shard: int, vocab_size: int | None, done_shards: int = 0
+        self,
+        out_dir: Path,
+        fmt: str,
+        seq_len: int,
+        rows_per_shard: int,
+        vocab_size: int | None,
+        done_shards: int = 0,
+        grouped: bool = False,
     ):
-        """done_shards: shards a resumed run finished already; their rows are counted, not written."""
+        """done_shards: shards a resumed run finished already; their rows are counted, not written.
+        grouped: rows come with their --group-by group id (`add(rows, group)`), written as a
+        `group` column and counted per group in `group_counts`."""
+        self.grouped = grouped
+        self.group_counts = np.zeros((0, 3), dtype=np.int64)  # per group id: rows, sequences, real tokens
         self.out_dir, self.fmt, self.seq_len = Path(out_dir), fmt, seq_len
         self.rows_per_shard = rows_per_shard
         self.id_dtype = ids_dtype(vocab_size)
@@ -204,29 +235,43 @@ class ShardWriter:
     def _tmp_path(self, index: int) -> Path:
         return self.out_dir / f".{shard_name(index, self.fmt)}.tmp"
 
-    def add(self, rows: Rows) -> None:
+    def add(self, rows: Rows, group: np.ndarray | None = None) -> None:
+        if self.grouped and (group is None or len(group) != len(rows)):
+            raise PackcliError("internal: grouped rows written without one group id per row")
         start = 0
         while start < len(rows):
             skipping = len(self.shards) < self.done_shards
             take = min(len(rows) - start, self.rows_per_shard - self._rows)
             block = rows.slice(start, start + take)
+            part = None if group is None else np.asarray(group[start : start + take], dtype=np.int32)
             if not skipping:
-                self._open_shard().write(block)
+                self._open_shard().write(block, part)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
-            self._tokens += int(block.real_lengths().sum())
+            real = block.real_lengths()
+            self._tokens += int(real.sum())
+            if part is not None:
+                self._count_groups(part, block.num_segments, real)
             start += take
             if self._rows == self.rows_per_shard:
                 self._close_shard()
+
+    def _count_groups(self, group: np.ndarray, num_segments: np.ndarray, real: np.ndarray) -> None:
+        n_groups = max(len(self.group_counts), int(group.max()) + 1 if len(group) else 0)
+        if n_groups > len(self.group_counts):
+            grown = np.zeros((n_groups, 3), dtype=np.int64)
+            grown[: len(self.group_counts)] = self.group_counts
+            self.group_counts = grown
+        self.group_counts += group_counts(group, num_segments, real, n_groups)
 
     def _open_shard(self) -> _ParquetShard | _NpyShard:
         """The shard being written, opened on its first rows."""
         if self._current is None:
             tmp = self._tmp_path(len(self.shards))
             if self.fmt == "parquet":
-                self._current = _ParquetShard(tmp, self.seq_len)
+                self._current = _ParquetShard(tmp, self.seq_len, self.grouped)
             else:
-                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype)
+                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype, self.grouped)
         return self._current
 
     def _close_shard(self) -> None:
@@ -341,3 +386,19 @@ def iter_output_rows(out_dir: Path | str, manifest: Manifest) -> Iterator[tuple[
             raise PackcliError(f"{shard['path']}: listed in the manifest but missing")
         for rows in read_shard(path, manifest["format"], manifest["seq_len"]):
             yield shard, rows
+
+
+def read_group_column(path: Path, fmt: str, block_rows: int = READ_BLOCK_ROWS) -> Iterator[np.ndarray]:
+    """The `group` column of a shard (--group-by outputs), in blocks of rows as `read_shard` gives them."""
+    if fmt == "parquet":
+        parquet = pq.ParquetFile(str(path), pre_buffer=False)
+        if GROUP_COLUMN not in parquet.schema_arrow.names:
+            raise PackcliError(f"{path.name}: no {GROUP_COLUMN!r} column, but the manifest records --group-by")
+        for batch in parquet.iter_batches(batch_size=block_rows, columns=[GROUP_COLUMN]):
+            yield batch.column(GROUP_COLUMN).to_numpy(zero_copy_only=False)
+        return
+    if not (path / GROUP_FILE).is_file():
+        raise PackcliError(f"{path.name}: no {GROUP_FILE}, but the manifest records --group-by")
+    groups = np.load(path / GROUP_FILE, mmap_mode="r")
+    for start in range(0, len(groups), block_rows):
+        yield np.asarray(groups[start : start + block_rows])

@@ -25,9 +25,10 @@ import numpy as np
 from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.grouping import group_counts, row_token_hashes
 from packcli.manifest import Manifest, ShardEntry, load_manifest
 from packcli.rows import IGNORE_INDEX, Rows
-from packcli.shards import NPY_FILES, read_shard
+from packcli.shards import NPY_FILES, read_group_column, read_shard
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -254,8 +255,9 @@ def verify_dir(out_dir: Path | str) -> dict[str, Any]:
             raise PackcliError(
                 f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
             )
+    grouped = verify_groups(out_dir, manifest)
     seconds = time.perf_counter() - started
-    return {"shards": len(manifest["shards"]), **totals, "bytes": size, "seconds": seconds}
+    return {"shards": len(manifest["shards"]), **totals, **grouped, "bytes": size, "seconds": seconds}
 
 
 def _row_rules(manifest: Manifest) -> dict[str, Any]:
@@ -405,3 +407,53 @@ def _npy_shard_maps(path: Path, seq_len: int) -> dict:
     ):
         raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
     return arrays
+
+
+# ------------------------------------------------------------------------------ --group-by
+
+
+def verify_groups(out_dir: Path | str, manifest: Manifest) -> dict[str, int]:
+    """A --group-by output: every row's group is in the manifest's table, each group's rows,
+    sequences and real tokens are what the table says, and the tokens of each group's rows
+    hash to what was read for that group (`token_hash`), which a row mixing groups breaks.
+    Returns {"groups": number of groups} ({} for an output without --group-by)."""
+    if manifest.get("group_by") is None:
+        return {}
+    table = manifest.get("groups")
+    if not isinstance(table, list) or [entry.get("id") for entry in table] != list(range(len(table))):
+        raise PackcliError("manifest.json: --group-by output without a group table numbered 0, 1, ...")
+    counted = np.zeros((len(table), 3), dtype=np.int64)
+    hashes = np.zeros(len(table), dtype=np.uint64)
+    for shard in manifest["shards"]:
+        _group_shard(Path(out_dir) / shard["path"], manifest, shard["path"], counted, hashes)
+    for entry, (rows, sequences, real) in zip(table, counted.tolist()):
+        for key, value in (("rows", rows), ("sequences", sequences), ("real_tokens", real)):
+            if entry.get(key) != value:
+                raise PackcliError(
+                    f"manifest.json: group {entry['id']} ({entry.get('value')!r}) lists {entry.get(key)} "
+                    f"{key.replace('_', ' ')}, its rows in the shards hold {value:,}"
+                )
+        listed = entry.get("token_hash")
+        if listed is not None and listed != f"{int(hashes[entry['id']]):016x}":
+            raise PackcliError(
+                f"group {entry['id']} ({entry.get('value')!r}): the tokens of its rows are not the tokens read for "
+                "it (a row mixes groups, or tokens were altered)"
+            )
+    return {"groups": len(table)}
+
+
+def _group_shard(path: Path, manifest: Manifest, name: str, counted: np.ndarray, hashes: np.ndarray) -> None:
+    """Add one shard's rows to the per-group counts and token hashes."""
+    fmt, seq_len = manifest["format"], manifest["seq_len"]
+    first_row = 0
+    for rows, group in zip(read_shard(path, fmt, seq_len), read_group_column(path, fmt), strict=False):
+        if len(group) != len(rows):
+            raise PackcliError(f"{name}: the group column has {len(group):,} rows where the shard has {len(rows):,}")
+        bad = (group < 0) | (group >= len(counted))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise PackcliError(f"{name} row {first_row + row}: group {int(group[row])} is not in the manifest's table")
+        real = rows.real_lengths()
+        counted += group_counts(group, rows.num_segments, real, len(counted))
+        row_token_hashes(rows.input_ids, real, group, hashes)
+        first_row += len(rows)
