@@ -17,15 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from packcli.choices import ALGORITHMS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+from packcli.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
 from packcli.errors import PackcliError
+from packcli.grouping import GroupTable, group_counts, group_entries
 from packcli.ingest import IngestCounts, Segmenter
-from packcli.options import check_choice, check_positive, check_seq_len
-from packcli.plan import PlanSettings, gather_rows, plan_rows
+from packcli.options import check_algorithm, check_choice, check_positive, check_seq_len
+from packcli.plan import PlanSettings, gather_rows, plan_rows, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
 from packcli.spill import Spill
+from packcli.strategy import Strategy, is_custom
 
 
 @dataclass
@@ -35,6 +37,7 @@ class PackedSequences:
     rows: Rows
     placement: dict[str, np.ndarray]  # sequence, row, offset, length: one entry per packed piece
     report: dict[str, Any]
+    row_group: np.ndarray | None = None  # with `groups`: int32 group id of each row (report["groups"])
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -75,7 +78,7 @@ def pack_sequences(
     sequences: Sequence[Sequence[int]],
     seq_len: int,
     *,
-    algorithm: str = "bfd",
+    algorithm: str | Strategy = "bfd",
     pad_id: int = 0,
     labels: Sequence[Sequence[int]] | None = None,
     mode: str = "bin",
@@ -84,24 +87,32 @@ def pack_sequences(
     buffer_size: int | None = None,
     shuffle: bool = False,
     seed: int = 0,
+    groups: Sequence[Any] | None = None,
+    max_sequences_per_row: int | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
     `labels`, if given, holds one label per token: the token itself, or -100 where nothing
     is learned; without it every token is learned. `buffer_size` packs windows of that many
-    segments (one plan over all of them by default). Same inputs and settings give the same
-    rows as `packcli pack`: the planner and the row kernel are the same code.
+    segments (one plan over all of them by default). `groups`: one JSON scalar per sequence
+    (as `--group-by` reads from a field); rows never mix two values, and `row_group` says
+    which group each row holds. `algorithm` may also be "module:function" or a callable
+    (a user strategy, see packcli.strategy). Same inputs and settings give the same rows as
+    `packcli pack`: the planner and the row kernel are the same code.
     """
 
-    _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)
+    _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
     tokens, lengths, flat_labels = _flatten(sequences, labels)
     counts = IngestCounts()
-    segmenter = Segmenter(seq_len, mode, overlong, None, counts, track_owners=True)
+    table = GroupTable("groups") if groups is not None else None
+    segmenter = Segmenter(seq_len, mode, overlong, None, counts, track_owners=True, groups=table)
     seqs = SequenceBatch(tokens, lengths, flat_labels)
-    seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}")
+    values = None if groups is None else list(groups)
+    seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
-    settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed)
-    plan = plan_rows(seg_lengths, settings)
+    segment_groups = None if table is None else segmenter.group_ids.take(len(seg_lengths))
+    settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row)
+    plan = plan_rows(seg_lengths, settings, segment_groups)
     blocks = list(gather_rows(spill, plan, seq_len, pad_id))
     rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
     stats = RowStats(seq_len)
@@ -110,6 +121,19 @@ def pack_sequences(
     report = _report(stats.summary(), counts, seq_len, mode, overlong)
     if mode == "concat":
         report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
+    if table is not None and plan.row_group is not None:
+        real = rows.real_lengths()
+        report["groups"] = group_entries(
+            table, group_counts(plan.row_group, rows.num_segments, real, len(table.values)), seq_len
+        )
+    if max_sequences_per_row is not None and not is_custom(algorithm):
+        uncapped = uncapped_rows(seg_lengths, settings, segment_groups)
+        report["max_sequences_per_row"] = {
+            "cap": max_sequences_per_row,
+            "rows": len(rows),
+            "uncapped_rows": uncapped,
+            "extra_rows": len(rows) - uncapped,
+        }
     owners = segmenter.owners
     assert owners is not None  # track_owners=True
     placement = {
@@ -118,7 +142,7 @@ def pack_sequences(
         "offset": plan.offset,
         "length": plan.piece_len,
     }
-    return PackedSequences(rows=rows, placement=placement, report=report)
+    return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
 
 
 def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode: str, overlong: str) -> dict[str, Any]:
@@ -136,15 +160,30 @@ def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode
 
 
 def _check_settings(
-    seq_len: int, algorithm: str, mode: str, overlong: str, remainder: str, buffer_size: int | None
+    seq_len: int,
+    algorithm: str | Strategy,
+    mode: str,
+    overlong: str,
+    remainder: str,
+    buffer_size: int | None,
+    max_sequences_per_row: int | None = None,
+    groups: Sequence[Any] | None = None,
 ) -> None:
     """The CLI's own checks (packcli.options), named as the arguments are here."""
-    check_choice("algorithm", algorithm, ALGORITHMS)
+    if isinstance(algorithm, str):
+        check_algorithm(algorithm, "algorithm")
+    elif not callable(algorithm):
+        raise PackcliError(f"algorithm must be a name, module:function or a callable, not {algorithm!r}", usage=True)
     check_choice("mode", mode, MODES)
     check_choice("overlong", overlong, OVERLONG_POLICIES)
     check_choice("remainder", remainder, REMAINDER_POLICIES)
     check_seq_len(seq_len)
     check_positive("buffer_size", buffer_size)
+    check_positive("max_sequences_per_row", max_sequences_per_row)
+    if mode == "concat" and (max_sequences_per_row is not None or not isinstance(algorithm, str) or ":" in algorithm):
+        raise PackcliError("max_sequences_per_row and user strategies apply to bin mode", usage=True)
+    if groups is not None and mode == "concat" and buffer_size is not None:
+        raise PackcliError("groups with mode='concat' plan one stream per group: drop buffer_size", usage=True)
 
 
 def _flatten(

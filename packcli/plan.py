@@ -18,7 +18,7 @@ import numpy as np
 from packcli.grouping import group_slices
 from packcli.kernels import pack_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows
-from packcli.strategy import is_custom, place_custom
+from packcli.strategy import Strategy, is_custom, place_custom
 
 if TYPE_CHECKING:
     from packcli.spill import Spill
@@ -30,7 +30,7 @@ ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) th
 class PlanSettings:
     seq_len: int
     mode: str = "bin"
-    algorithm: str = "bfd"
+    algorithm: str | Strategy = "bfd"  # a built-in name, module:function, or a callable (the Python API)
     remainder: str = "pad"
     window: int | None = None  # --buffer-size: segments per window; None plans them all at once
     shuffle: bool = False
@@ -145,14 +145,15 @@ def place(
     group 0 first, then group 1, ...)."""
     if is_custom(s.algorithm):
         return place_custom(s.algorithm, lengths, s.seq_len, groups, s.max_per_row)
+    algorithm = str(s.algorithm)
     if groups is None:
-        placed = pack_lengths(lengths, s.seq_len, s.algorithm, s.seed, s.max_per_row)
+        placed = pack_lengths(lengths, s.seq_len, algorithm, s.seed, s.max_per_row)
         return placed.row.astype(np.int64), placed.offset.astype(np.int64), placed.n_rows, None
     row = np.empty(len(lengths), dtype=np.int64)
     offset = np.empty(len(lengths), dtype=np.int64)
     row_group, base = [], 0
     for group, members in group_slices(groups):
-        placed = pack_lengths(lengths[members], s.seq_len, s.algorithm, s.seed, s.max_per_row)
+        placed = pack_lengths(lengths[members], s.seq_len, algorithm, s.seed, s.max_per_row)
         row[members] = placed.row + base  # int64 + int32: no wrap
         offset[members] = placed.offset
         row_group.append(np.full(placed.n_rows, group, dtype=np.int32))

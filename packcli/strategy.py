@@ -25,8 +25,9 @@ from packcli.errors import PackcliError
 Strategy = Callable[[np.ndarray, int, "np.ndarray | None"], Any]
 
 
-def is_custom(algorithm: str) -> bool:
-    return ":" in algorithm
+def is_custom(algorithm: str | Strategy) -> bool:
+    """A user strategy: module:function, or a callable (the Python API)."""
+    return not isinstance(algorithm, str) or ":" in algorithm
 
 
 def check_spec(spec: str) -> None:

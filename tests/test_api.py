@@ -93,3 +93,41 @@ def test_bad_arguments():
         packcli.pack_sequences([[1, 2]], 4, labels=[[1]])
     with pytest.raises(PackcliError, match="sequence 1 is empty"):
         packcli.pack_sequences([[1], []], 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    algorithm=st.sampled_from(["nf", "ff", "ffd", "bfd", "spfhp", "lpfhp"]),
+    cap=st.one_of(st.none(), st.integers(1, 4)),
+    shuffle=st.booleans(),
+    window=st.one_of(st.none(), st.integers(1, 20)),
+    data=st.lists(st.tuples(st.integers(1, 20), st.sampled_from(["a", "b", None, 3])), min_size=1, max_size=50),
+)
+def test_groups_and_caps_keep_every_invariant(algorithm, cap, shuffle, window, data):
+    """Random groups and caps: rows pass the verifier's checks, hold one group and at most
+    `cap` sequences, and each group keeps exactly its sequences."""
+    sequences = [[4 + i % 50] * n for i, (n, _) in enumerate(data)]
+    groups = [g for _, g in data]
+    packed = packcli.pack_sequences(
+        sequences,
+        16,
+        algorithm=algorithm,
+        groups=groups,
+        max_sequences_per_row=cap,
+        shuffle=shuffle,
+        buffer_size=window,
+        overlong="split",
+    )
+    check_rows(packed.rows, seq_len=16, pad_id=0)
+    if cap is not None:
+        assert packed.rows.num_segments.max() <= cap
+    values = [e["value"] for e in packed.report["groups"]]
+    placement = packed.placement
+    for row in range(packed.num_rows):
+        owners = placement["sequence"][placement["row"] == row]
+        assert {repr(groups[i]) for i in owners} == {repr(values[packed.row_group[row]])}
+    for g, value in enumerate(values):
+        pieces = [-(-len(s) // 16) for s in sequences]  # split overlong sequences are several segments
+        mine = sorted(i for i in range(len(sequences)) if repr(groups[i]) == repr(value) for _ in range(pieces[i]))
+        rows = np.flatnonzero(packed.row_group == g)
+        assert sorted(placement["sequence"][np.isin(placement["row"], rows)].tolist()) == mine
