@@ -20,10 +20,12 @@ from packcli import reading
 from packcli.choices import DEFAULT_BATCH_SIZE
 from packcli.errors import PackcliError
 from packcli.flow import Timer
+from packcli.grouping import GroupTable
 from packcli.ingest import TokenStream, learns_after_first, use_workers
 from packcli.kernels import ALGORITHMS, pack_lengths
 from packcli.manifest import NoPacking, RowSummary, load_manifest
 from packcli.options import PackOptions, check_positive
+from packcli.plan import PlanSettings, place, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import IGNORE_INDEX
 from packcli.shards import iter_output_rows
@@ -153,6 +155,8 @@ class Corpus:
     seconds: float = 0.0
     bos: bool = False
     eos: bool = True
+    groups: np.ndarray | None = None  # --group-by: group id of each sequence
+    group_table: GroupTable | None = None
 
 
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
@@ -166,10 +170,14 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     chunks, first_longer = [], {}
     unlearnable: dict[int, list[np.ndarray]] = {seq_len: [] for seq_len in opts.seq_lens}
     stream = TokenStream(pack_opts, setup, paths, bad, Timer())  # pack's backend choice and workers
+    table = GroupTable(pack_opts.group_by) if pack_opts.group_by is not None else None
+    group_chunks = []
     with closing(stream):
         for batch, sequences in stream:
             lengths = sequences.lengths.astype(np.int64)
             chunks.append(lengths)
+            if table is not None:
+                group_chunks.append(table.ids_of(batch.columns[table.field]))
             for seq_len in opts.seq_lens:
                 unlearnable[seq_len].append(_unlearnable_when_truncated(sequences, seq_len))
                 if seq_len not in first_longer and (lengths > seq_len).any():
@@ -190,6 +198,8 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
         seconds=time.perf_counter() - started,
         bos=setup.add_bos,
         eos=pack_opts.eos,
+        groups=np.concatenate(group_chunks) if table is not None else None,
+        group_table=table,
     )
 
 
@@ -202,6 +212,20 @@ def _unlearnable_when_truncated(sequences, seq_len: int) -> np.ndarray:
     starts = np.cumsum(sequences.lengths) - sequences.lengths
     learned = sequences.labels != IGNORE_INDEX
     return long & ~learns_after_first(learned, starts, np.minimum(sequences.lengths, seq_len))
+
+
+def overlong_groups(
+    lengths: np.ndarray, seq_len: int, policy: str, groups: np.ndarray, unlearnable: np.ndarray | None = None
+) -> np.ndarray:
+    """The group of each length `apply_overlong` gives, in the same order."""
+    long = lengths > seq_len
+    if not long.any():
+        return groups
+    if policy == "truncate":
+        return groups[~unlearnable] if unlearnable is not None and unlearnable.any() else groups
+    if policy == "drop":
+        return groups[~long]
+    return np.repeat(groups, -(-lengths // seq_len))
 
 
 def apply_overlong(
@@ -244,18 +268,23 @@ def what_if(
     overlong: str | None = None,
     first_longer: tuple[str, int] | None = None,
     unlearnable: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    max_per_row: int | None = None,
 ) -> dict:
     """Rows and efficiency of every packer and of no packing, for one seq_len.
 
     Packers see what `pack` would give them: overlong sequences handled by the policy,
     then windows of `buffer_size` sequences. Tokens processed count padding, since a
     model computes on it; the speed-up is the ratio of tokens processed, which leaves
-    out attention's cost that grows with the square of the segment length."""
+    out attention's cost that grows with the square of the segment length. `groups` (a
+    group id per length): every packer plans each group alone, as `--group-by` does;
+    `max_per_row`: as --max-sequences-per-row."""
     policy = overlong or "split"
     n_long = int((lengths > seq_len).sum())
     if n_long and policy == "error":
         _refuse_overlong(lengths, seq_len, first_longer)
     sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
+    piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups, unlearnable)
     no_labels = int(unlearnable.sum()) if policy == "truncate" and unlearnable is not None else 0
     scale = _Scale(
         real=int(sequences.sum()),
@@ -265,10 +294,12 @@ def what_if(
     methods = [
         scale.entry("pad to seq_len", len(sequences), scale.pad_tokens, None, "no packing"),
         scale.entry(f"pad to longest/{batch_size}", len(sequences), scale.longest_tokens, None, "no packing"),
-        *_packer_entries(scale, sequences, seq_len, buffer_size),
+        *_packer_entries(scale, sequences, seq_len, buffer_size, piece_groups, max_per_row),
     ]
     # concat joins whole documents (no overlong policy) and pads the last row.
     concat_rows = -(-int(lengths.sum()) // seq_len)
+    if groups is not None and len(groups):  # one stream per group, each with its own last row
+        concat_rows = int((-(-np.bincount(groups, weights=lengths).astype(np.int64) // seq_len)).sum())
     concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
     concat["efficiency"] = int(lengths.sum()) / (concat_rows * seq_len)
     methods.append(concat)
@@ -307,17 +338,62 @@ class _Scale:
         }
 
 
-def _packer_entries(scale: _Scale, sequences: np.ndarray, seq_len: int, buffer_size: int | None) -> list[dict]:
-    """Every bin packer on the sequences, in windows of `buffer_size` as pack plans them, timed."""
+def _packer_entries(
+    scale: _Scale,
+    sequences: np.ndarray,
+    seq_len: int,
+    buffer_size: int | None,
+    groups: np.ndarray | None = None,
+    max_per_row: int | None = None,
+) -> list[dict]:
+    """Every bin packer on the sequences, in windows of `buffer_size` (and each group
+    alone) as pack plans them, timed; with a cap, also the rows without it. With groups,
+    each entry's `group_rows` are its rows per group id."""
     _warm_up_packers()
     entries = []
+    window = buffer_size or max(1, len(sequences))
+    n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
     for algorithm in ALGORITHMS:
         started, rows = time.perf_counter(), 0
-        window = buffer_size or max(1, len(sequences))
+        group_rows = np.zeros(n_groups, dtype=np.int64)
+        settings = PlanSettings(seq_len, algorithm=algorithm, max_per_row=max_per_row)
         for start in range(0, len(sequences), window):
-            rows += pack_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
-        entries.append(scale.entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin"))
+            part = None if groups is None else groups[start : start + window]
+            _, _, n_rows, row_group = place(sequences[start : start + window], settings, part)
+            rows += n_rows
+            if row_group is not None:
+                group_rows += np.bincount(row_group, minlength=n_groups)
+        entry = scale.entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin")
+        if max_per_row is not None:
+            entry["uncapped_rows"] = uncapped_rows(sequences, replace(settings, window=buffer_size), groups)
+        if groups is not None:
+            entry["group_rows"] = group_rows.tolist()
+        entries.append(entry)
     return entries
+
+
+def group_what_if(result: dict, table: GroupTable, sequences: np.ndarray, groups: np.ndarray) -> list[dict]:
+    """Per group: documents, sequences, real tokens, lower bound, and each packer's rows and efficiency."""
+    seq_len = result["seq_len"]
+    n = len(table.values)
+    counts = np.bincount(groups, minlength=n)
+    tokens = np.bincount(groups, weights=sequences, minlength=n).astype(np.int64)
+    out = []
+    for g, value in enumerate(table.values):
+        rows = {m["method"]: m["group_rows"][g] for m in result["methods"] if "group_rows" in m}
+        out.append(
+            {
+                "id": g,
+                "value": value,
+                "documents": table.documents[g],
+                "sequences": int(counts[g]),
+                "real_tokens": int(tokens[g]),
+                "lower_bound_rows": -(-int(tokens[g]) // seq_len),
+                "rows": rows,
+                "efficiency": {k: int(tokens[g]) / (r * seq_len) if r else 0.0 for k, r in rows.items()},
+            }
+        )
+    return out
 
 
 def _refuse_overlong(lengths: np.ndarray, seq_len: int, first_longer: tuple[str, int] | None) -> None:
@@ -338,6 +414,28 @@ def _warm_up_packers() -> None:
         for algorithm in ALGORITHMS:
             pack_lengths(np.array([3, 2, 1], dtype=np.int64), 4, algorithm)
         _warmed = True
+
+
+def _what_if_for(opts: WhatIfOptions, corpus: Corpus, seq_len: int) -> dict:
+    """One seq_len's what-if with pack's options; per group too with --group-by."""
+    policy = opts.input.resolved_overlong
+    unlearnable = corpus.unlearnable_when_truncated.get(seq_len)
+    result = what_if(
+        corpus.lengths,
+        seq_len,
+        batch_size=opts.batch_size,
+        buffer_size=opts.input.buffer_size,
+        overlong=policy,
+        first_longer=corpus.first_longer_than.get(seq_len),
+        unlearnable=unlearnable,
+        groups=corpus.groups,
+        max_per_row=opts.input.max_sequences_per_row,
+    )
+    if corpus.groups is not None and corpus.group_table is not None:
+        sequences, _ = apply_overlong(corpus.lengths, seq_len, policy, unlearnable)
+        groups = overlong_groups(corpus.lengths, seq_len, policy, corpus.groups, unlearnable)
+        result["groups"] = group_what_if(result, corpus.group_table, sequences, groups)
+    return result
 
 
 def stats_raw(opts: WhatIfOptions, progress=None) -> dict:
@@ -363,18 +461,7 @@ def stats_raw(opts: WhatIfOptions, progress=None) -> dict:
             "max": int(lengths.max()),
         },
         "distributions": {"sequence_length": distribution("sequence_length", hist)},
-        "what_if": [
-            what_if(
-                lengths,
-                seq_len,
-                batch_size=opts.batch_size,
-                buffer_size=opts.input.buffer_size,
-                overlong=opts.input.resolved_overlong,
-                first_longer=corpus.first_longer_than.get(seq_len),
-                unlearnable=corpus.unlearnable_when_truncated.get(seq_len),
-            )
-            for seq_len in opts.seq_lens
-        ],
+        "what_if": [_what_if_for(opts, corpus, seq_len) for seq_len in opts.seq_lens],
         "timings": {"read_and_tokenize": round(corpus.seconds, 4)},
         "_lengths": lengths,  # for --plot; the CLI drops it before printing JSON
     }

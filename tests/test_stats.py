@@ -345,3 +345,40 @@ def test_stats_raw_workers_and_backend_do_not_change_lengths(tmp_path, corpus, w
     ):
         report = stats_raw(raw_options([path], [64], tokenizer=str(word_tokenizer), **options))
         assert report["tokens"] == sum(expected) and report["sequence_length"]["max"] == max(expected), options
+
+
+def test_what_if_per_group_and_with_a_cap(tmp_path, cli, word_tokenizer):
+    import json as _json
+
+    records = [{"text": " ".join(["w1"] * (1 + i % 9)), "g": ["x", "y", None][i % 3]} for i in range(60)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(_json.dumps(r) + "\n" for r in records))
+    result = cli(
+        "stats",
+        path,
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        16,
+        "--group-by",
+        "g",
+        "--max-sequences-per-row",
+        2,
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    what_if = _json.loads(result.stdout)["what_if"][0]
+    groups = what_if["groups"]
+    assert [(g["value"], g["documents"], g["sequences"]) for g in groups] == [
+        ("x", 20, 20),
+        ("y", 20, 20),
+        (None, 20, 20),
+    ]
+    methods = {m["method"]: m for m in what_if["methods"]}
+    for algorithm in ("nf", "ff", "ffd", "bfd", "spfhp", "lpfhp"):
+        assert methods[algorithm]["rows"] == sum(g["rows"][algorithm] for g in groups)
+        assert methods[algorithm]["rows"] >= 30  # 60 sequences, at most 2 a row
+        assert methods[algorithm]["uncapped_rows"] <= methods[algorithm]["rows"]
+    tokens = [sum(2 + i % 9 for i in range(60) if i % 3 == k) for k in range(3)]
+    assert [g["real_tokens"] for g in groups] == tokens
+    assert methods["concat"]["rows"] == sum(-(-t // 16) for t in tokens)
