@@ -67,6 +67,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_kernels.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_tokenizer.py --qwen $(QWEN)
 	$(BIN)/python scripts/bench_verify.py $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_groups.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_spill.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 
