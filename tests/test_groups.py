@@ -233,3 +233,29 @@ def test_group_ids_and_slices():
     assert again.ids_of([None, "1"]).tolist() == [4, 5]
     slices = [(g, m.tolist()) for g, m in group_slices(np.array([2, 0, 2, 1, 0], dtype=np.int32))]
     assert slices == [(0, [1, 4]), (1, [3]), (2, [0, 2])]
+
+
+def test_resume_reuses_the_spill_with_its_group_ids(grouped, packed, cli, word_tokenizer, tmp_path, monkeypatch):
+    from packcli import shards
+
+    path, _ = grouped
+    opts = ("--tokenizer", word_tokenizer, "--seq-len", 64, "--group-by", "source", "--rows-per-shard", 20, "--shuffle")
+    whole = packed(path, *opts)
+    close = shards.ShardWriter._close_shard
+
+    def fail_after_two(self):
+        if len(self.shards) == 2:
+            raise PackcliError("stopped on purpose")
+        close(self)
+
+    monkeypatch.setattr(shards.ShardWriter, "_close_shard", fail_after_two)
+    out = tmp_path / "stopped"
+    assert cli("pack", path, "-o", out, *opts).exit_code == 1
+    monkeypatch.setattr(shards.ShardWriter, "_close_shard", close)
+    assert (out / ".packcli-spill" / "groups.npy").is_file()
+    result = cli("pack", path, "-o", out, *opts, "--resume", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["spill"]["reused"] is True
+    verify_dir(out)
+    for name in sorted(p.name for p in whole.glob("shard-*")) + ["manifest.json"]:
+        assert (whole / name).read_bytes() == (out / name).read_bytes(), name
