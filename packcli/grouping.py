@@ -120,16 +120,34 @@ class GroupIds:
 
 def group_slices(groups: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(group id, indices of its segments in input order), by increasing id."""
-    groups = np.asarray(groups)
+    groups = np.ascontiguousarray(groups, dtype=np.int32)
     if not len(groups):
         return
-    # A stable radix sort when ids fit 16 bits (up to 65,536 groups), much faster than a merge sort.
-    keys = groups.astype(np.uint16) if int(groups.max()) < (1 << 16) else groups.astype(np.int64)
-    order = np.argsort(keys, kind="stable")
-    counts = np.bincount(groups)
-    ends = np.cumsum(counts)
-    for group in np.flatnonzero(counts).tolist():
-        yield group, order[ends[group] - counts[group] : ends[group]]
+    order, ends = _counting_order(groups, int(groups.max()) + 1)
+    begin = 0
+    for group, end in enumerate(ends.tolist()):
+        if end > begin:
+            yield group, order[begin:end]
+        begin = end
+
+
+@njit(cache=True)
+def _counting_order(groups, n_groups):
+    """A stable counting sort of segment indices by group: one pass to count, one to place."""
+    ends = np.zeros(n_groups, dtype=np.int64)
+    for i in range(groups.shape[0]):
+        ends[groups[i]] += 1
+    for g in range(1, n_groups):
+        ends[g] += ends[g - 1]
+    cursor = np.empty(n_groups, dtype=np.int64)
+    cursor[0] = 0
+    cursor[1:] = ends[:-1]
+    order = np.empty(groups.shape[0], dtype=np.int64)
+    for i in range(groups.shape[0]):
+        g = groups[i]
+        order[cursor[g]] = i
+        cursor[g] += 1
+    return order, ends
 
 
 @njit(cache=True, inline="always")
