@@ -75,6 +75,7 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
     if "remainder" in report and report["remainder"]["tokens"]:
         rem = report["remainder"]
         lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))
+    lines += _group_and_cap_lines(report)
     if "timings" in report:
         t = report["timings"]
         lines.append(("time", f"{t['total']:.2f} s, {report['tokens_per_second']:,.0f} tokens/s"))
@@ -83,6 +84,32 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
     for name, value in lines:
         table.add_row(name, value)
     return table
+
+
+def _group_and_cap_lines(report: Mapping[str, Any], shown: int = 10) -> list[tuple[str, str]]:
+    """--max-sequences-per-row's cost and the --group-by groups (the first `shown`; all in JSON)."""
+    lines = []
+    cap = report.get("max_sequences_per_row")
+    if cap is not None:
+        cost = (
+            ""
+            if cap["uncapped_rows"] is None
+            else f" ({cap['extra_rows']:+,} rows vs {cap['uncapped_rows']:,} uncapped)"
+        )
+        lines.append((f"max sequences per row {cap['cap']}", f"{cap['rows']:,} rows{cost}"))
+    groups = report.get("groups") or []
+    for group in groups[:shown]:
+        lines.append(
+            (
+                f"  group {json.dumps(group['value'])}",
+                f"{group['documents']:,} docs, {group['sequences']:,} seqs, {group['rows']:,} rows, {group['efficiency']:.2%}",
+            )
+        )
+    if len(groups) > shown:
+        lines.append(("  ...", f"{len(groups) - shown:,} more groups (--json lists them all)"))
+    if groups:
+        lines.insert(len(lines) - min(len(groups), shown + 1), ("groups", f"{len(groups):,}"))
+    return lines
 
 
 # ----------------------------------------------------------------------------- summary lines
