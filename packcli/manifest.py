@@ -151,7 +151,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     """The manifest of a finished output, refused with what to do when this packcli cannot read it.
 
     Its absence means the run did not finish. Every format up to FORMAT_VERSION reads:
-    the files and columns have not changed since format 1."""
+    later formats only added keys and an optional column to those of format 1."""
     out_dir = Path(out_dir)
     path = out_dir / "manifest.json"
     if not out_dir.is_dir():
