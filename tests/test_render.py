@@ -53,3 +53,37 @@ def test_summary_lines():
     assert verify_line("out", {**verified, "seconds": 0.0}).endswith("(3.00 GB checked in under 1 ms)")
     exported = {"bin": "m.bin", "idx": "m.idx", "documents": 12_345, "tokens": 6_789_000, "dtype": "uint16"}
     assert export_line(exported) == "ok: wrote m.bin and m.idx: 12,345 documents, 6,789,000 tokens (uint16)"
+
+
+def test_the_pack_table_shows_the_cap_cost_and_the_first_groups():
+    from rich.console import Console
+
+    from packcli.render import render_table
+
+    groups = [
+        {"id": i, "value": v, "documents": 3, "sequences": 4, "rows": 2, "real_tokens": 10, "efficiency": 0.625}
+        for i, v in enumerate(["web", None, 7] + [f"g{k}" for k in range(10)])
+    ]
+    report = {
+        "seq_len": 8,
+        "sequences_packed": 52,
+        "rows": 26,
+        "lower_bound_rows": 17,
+        "real_tokens": 130,
+        "padding_tokens": 78,
+        "label_tokens": 100,
+        "efficiency": 0.625,
+        "sequences_per_row": {"mean": 2.0, "max": 2},
+        "fill_per_row": {"min": 2, "median": 5.0},
+        "max_sequences_per_row": {"cap": 2, "rows": 26, "uncapped_rows": 20, "extra_rows": 6},
+        "groups": groups,
+    }
+    console = Console(width=100, record=True)
+    console.print(render_table(report, "packed"))
+    text = console.export_text()
+    assert "max sequences per row 2" in text and "26 rows (+6 rows vs 20 uncapped)" in text
+    assert 'group "web"' in text and "group null" in text and "group 7" in text
+    assert "3 more groups (--json lists them all)" in text and 'group "g7"' not in text
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "│ groups " in line)
+    assert header < next(i for i, line in enumerate(lines) if 'group "web"' in line)
