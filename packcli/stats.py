@@ -13,6 +13,7 @@ import time
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NotRequired
 
 import numpy as np
 
@@ -20,15 +21,15 @@ from packcli import reading
 from packcli.choices import DEFAULT_BATCH_SIZE
 from packcli.errors import PackcliError
 from packcli.flow import Timer
-from packcli.grouping import GroupTable
+from packcli.grouping import GroupTable, group_counts
 from packcli.ingest import TokenStream, learns_after_first, use_workers
 from packcli.kernels import ALGORITHMS, pack_lengths
-from packcli.manifest import NoPacking, RowSummary, load_manifest
+from packcli.manifest import Manifest, NoPacking, RowSummary, load_manifest
 from packcli.options import PackOptions, check_positive
 from packcli.plan import PlanSettings, place, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import IGNORE_INDEX
-from packcli.shards import iter_output_rows
+from packcli.shards import iter_output_rows, read_group_column, read_shard
 from packcli.tokensetup import setup_tokens
 
 CHART_BINS = 16
@@ -54,6 +55,7 @@ class OutputStats(RowSummary):
     algorithm: str | None
     format: str
     distributions: dict[str, list[dict[str, int]]]
+    groups: NotRequired[list[dict]]  # a --group-by output: per group, measured from its rows
 
 
 def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
@@ -66,6 +68,7 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
         stats.add(rows)
     summary = stats.summary()
     histograms = stats.histograms()
+    groups = _measured_groups(out_dir, manifest)
     report: OutputStats = {
         **summary,
         # From shards alone each segment is one sequence; a concat document is not recoverable.
@@ -75,7 +78,38 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
         "format": manifest["format"],
         "distributions": {name: distribution(name, hist) for name, hist in histograms.items()},
     }
+    if groups is not None:
+        report["groups"] = groups
     return report, histograms
+
+
+def _measured_groups(out_dir: Path, manifest: Manifest) -> list[dict] | None:
+    """A --group-by output's groups, measured from the `group` column and the rows (the
+    manifest gives only the values and documents)."""
+    table = manifest.get("groups")
+    if manifest.get("group_by") is None or not table:
+        return None
+    counts = np.zeros((len(table), 3), dtype=np.int64)
+    for shard in manifest["shards"]:
+        path = out_dir / shard["path"]
+        blocks = zip(
+            read_shard(path, manifest["format"], manifest["seq_len"]), read_group_column(path, manifest["format"])
+        )
+        for rows, group in blocks:
+            counts += group_counts(group, rows.num_segments, rows.real_lengths(), len(table))
+    seq_len = manifest["seq_len"]
+    return [
+        {
+            "id": entry["id"],
+            "value": entry["value"],
+            "documents": entry["documents"],
+            "sequences": int(sequences),
+            "rows": int(rows),
+            "real_tokens": int(real),
+            "efficiency": real / (rows * seq_len) if rows else 0.0,
+        }
+        for entry, (rows, sequences, real) in zip(table, counts.tolist())
+    ]
 
 
 def distribution(name: str, hist: np.ndarray, bins: int = CHART_BINS) -> list[dict[str, int]]:

@@ -382,3 +382,19 @@ def test_what_if_per_group_and_with_a_cap(tmp_path, cli, word_tokenizer):
     tokens = [sum(2 + i % 9 for i in range(60) if i % 3 == k) for k in range(3)]
     assert [g["real_tokens"] for g in groups] == tokens
     assert methods["concat"]["rows"] == sum(-(-t // 16) for t in tokens)
+
+
+def test_stats_on_a_grouped_output_measures_each_group(tmp_path, packed, word_tokenizer):
+    import json as _json
+
+    from packcli.stats import stats_dir
+
+    records = [{"text": " ".join(["w2"] * (1 + i % 7)), "g": ["x", "y"][i % 2]} for i in range(40)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(_json.dumps(r) + "\n" for r in records))
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--group-by", "g", "--format", "npy")
+    report = stats_dir(str(out))
+    manifest = _json.loads((out / "manifest.json").read_text())
+    keys = ("id", "value", "documents", "sequences", "rows", "real_tokens", "efficiency")
+    assert report["groups"] == [{k: entry[k] for k in keys} for entry in manifest["groups"]]
+    assert sum(g["rows"] for g in report["groups"]) == report["rows"]
