@@ -22,7 +22,7 @@ from packcli.errors import PackcliError
 from packcli.grouping import GroupTable, group_counts, group_entries
 from packcli.ingest import IngestCounts, Segmenter
 from packcli.options import check_algorithm, check_choice, check_positive, check_seq_len
-from packcli.plan import PlanSettings, gather_rows, plan_rows, uncapped_rows
+from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
@@ -121,19 +121,7 @@ def pack_sequences(
     report = _report(stats.summary(), counts, seq_len, mode, overlong)
     if mode == "concat":
         report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
-    if table is not None and plan.row_group is not None:
-        real = rows.real_lengths()
-        report["groups"] = group_entries(
-            table, group_counts(plan.row_group, rows.num_segments, real, len(table.values)), seq_len
-        )
-    if max_sequences_per_row is not None and not is_custom(algorithm):
-        uncapped = uncapped_rows(seg_lengths, settings, segment_groups)
-        report["max_sequences_per_row"] = {
-            "cap": max_sequences_per_row,
-            "rows": len(rows),
-            "uncapped_rows": uncapped,
-            "extra_rows": len(rows) - uncapped,
-        }
+    _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)
     owners = segmenter.owners
     assert owners is not None  # track_owners=True
     placement = {
@@ -143,6 +131,30 @@ def pack_sequences(
         "length": plan.piece_len,
     }
     return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
+
+
+def _add_groups_and_cap(
+    report: dict[str, Any],
+    rows: Rows,
+    plan: RowPlan,
+    table: GroupTable | None,
+    settings: PlanSettings,
+    lengths: np.ndarray,
+    groups: np.ndarray | None,
+) -> None:
+    """The report's group table and the cap's cost, as `packcli pack` gives them."""
+    if table is not None and plan.row_group is not None:
+        counts = group_counts(plan.row_group, rows.num_segments, rows.real_lengths(), len(table.values))
+        every_token = settings.mode == "bin" or settings.remainder == "pad"
+        report["groups"] = group_entries(table, counts, settings.seq_len, hashed=every_token)
+    if settings.max_per_row is not None and not is_custom(settings.algorithm):
+        uncapped = uncapped_rows(lengths, settings, groups)
+        report["max_sequences_per_row"] = {
+            "cap": settings.max_per_row,
+            "rows": len(rows),
+            "uncapped_rows": uncapped,
+            "extra_rows": len(rows) - uncapped,
+        }
 
 
 def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode: str, overlong: str) -> dict[str, Any]:
