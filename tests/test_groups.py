@@ -259,3 +259,25 @@ def test_resume_reuses_the_spill_with_its_group_ids(grouped, packed, cli, word_t
     verify_dir(out)
     for name in sorted(p.name for p in whole.glob("shard-*")) + ["manifest.json"]:
         assert (whole / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_concat_drop_pads_nothing_and_hashes_nothing(grouped, packed, word_tokenizer):
+    path, _ = grouped
+    out = packed(
+        path,
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        32,
+        "--mode",
+        "concat",
+        "--group-by",
+        "source",
+        "--remainder",
+        "drop",
+    )
+    rows, manifest, _ = assert_no_row_mixes(out)
+    assert (rows.real_lengths() == 32).all()
+    assert all(entry["token_hash"] is None for entry in manifest["groups"])
+    report = json.loads((out / "report.json").read_text())
+    assert 0 < report["remainder"]["tokens"] < 32 * len(VALUES)  # each group drops its own tail
