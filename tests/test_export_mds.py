@@ -81,3 +81,37 @@ def test_bad_compression_is_a_usage_error(tmp_path, packed, cli, word_tokenizer)
     result = cli("export", "mds", source, tmp_path / "mds", "--compression", "lzma")
     assert result.exit_code == 2 and "compression must be one of" in result.stderr
     assert not (tmp_path / "mds").exists()
+
+
+def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_tokenizer):
+    """The export's direct encoding against MDSWriter.encode_sample, row by row, including
+    rows with 256 or more cu_seqlens entries (a wider shape dtype)."""
+    from packcli.export import blocks, read_source, token_dtype
+    from packcli.export_mds import encoded_rows, mds_columns
+
+    texts = ["w1"] * 600 + random_texts(100, seed=9, max_words=20)
+    source = packed(
+        write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts]),
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        1024,
+    )
+    manifest = read_source(source)
+    writer = streaming_base().MDSWriter(out=str(tmp_path / "mds"), columns=mds_columns(manifest), progress_bar=False)
+    widths = []
+    for block in blocks(source, manifest):
+        rows = block.rows
+        for i, encoded in enumerate(encoded_rows(block, token_dtype(manifest))):
+            lo, hi = rows.cu_offsets[i], rows.cu_offsets[i + 1]
+            sample = {
+                "input_ids": rows.input_ids[i].astype(np.uint16),
+                "labels": rows.labels[i],
+                "position_ids": rows.position_ids[i],
+                "cu_seqlens": rows.cu_seqlens[lo:hi],
+                "num_segments": int(rows.num_segments[i]),
+            }
+            assert encoded == writer.encode_sample(sample)
+            widths.append(hi - lo)
+    writer.finish()
+    assert max(widths) >= 256 and min(widths) < 256
