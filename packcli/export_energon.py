@@ -34,29 +34,42 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
 
 
+def _header_template() -> bytearray:
+    """A ustar member header as tarfile writes it (mode 644, owner 0, time 0), with an
+    empty name, and its size and checksum fields to be filled in."""
+    info = tarfile.TarInfo("")
+    info.mode = 0o644
+    header = bytearray(info.tobuf(tarfile.USTAR_FORMAT))
+    header[148:156] = b" " * 8  # the checksum is summed with its own field as spaces
+    return header
+
+
 class _TarShard:
-    """A tar written member by member, with the headers tarfile builds."""
+    """A ustar tar written member by member; headers are filled from one template
+    (tarfile builds each field in Python, at several times the cost of the data)."""
 
     def __init__(self, path: Path):
         self.file: BinaryIO = open(path, "wb")
-        self.tar = tarfile.open(fileobj=self.file, mode="w", format=tarfile.USTAR_FORMAT)
-        self.info = tarfile.TarInfo()
-        self.info.mode = 0o644
+        self.template = _header_template()
 
     def add(self, name: str, *parts: bytes | memoryview) -> None:
-        info = self.info
-        info.name = name
-        info.size = sum(memoryview(p).nbytes for p in parts)
-        self.file.write(info.tobuf(self.tar.format, self.tar.encoding, self.tar.errors))
+        encoded = name.encode("ascii")
+        if len(encoded) > 100:
+            raise ValueError(f"tar member name too long: {name}")
+        size = sum(memoryview(p).nbytes for p in parts)
+        header = self.template.copy()
+        header[: len(encoded)] = encoded
+        header[124:136] = b"%011o\0" % size
+        header[148:156] = b"%06o\0 " % sum(header)
+        self.file.write(header)
         for part in parts:
             self.file.write(part)
-        padding = -info.size % tarfile.BLOCKSIZE
+        padding = -size % tarfile.BLOCKSIZE
         if padding:
-            self.file.write(b"\0" * padding)
-        self.tar.offset += tarfile.BLOCKSIZE + info.size + padding
+            self.file.write(bytes(padding))
 
     def close(self) -> None:
-        self.tar.close()
+        self.file.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         self.file.close()
 
 
