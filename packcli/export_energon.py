@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tarfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -107,7 +108,7 @@ def _prepare(directory: Path, tars: list[str]) -> None:
             tars,
             split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
             shuffle_seed=None,
-            workers=1,
+            workers=max(1, min(len(tars), os.cpu_count() or 1)),
         )
     (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
 
