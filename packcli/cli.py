@@ -467,7 +467,8 @@ def export_mds_command(
     compression: Annotated[
         str | None,
         typer.Option(
-            help="Compress the shards: zstd, br, gz, snappy or bz2 (streaming decompresses them when read).",
+            help="Compress the shards (streaming decompresses them when read). (default: none)",
+            metavar=one_of(("zstd", "br", "gz", "snappy", "bz2")),
             show_default=False,
         ),
     ] = None,
