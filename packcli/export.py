@@ -35,10 +35,6 @@ class Block:
     rows: Rows
     real: np.ndarray  # real tokens per row
 
-    def real_mask(self) -> np.ndarray:
-        """[rows, seq_len]: True on the real tokens (padding is one last segment)."""
-        return np.arange(self.rows.seq_len)[None, :] < self.real[:, None]
-
 
 def read_source(out_dir: Path | str) -> Manifest:
     return load_manifest(Path(out_dir))

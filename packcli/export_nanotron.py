@@ -29,18 +29,21 @@ class _TokenFile:
         self.written = 0
 
     def add(self, block: Block, dtype: np.dtype) -> tuple[int, int]:
-        """Write a block's real tokens; (documents, tokens) written."""
-        mask = block.real_mask()
+        """Write a block's real tokens (each row's prefix: padding is its last segment);
+        (documents, tokens) written."""
         rows = block.rows
-        ids = rows.input_ids[mask]
-        self.tokens.write(ids.astype(dtype.newbyteorder("<"), copy=False).data)
+        ids = rows.input_ids.astype(dtype.newbyteorder("<"), copy=False)
+        learned = (rows.labels != IGNORE_INDEX).view(np.uint8) if self.loss is not None else None
+        for i, real in enumerate(block.real.tolist()):
+            self.tokens.write(ids[i, :real].data)
+            if learned is not None and self.loss is not None:
+                self.loss.write(learned[i, :real].data)
         lengths, _ = real_segments(rows, block.first_row)
         ends = np.cumsum(lengths, dtype=np.int64) + self.written
         self.index.write(ends.astype("<u8").data)
-        if self.loss is not None:
-            self.loss.write((rows.labels[mask] != IGNORE_INDEX).astype(np.uint8).data)
-        self.written += len(ids)
-        return len(lengths), len(ids)
+        tokens = int(block.real.sum())
+        self.written += tokens
+        return len(lengths), tokens
 
     def close(self) -> None:
         for f in (self.tokens, self.index, self.loss):
