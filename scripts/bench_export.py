@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+SHARD_ROWS = 512
 FORMATS = ("megatron", "nanotron", "mds", "mds-zstd", "energon")
 
 
@@ -68,7 +69,8 @@ def run_export(kind: str, source: str, out: str) -> dict:
 
 def build_source(out: Path, tokens: int, seq_len: int) -> None:
     """bench_verify's synthetic corpus (lognormal lengths, mean 600, BFD, uint16 ids) in
-    windows of 4M tokens, so the output has about `tokens` tokens, in about 8 shards."""
+    windows of 4M tokens, so the output has about `tokens` tokens, in shards of 512 rows
+    (about 2M tokens) whatever its size: what stays in memory is at most a shard's."""
     import bench_verify
     import numpy as np
 
@@ -79,7 +81,7 @@ def build_source(out: Path, tokens: int, seq_len: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    writer = ShardWriter(out, "npy", seq_len, max(1, (tokens // 8) // seq_len), bench_verify.VOCAB)
+    writer = ShardWriter(out, "npy", seq_len, SHARD_ROWS, bench_verify.VOCAB)
     totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
     while totals["real_tokens"] < tokens:
         mean = bench_verify.MEAN_LENGTH

@@ -274,6 +274,9 @@ def _export_mds(parquet_out, monkeypatch):
 def _export_energon(parquet_out, monkeypatch):
     from packcli.export_energon import export_energon
 
+    for name in [name for name in sys.modules if name.startswith("megatron.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported by earlier tests: import them again
+
     export_energon(parquet_out, parquet_out.parent / "energon")
 
 
