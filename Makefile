@@ -8,6 +8,11 @@ TEST_STAMP := $(VENV)/.test-installed
 # torch>=2.3, then already met): 2.13.0 resolves to a CPU build, where an unpinned torch
 # may pull a CUDA build of several GB that no test uses.
 TORCH := torch==2.13.0
+# mosaicml-streaming (`packcli export mds`, read back by the suite) pins numpy<2.2 and
+# transformers<5 and requires torchvision, none of which MDS needs: the test venv takes it
+# without its dependencies, plus those its writer and reader import (compression, hashing).
+STREAMING := mosaicml-streaming==0.13.0
+STREAMING_DEPS := 'xxhash>=3,<4' 'zstd>=1.5.2.5,<2' 'python-snappy>=0.6.1,<1' 'Brotli>=1.0.9' 'catalogue>=2,<3' 'tqdm>=4.64,<5' pillow
 
 .PHONY: install install-test demo lint test cov bench assets clean
 
@@ -26,6 +31,8 @@ install-test: $(TEST_STAMP)
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(STREAMING_DEPS)
+	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
 	touch $(TEST_STAMP)
 
 # Pack the bundled sample corpus with the bundled tokenizer (offline), then show its stats.
@@ -57,7 +64,9 @@ QWEN := bench-out/qwen-tokenizer
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[bench,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[bench,plot,energon]'
+	$(BIN)/python -m pip install --quiet $(STREAMING_DEPS)
+	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
 	touch $(BENCH_STAMP)
 
 $(QWEN)/tokenizer.json: $(BENCH_STAMP)
@@ -70,6 +79,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_groups.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_spill.py --tokenizer $(QWEN) $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_export.py $(BENCH_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)

@@ -211,7 +211,7 @@ def pack(
 
 
 @contextmanager
-def _progress():
+def _progress(unit: str = "docs"):
     """A live bar on stderr when it is a terminal (ETA when the input size is known); nothing otherwise."""
     if not sys.stderr.isatty():
         yield None
@@ -221,7 +221,9 @@ def _progress():
 
     columns = (
         BarColumn(bar_width=20),
-        TextColumn("{task.fields[docs]:,} docs  {task.fields[tokens]:,} tokens  {task.fields[rate]:,.0f} tok/s"),
+        TextColumn(
+            "{task.fields[docs]:,} " + unit + "  {task.fields[tokens]:,} tokens  {task.fields[rate]:,.0f} tok/s"
+        ),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
@@ -442,6 +444,68 @@ def export_megatron_command(
             sys.stdout.write(render.to_json(summary))
             return
         print(render.export_line(summary))
+
+
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists and is not empty.")]
+ExportSource = Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)]
+ExportOut = Annotated[
+    str, typer.Argument(help="The directory to write (created; written whole or not at all).", show_default=False)
+]
+
+
+def _export(kind: str, debug: bool, json_output: bool, **options: Any) -> None:
+    """Run one directory export with a progress bar on a terminal, then report it."""
+    with _errors(debug):
+        import importlib
+
+        from packcli import render
+        from packcli.export import summary_line
+
+        run = getattr(importlib.import_module(f"packcli.export_{kind}"), f"export_{kind}")
+        with _progress("rows") as progress:
+            summary = run(**options, progress=progress)
+        for note in summary["notes"]:
+            sys.stderr.write(f"note: {note}\n")
+        if json_output:
+            sys.stdout.write(render.to_json(summary))
+            return
+        print(summary_line(summary))
+
+
+@export_app.command("mds")
+def export_mds_command(
+    path: ExportSource,
+    out: ExportOut,
+    compression: Annotated[
+        str | None,
+        typer.Option(
+            help="Compress the shards (streaming decompresses them when read). (default: none)",
+            metavar=one_of(("zstd", "br", "gz", "snappy", "bz2")),
+            show_default=False,
+        ),
+    ] = None,
+    overwrite: Overwrite = False,
+    json_output: Json = False,
+    debug: Debug = False,
+) -> None:
+    """Write MosaicML Streaming (MDS) shards, one sample per row, for StreamingDataset (LLM Foundry, Composer)."""
+    _export("mds", debug, json_output, source=path, out=out, compression=compression, overwrite=overwrite)
+
+
+@export_app.command("energon")
+def export_energon_command(
+    path: ExportSource, out: ExportOut, overwrite: Overwrite = False, json_output: Json = False, debug: Debug = False
+) -> None:
+    """Write WebDataset tar shards with energon's .nv-meta index (CrudeWebdataset), one sample per row, for Megatron-Energon."""
+    _export("energon", debug, json_output, source=path, out=out, overwrite=overwrite)
+
+
+@export_app.command("nanotron")
+def export_nanotron_command(
+    path: ExportSource, out: ExportOut, overwrite: Overwrite = False, json_output: Json = False, debug: Debug = False
+) -> None:
+    """Write datatrove .ds token files (with .ds.index, and .ds.loss for masked labels), for nanotron and datatrove."""
+    _export("nanotron", debug, json_output, source=path, out=out, overwrite=overwrite)
 
 
 def main() -> None:

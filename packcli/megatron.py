@@ -32,8 +32,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.export import real_segments
 from packcli.manifest import Manifest, load_manifest
-from packcli.rows import Rows
 from packcli.shards import iter_output_rows
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -112,7 +112,7 @@ def _write_tokens(
     carry = False  # may the previous row's last segment go on in the next row?
     seen = 0
     for _, rows in iter_output_rows(out_dir, manifest):
-        lengths, starts_row = _real_segments(rows, first_row=seen)
+        lengths, starts_row = real_segments(rows, first_row=seen)
         seen += len(rows)
         real = rows.real_lengths()
         joins = np.zeros(len(lengths), dtype=bool)
@@ -125,21 +125,6 @@ def _write_tokens(
         data.write(ids.astype(token_dtype).tobytes())
         tokens += len(ids)
     return documents.finish(), tokens
-
-
-def _real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths of the real segments of a block of rows, and which of them start a row."""
-    counts = rows.num_segments.astype(np.int64)
-    if (counts < 1).any():
-        bad = first_row + int(np.argmax(counts < 1))
-        raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
-    # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
-    first = np.repeat(rows.cu_offsets[:-1], counts)
-    index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
-    lengths = (rows.cu_seqlens[index + 1] - rows.cu_seqlens[index]).astype(np.int64)
-    starts_row = np.zeros(len(lengths), dtype=bool)
-    starts_row[np.cumsum(counts) - counts] = True
-    return lengths, starts_row
 
 
 def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:

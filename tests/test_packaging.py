@@ -265,12 +265,29 @@ def _plot(parquet_out, monkeypatch):
     render.matplotlib_figure()
 
 
+def _export_mds(parquet_out, monkeypatch):
+    from packcli.export_mds import export_mds
+
+    export_mds(parquet_out, parquet_out.parent / "mds")
+
+
+def _export_energon(parquet_out, monkeypatch):
+    from packcli.export_energon import export_energon
+
+    for name in [name for name in sys.modules if name.startswith("megatron.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported by earlier tests: import them again
+
+    export_energon(parquet_out, parquet_out.parent / "energon")
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
     ("hf", "load"): _hf_load_parquet,
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("render", "matplotlib_figure"): _plot,
+    ("export_mds", "streaming_base"): _export_mds,
+    ("export_energon", "_prepare"): _export_energon,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

@@ -1,0 +1,116 @@
+"""What every export shares: the packed rows streamed block by block with progress, and an
+output directory that appears only when complete.
+
+An export writes into a hidden sibling (`.OUT.packcli-tmp`) and renames it to OUT at the
+end, so OUT never holds half an export. An existing OUT that is not empty is refused
+unless `overwrite`; then it is moved aside, replaced, and removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.errors import PackcliError
+from packcli.manifest import Manifest, load_manifest
+from packcli.outdir import remove_path
+from packcli.rows import Rows
+from packcli.shards import ids_dtype, iter_output_rows
+
+# (rows, real tokens, rows done, rows in all): the CLI's progress bar, or None
+Progress = Callable[[int, int, int, int | None], None]
+
+
+@dataclass
+class Block:
+    """A block of rows with where it sits: its shard's index in the manifest and its first row."""
+
+    shard: int
+    first_row: int
+    rows: Rows
+    real: np.ndarray  # real tokens per row
+
+
+def read_source(out_dir: Path | str) -> Manifest:
+    return load_manifest(Path(out_dir))
+
+
+def token_dtype(manifest: Manifest) -> np.dtype:
+    """The dtype of input_ids in the npy format: uint16 where every id fits, else uint32."""
+    return ids_dtype(manifest["tokenizer"].get("vocab_size"))
+
+
+def blocks(out_dir: Path | str, manifest: Manifest, progress: Progress | None = None) -> Iterator[Block]:
+    """Every row of a packed output, in order, a bounded block at a time."""
+    total = manifest.get("totals", {}).get("rows")
+    index = {entry["path"]: i for i, entry in enumerate(manifest["shards"])}
+    done = 0
+    for entry, rows in iter_output_rows(out_dir, manifest):
+        real = rows.real_lengths()
+        yield Block(index[entry["path"]], done, rows, real)
+        done += len(rows)
+        if progress is not None:
+            progress(len(rows), int(real.sum()), done, total)
+
+
+def real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of the real segments of a block of rows, and which of them start a row."""
+    counts = rows.num_segments.astype(np.int64)
+    if (counts < 1).any():
+        bad = first_row + int(np.argmax(counts < 1))
+        raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
+    # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
+    first = np.repeat(rows.cu_offsets[:-1], counts)
+    index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
+    lengths = (rows.cu_seqlens[index + 1] - rows.cu_seqlens[index]).astype(np.int64)
+    starts_row = np.zeros(len(lengths), dtype=bool)
+    starts_row[np.cumsum(counts) - counts] = True
+    return lengths, starts_row
+
+
+class ExportDir:
+    """OUT written under a temporary name and renamed when the `with` body completes."""
+
+    def __init__(self, out: Path | str, overwrite: bool):
+        self.out = Path(out)
+        self.overwrite = overwrite
+        self.tmp = self.out.parent / f".{self.out.name}.packcli-tmp"
+
+    def __enter__(self) -> Path:
+        if self.out.exists() and not self.out.is_dir():
+            raise PackcliError(f"output {self.out} exists and is not a directory")
+        if self.out.is_dir() and any(self.out.iterdir()) and not self.overwrite:
+            raise PackcliError(f"output directory {self.out} is not empty; pass --overwrite to replace it")
+        if not self.out.parent.is_dir():
+            raise PackcliError(f"{self.out.parent}: no such directory")
+        remove_path(self.tmp)  # left by an export that was killed
+        try:
+            self.tmp.mkdir()
+        except OSError as exc:
+            raise PackcliError(f"cannot write to {self.out.parent}: {exc.strerror or exc}") from exc
+        return self.tmp
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:
+            remove_path(self.tmp)
+            return
+        old = self.out.parent / f".{self.out.name}.packcli-old"
+        if self.out.exists():
+            remove_path(old)
+            os.replace(self.out, old)
+        os.replace(self.tmp, self.out)
+        remove_path(old)
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    """An export's one line on success."""
+    what = f"{summary['rows']:,} rows" if "rows" in summary else f"{summary['documents']:,} documents"
+    return (
+        f"ok: wrote {summary['out']} ({summary['format']}, {summary['files']} file(s)): "
+        f"{what}, {summary['real_tokens']:,} real tokens"
+    )

@@ -1,0 +1,80 @@
+"""What every export shares: OUT appears whole or not at all, a non-empty OUT needs
+--overwrite, and progress counts every row."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import load_rows, random_texts, write_jsonl
+
+from packcli.errors import PackcliError
+from packcli.export import ExportDir
+from packcli.export_nanotron import export_nanotron
+
+
+@pytest.fixture
+def source(tmp_path, packed, word_tokenizer):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(80, seed=8, max_words=30)])
+    return packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20)
+
+
+def hidden(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("kind", ["mds", "energon", "nanotron"])
+def test_a_non_empty_out_needs_overwrite(tmp_path, source, cli, kind):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = cli("export", kind, source, out)
+    assert result.exit_code == 1 and "is not empty; pass --overwrite" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    result = cli("export", kind, source, out, "--overwrite")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"ok: wrote {out} ({kind}, ")
+    assert not (out / "keep.txt").exists() and any(out.iterdir())
+    assert hidden(tmp_path) == []
+
+
+def test_an_empty_out_is_used_and_a_file_is_refused(tmp_path, source, cli):
+    (tmp_path / "empty").mkdir()
+    assert cli("export", "nanotron", source, tmp_path / "empty").exit_code == 0
+    assert list((tmp_path / "empty").glob("*.ds"))
+    (tmp_path / "file").write_text("x")
+    result = cli("export", "nanotron", source, tmp_path / "file", "--overwrite")
+    assert result.exit_code == 1 and "exists and is not a directory" in result.stderr
+    result = cli("export", "nanotron", source, tmp_path / "no" / "such" / "out")
+    assert result.exit_code == 1 and "no such directory" in result.stderr
+
+
+def test_a_failed_export_leaves_out_as_it_was(tmp_path, source):
+    out = tmp_path / "out"
+    export_nanotron(source, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (source / "shard-00001.parquet").write_bytes(b"not parquet")
+    with pytest.raises(PackcliError, match="shard-00001.parquet: cannot read shard"):
+        export_nanotron(source, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert hidden(tmp_path) == []
+
+
+def test_a_leftover_temporary_directory_is_replaced(tmp_path, source):
+    (tmp_path / ".out.packcli-tmp").mkdir()
+    (tmp_path / ".out.packcli-tmp" / "stale.ds").write_bytes(b"\0\0")
+    export_nanotron(source, tmp_path / "out")
+    assert not (tmp_path / "out" / "stale.ds").exists() and hidden(tmp_path) == []
+
+
+def test_progress_counts_every_row(source):
+    rows, manifest = load_rows(source)
+    calls = []
+    summary = export_nanotron(source, source.parent / "nano", progress=lambda *args: calls.append(args))
+    assert sum(c[0] for c in calls) == len(rows) and sum(c[1] for c in calls) == summary["real_tokens"]
+    assert calls[-1][2:] == (len(rows), manifest["totals"]["rows"])
+
+
+def test_export_dir_removes_its_work_when_the_body_fails(tmp_path):
+    with pytest.raises(RuntimeError), ExportDir(tmp_path / "out", overwrite=False) as work:
+        (work / "part").write_text("half")
+        raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []

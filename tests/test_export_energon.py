@@ -1,0 +1,104 @@
+"""`packcli export energon`: every row read back through Megatron-Energon's own loader."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import load_rows, random_texts, write_jsonl
+from megatron.energon import (
+    Cooker,
+    CrudeSample,
+    DefaultTaskEncoder,
+    WorkerConfig,
+    get_loader,
+    get_train_dataset,
+    stateless,
+)
+from megatron.energon.eyaml import load_yaml
+
+COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
+
+
+@stateless
+def cook(sample: CrudeSample) -> dict:
+    """The crude sample's parts by column name, with its key."""
+    return {"key": sample["__key__"], **{name: sample[f"{name}.npy"] for name in COLUMNS}}
+
+
+class RowsEncoder(DefaultTaskEncoder):
+    cookers = (Cooker(cook),)
+
+
+def read_back(out) -> list[dict]:
+    """One epoch of the train split, as energon's loader yields it (as tensors), in key (row) order."""
+    dataset = get_train_dataset(
+        str(out),
+        split_part="train",
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=RowsEncoder(),
+        repeat=False,
+    )
+    samples = [
+        {name: value if name == "key" else value.numpy() for name, value in s.items()} for s in get_loader(dataset)
+    ]
+    return sorted(samples, key=lambda sample: sample["key"])
+
+
+def export(cli, source, out, *options):
+    result = cli("export", "energon", source, out, "--json", *options)
+    assert result.exit_code == 0, result.output + result.stderr
+    return json.loads(result.stdout)
+
+
+def assert_same_rows(samples, source, ids_dtype):
+    rows, _ = load_rows(source)
+    assert [s["key"] for s in samples] == [f"{r:010d}" for r in range(len(rows))]
+    for r, sample in enumerate(samples):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        assert sample["input_ids"].dtype == ids_dtype and sample["input_ids"].tolist() == rows.input_ids[r].tolist()
+        assert sample["labels"].tolist() == rows.labels[r].tolist()
+        assert sample["position_ids"].tolist() == rows.position_ids[r].tolist()
+        assert sample["cu_seqlens"].dtype == np.int32 and sample["cu_seqlens"].tolist() == cu.tolist()
+        assert int(sample["num_segments"]) == rows.num_segments[r]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_every_row_reads_back(tmp_path, packed, cli, word_tokenizer, fmt):
+    texts = random_texts(120, seed=3, max_words=40)
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--format", fmt, "--rows-per-shard", 25)
+    out = tmp_path / "energon"
+    summary = export(cli, source, out)
+    tars = sorted(p.name for p in out.glob("*.tar"))
+    assert summary["files"] == len(tars) == len(load_rows(source)[1]["shards"]) > 1
+    meta = out / ".nv-meta"
+    assert load_yaml((meta / "dataset.yaml").read_bytes()) == {
+        "__module__": "megatron.energon",
+        "__class__": "CrudeWebdataset",
+    }
+    splits = load_yaml((meta / "split.yaml").read_bytes())["split_parts"]
+    assert splits["val"] == splits["test"] == []
+    counts = json.loads((meta / ".info.json").read_text())["shard_counts"]
+    assert sorted(counts) == tars and sum(counts.values()) == summary["rows"]
+    assert_same_rows(read_back(out), source, np.uint16)
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_sft_rows_with_a_large_vocabulary(tmp_path, packed, cli, big_tokenizer):
+    records = [
+        {"p": t, "c": " ".join(reversed(t.split()))} for t in random_texts(40, seed=4, max_words=12, vocab=69_990)
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    source = packed(
+        path, "--tokenizer", big_tokenizer, "--seq-len", 24, "--prompt-field", "p", "--completion-field", "c"
+    )
+    export(cli, source, tmp_path / "energon")
+    samples = read_back(tmp_path / "energon")
+    assert_same_rows(samples, source, np.uint32)
+    assert any(((s["labels"] == -100) & (s["position_ids"] > 0)).any() for s in samples)  # prompt masks kept
