@@ -32,6 +32,7 @@ from packcli.cli_options import (
     Json,
     LabelsField,
     MessagesField,
+    NoCache,
     OnBadRecord,
     Overlong,
     PadId,
@@ -163,6 +164,7 @@ def pack(
     overwrite: Annotated[bool, option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
     json_output: Json = False,
     workers: Workers = None,
+    no_cache: NoCache = False,
     resume: Annotated[
         bool, option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")
     ] = False,
@@ -286,6 +288,7 @@ def stats(
     ] = None,
     json_output: Json = False,
     workers: Workers = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give.

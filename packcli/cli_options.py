@@ -128,6 +128,14 @@ Overlong = Annotated[
         help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
     ),
 ]
+NoCache = Annotated[
+    bool,
+    option(
+        "--no-cache",
+        panel=RUN,
+        help="Neither read nor write the start-up cache of what is derived from the tokenizer ($PACKCLI_CACHE_DIR, else $XDG_CACHE_HOME/packcli).",
+    ),
+]
 Workers = Annotated[
     int | None,
     option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
@@ -153,6 +161,7 @@ INPUT_OPTIONS = (
     "buffer_size",
     "overlong",
     "workers",
+    "no_cache",
 )
 
 

@@ -57,6 +57,7 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     tmp_dir: str | None = None
+    no_cache: bool = False  # the start-up cache of what is derived from the tokenizer
 
     @property
     def input_kind(self) -> str:
