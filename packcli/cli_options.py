@@ -138,7 +138,7 @@ NoCache = Annotated[
 ]
 Workers = Annotated[
     int | None,
-    option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
+    option(panel=RUN, help="Tokenizer processes. (default: all cores)"),
 ]
 
 INPUT_OPTIONS = (
