@@ -31,7 +31,7 @@ import numpy as np
 from packcli.bpe_convert import Conversion, build_encoding, load_or_convert
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
 from packcli.errors import PackcliError
-from packcli.tokcache import Store
+from packcli.tokcache import LazyTokenizer, Store
 from packcli.tokenizing import encode_texts, literal_alternation
 from packcli.tokenizing import fingerprint as tokenizing_fingerprint
 
@@ -53,6 +53,8 @@ class HFEncoder:
     backend = "hf"
 
     def __init__(self, tokenizer, reason: str | None = None, *, parse_special_tokens: bool = False):
+        if isinstance(tokenizer, LazyTokenizer):  # loaded here, once, before any worker is forked
+            tokenizer.loaded()
         self.tokenizer = tokenizer
         self.reason = reason
         self.parse_special_tokens = parse_special_tokens

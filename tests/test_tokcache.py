@@ -198,6 +198,31 @@ def test_warm_pack_imports_no_transformers(tmp_path, ranked_tokenizer):
     assert runs == ["['tokenizers']", "[]"]  # cold: loaded with tokenizers alone; warm: neither
 
 
+def test_a_warm_run_that_falls_back_to_hf_loads_the_tokenizer_once(tmp_path, ranked_tokenizer, monkeypatch):
+    """A cached refusal means the HF encoder: the tokenizer is loaded in this process (not
+    in every forked worker), once."""
+    from packcli import fastbpe
+
+    store = Store(tmp_path)
+    loads = []
+
+    def load(spec, **kwargs):
+        loads.append(spec)
+        return real_load(spec, **kwargs)
+
+    real_load = tokenizing.load_tokenizer
+    _, facts = tokenizing.load_with_facts(str(ranked_tokenizer), store)
+    lazy, _ = tokenizing.load_with_facts(str(ranked_tokenizer), store)
+    assert isinstance(lazy, tokcache.LazyTokenizer) and not lazy.is_loaded
+    store.save("tiktoken", facts.fingerprint.split(":")[1], "a reason the conversion was refused")
+    monkeypatch.setattr(tokenizing, "load_tokenizer", load)
+    encoder = fastbpe.make_encoder(lazy, "auto", ["some text"], store=store, fingerprint=facts.fingerprint)
+    assert encoder.backend == "hf" and "a reason the conversion was refused" in (encoder.reason or "")
+    assert lazy.is_loaded and loads == [str(ranked_tokenizer)]
+    assert encoder.encode_batch(["some text"])[1].tolist() == [len(lazy.encode("some text", add_special_tokens=False))]
+    assert loads == [str(ranked_tokenizer)]
+
+
 def test_stale_or_damaged_facts_are_rebuilt(cli, tmp_path, monkeypatch, word_tokenizer):
     import shutil
 
