@@ -75,6 +75,7 @@ $(QWEN)/tokenizer.json: $(BENCH_STAMP)
 bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_kernels.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_tokenizer.py --qwen $(QWEN)
+	$(BIN)/python scripts/bench_startup.py --tokenizer $(QWEN)
 	$(BIN)/python scripts/bench_verify.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_groups.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)

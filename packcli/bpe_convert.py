@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
 import numpy as np
 import tiktoken
-import tokenizers
 
 from packcli import tokenizing
-
-CACHE_FORMAT = 2
+from packcli.tokcache import Store
 
 # tokenizers' ByteLevel pre-tokenizer with use_regex=True (src/pre_tokenizers/byte_level.rs).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -88,6 +84,9 @@ class Conversion:
     normalizer: NormalForm | None
     prefix_space: bool  # ByteLevel add_prefix_space: " " before every piece not starting with one
     notes: list[str] = field(default_factory=list)
+    # Every two-token split of a token is a merge (a merge list made from tiktoken ranks):
+    # the two BPEs are then the same algorithm, not merely found equal on the probes.
+    exact: bool = True
 
 
 def convert(tokenizer) -> Conversion:
@@ -122,6 +121,7 @@ def convert(tokenizer) -> Conversion:
         normalizer=normalizer,
         prefix_space=prefix_space,
         notes=notes,
+        exact=not missing_merges,
     )
     encoding = build_encoding(conversion)  # the pattern must compile for tiktoken's regex engine
     _probe_missing_merges(backend.model, encoding, conversion, missing_merges)
@@ -369,39 +369,18 @@ def build_encoding(conversion: Conversion):
 # --------------------------------------------------------------------------- cache
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "packcli" / "tiktoken"
-
-
-def _versions() -> dict:
-    return {"format": CACHE_FORMAT, "tiktoken": tiktoken.__version__, "tokenizers": tokenizers.__version__}
-
-
-def load_or_convert(tokenizer, cache_dir: Path | None = None, fingerprint: str | None = None) -> Conversion | str:
+def load_or_convert(tokenizer, cache: Store | Path | None = None, fingerprint: str | None = None) -> Conversion | str:
     """The conversion, or the reason there is none, cached per tokenizer fingerprint
-    (`packcli.tokenizing.fingerprint`, computed here if not given)."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    (`packcli.tokenizing.fingerprint`, computed here if not given) in the start-up cache
+    (`packcli.tokcache`; a directory, or the default one for None)."""
+    store = Store.of(cache)
     key = (fingerprint or tokenizing.fingerprint(tokenizer)).split(":", 1)[-1]
-    path = cache_dir / f"{key}.pkl"
-    versions = _versions()
-    try:
-        with open(path, "rb") as f:
-            stored = pickle.load(f)
-        if stored.get("versions") == versions:
-            return stored["result"]
-    except Exception:  # missing, truncated or from another version: convert again
-        pass
+    hit, stored = store.load("tiktoken", key)
+    if hit and isinstance(stored, (Conversion, str)):
+        return stored
     try:
         result: Conversion | str = convert(tokenizer)
     except Inconvertible as exc:
         result = str(exc)
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump({"versions": versions, "result": result}, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs the conversion next time
+    store.save("tiktoken", key, result)
     return result

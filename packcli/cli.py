@@ -34,6 +34,7 @@ from packcli.cli_options import (
     LabelsField,
     MaxSequencesPerRow,
     MessagesField,
+    NoCache,
     OnBadRecord,
     Overlong,
     PadId,
@@ -173,6 +174,7 @@ def pack(
     overwrite: Annotated[bool, option(panel=OUTPUT, help="Replace an existing packcli output in --output.")] = False,
     json_output: Json = False,
     workers: Workers = None,
+    no_cache: NoCache = False,
     resume: Annotated[
         bool, option(panel=RUN, help="Continue an interrupted run in --output (same inputs and options).")
     ] = False,
@@ -300,6 +302,7 @@ def stats(
     ] = None,
     json_output: Json = False,
     workers: Workers = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give.

@@ -140,9 +140,17 @@ Overlong = Annotated[
         help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
     ),
 ]
+NoCache = Annotated[
+    bool,
+    option(
+        "--no-cache",
+        panel=RUN,
+        help="Neither read nor write the start-up cache of what is derived from the tokenizer ($PACKCLI_CACHE_DIR, else $XDG_CACHE_HOME/packcli).",
+    ),
+]
 Workers = Annotated[
     int | None,
-    option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
+    option(panel=RUN, help="Tokenizer processes. (default: all cores)"),
 ]
 
 INPUT_OPTIONS = (
@@ -167,6 +175,7 @@ INPUT_OPTIONS = (
     "max_sequences_per_row",
     "overlong",
     "workers",
+    "no_cache",
 )
 
 

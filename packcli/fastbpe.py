@@ -17,6 +17,7 @@ to tiktoken is described there and in docs/tokenizer-backends.md).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import unicodedata
@@ -30,7 +31,9 @@ import numpy as np
 from packcli.bpe_convert import Conversion, build_encoding, load_or_convert
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
 from packcli.errors import PackcliError
+from packcli.tokcache import LazyTokenizer, Store
 from packcli.tokenizing import encode_texts, literal_alternation
+from packcli.tokenizing import fingerprint as tokenizing_fingerprint
 
 
 class Encoder(Protocol):
@@ -50,6 +53,8 @@ class HFEncoder:
     backend = "hf"
 
     def __init__(self, tokenizer, reason: str | None = None, *, parse_special_tokens: bool = False):
+        if isinstance(tokenizer, LazyTokenizer):  # loaded here, once, before any worker is forked
+            tokenizer.loaded()
         self.tokenizer = tokenizer
         self.reason = reason
         self.parse_special_tokens = parse_special_tokens
@@ -58,6 +63,7 @@ class HFEncoder:
         return encode_texts(self.tokenizer, list(texts), self.parse_special_tokens)
 
 
+@functools.lru_cache(maxsize=1)
 def _unknown_chars_regex():
     """Characters unassigned in this Python's Unicode tables: their normalization may
     differ from the tokenizer's (newer) tables, so texts holding them go to the tokenizer."""
@@ -350,6 +356,7 @@ def make_encoder(
     threads: int | None = None,
     fingerprint: str | None = None,
     parse_special_tokens: bool = False,
+    store: Store | None = None,
 ) -> Encoder:
     """The encoder for a run.
 
@@ -359,15 +366,20 @@ def make_encoder(
     - "auto": "tiktoken" if it converts and is identical on `sample_texts` and the hard
       strings, else "hf" with `.reason` saying why.
 
-    `cache_dir` defaults to default_cache_dir(); `threads` to the cores available (or
-    RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing it twice;
-    `parse_special_tokens` as in `packcli.tokenizing.encode_texts`, for both backends.
+    The conversion and the hard strings' verdict come from the start-up cache (`store`,
+    else one over `cache_dir`, else the default one). With a cached verdict and an exact
+    conversion (`Conversion.exact`) the sample is not encoded twice either, so a warm run
+    needs nothing of the Hugging Face tokenizer. `threads` defaults to the cores available
+    (or RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing
+    it; `parse_special_tokens` as in `packcli.tokenizing.encode_texts`, for both backends.
     """
     if backend not in BACKENDS:
         raise PackcliError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, not {backend!r}", usage=True)
     if backend == "hf":
         return HFEncoder(tokenizer, parse_special_tokens=parse_special_tokens)
-    result = load_or_convert(tokenizer, cache_dir, fingerprint)
+    store = store if store is not None else Store.of(cache_dir)
+    fingerprint = fingerprint or tokenizing_fingerprint(tokenizer)
+    result = load_or_convert(tokenizer, store, fingerprint)
     if isinstance(result, str):
         if backend == "tiktoken":
             raise PackcliError(f"--tokenizer-backend tiktoken: this tokenizer cannot be converted: {result}")
@@ -375,13 +387,31 @@ def make_encoder(
             tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens
         )
     encoder = TiktokenEncoder(tokenizer, result, threads=threads, parse_special_tokens=parse_special_tokens)
-    sample = list(sample_texts)
-    for name, texts in (("the input sample", sample), ("the hard strings", hard_strings(tokenizer))):
-        difference = first_difference(tokenizer, encoder, texts)
-        if difference is not None:
-            encoder.close()
-            reason = f"tiktoken ids differ from the tokenizer's on {name}: {difference}"
-            if backend == "tiktoken":
-                raise PackcliError(f"--tokenizer-backend tiktoken: {reason}")
-            return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
+    verdict_key = f"{fingerprint.split(':', 1)[-1]}-{'parsed' if parse_special_tokens else 'text'}"
+    known, verdict = store.load("identity", verdict_key)
+    known = known and (verdict is None or isinstance(verdict, str))
+    reason = _identity_difference(tokenizer, encoder, sample_texts, check_sample=not (known and result.exact))
+    if reason is None and not known:
+        verdict = _hard_strings_difference(tokenizer, encoder)
+        store.save("identity", verdict_key, verdict)
+    reason = reason or verdict
+    if reason is not None:
+        encoder.close()
+        if backend == "tiktoken":
+            raise PackcliError(f"--tokenizer-backend tiktoken: {reason}")
+        return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
     return encoder
+
+
+def _identity_difference(tokenizer, encoder, sample_texts: Sequence[str], *, check_sample: bool) -> str | None:
+    """Why the encoder is not the tokenizer on the input sample, or None."""
+    if not check_sample:
+        return None
+    difference = first_difference(tokenizer, encoder, list(sample_texts))
+    return None if difference is None else f"tiktoken ids differ from the tokenizer's on the input sample: {difference}"
+
+
+def _hard_strings_difference(tokenizer, encoder) -> str | None:
+    """Why the encoder is not the tokenizer on the hard strings, or None (the verdict cached)."""
+    difference = first_difference(tokenizer, encoder, hard_strings(tokenizer))
+    return None if difference is None else f"tiktoken ids differ from the tokenizer's on the hard strings: {difference}"

@@ -187,11 +187,12 @@ def worker_count(opts: PackOptions) -> int:
 def worker_processes(opts: PackOptions, backend: str) -> int:
     """How many tokenizer processes to fork, or 0 to tokenize in this process.
 
-    Processes for the tiktoken backend and chat templates, which hold the GIL for much of
-    their work (tiktoken: two threads 1.50x one, two processes 1.97x). The HF tokenizer
-    encodes a batch on its own Rust threads, faster than one-thread processes of it
-    (docs/benchmarks.md)."""
-    if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind != "chat"):
+    Processes for every backend: tiktoken and chat templates hold the GIL for much of
+    their work (tiktoken: two threads 1.50x one, two processes 1.97x), and the HF
+    tokenizer's ids become Python ints under the GIL while its Rust threads wait for the
+    next batch; one-thread processes each run whole batches, so no core waits on another
+    (docs/tokenizer-backends.md)."""
+    if opts.input_kind == "ids":
         return 0
     count = worker_count(opts)
     return count if count > 1 and can_fork() else 0

@@ -59,6 +59,7 @@ class PackOptions:
     tmp_dir: str | None = None
     group_by: str | None = None  # a record field: rows never mix its values
     max_sequences_per_row: int | None = None
+    no_cache: bool = False  # the start-up cache of what is derived from the tokenizer
 
     @property
     def input_kind(self) -> str:

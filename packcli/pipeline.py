@@ -454,6 +454,6 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
-    for name in ("workers", "overwrite", "resume", "output", "tmp_dir"):  # none of them changes the shards
+    for name in ("workers", "overwrite", "resume", "output", "tmp_dir", "no_cache"):  # none of them changes the shards
         resolved.pop(name)
     return resolved

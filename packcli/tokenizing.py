@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from packcli.errors import PackcliError
+from packcli.tokcache import LazyTokenizer, Store, TokenizerFacts, files_fingerprint
 
 BUNDLED_NAME = "packcli:demo"
 BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
@@ -81,6 +81,39 @@ def load_tokenizer(spec: str, *, via_transformers: bool = False) -> Any:
         raise PackcliError(f"tokenizer {spec!r} has no fast (Rust) version; packcli needs one")
     _no_length_changes(backend)
     return tokenizer
+
+
+def load_with_facts(
+    spec: str, store: Store, *, via_transformers: bool = False, eager: bool = False
+) -> tuple[Any, TokenizerFacts]:
+    """The tokenizer and its facts; from the start-up cache, keyed by the tokenizer's files,
+    the tokenizer is a `LazyTokenizer`, loaded only if something needs more than the facts
+    (at once with `eager`). Chat templates load through transformers, never from the cache."""
+    key = None if via_transformers else files_fingerprint(resolve_tokenizer_path(spec))
+    if key is not None:
+        hit, facts = store.load("facts", key)
+        if hit and isinstance(facts, TokenizerFacts):
+            lazy = LazyTokenizer(facts, lambda: load_tokenizer(spec))
+            if eager:
+                lazy.loaded()
+            return lazy, facts
+    tokenizer = load_tokenizer(spec, via_transformers=via_transformers)
+    facts = tokenizer_facts(tokenizer)
+    if key is not None:
+        store.save("facts", key, facts)
+    return tokenizer, facts
+
+
+def tokenizer_facts(tokenizer: Any) -> TokenizerFacts:
+    """What a run needs of a loaded tokenizer besides encoding with it."""
+    return TokenizerFacts(
+        fingerprint=fingerprint(tokenizer),
+        vocab_size=len(tokenizer),
+        tokens={key: getattr(tokenizer, key, None) for key in _SPECIAL_KEYS},
+        ids={key + "_id": getattr(tokenizer, key + "_id", None) for key in _SPECIAL_KEYS},
+        adds_bos=adds_bos_by_default(tokenizer),
+        special_strings=tuple(special_token_strings(tokenizer)),
+    )
 
 
 def _no_length_changes(backend: Any) -> None:
@@ -161,6 +194,8 @@ def _plain_tokenizer_file(location: Path) -> TokenizerFile | None:
         if value is not None and not isinstance(value, str):
             return None
         specials[key] = value
+    from tokenizers import Tokenizer  # lazy: a warm run from the start-up cache needs none of it
+
     try:
         backend = Tokenizer.from_file(str(file))
     except Exception:  # let transformers report it, in its words

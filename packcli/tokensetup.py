@@ -6,7 +6,7 @@ where it is provably identical to the HF tokenizer on the run's own first batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from packcli import sequences, tokenizing
 from packcli.chat_sequences import ChatSequences
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
+from packcli.tokcache import Store
 
 if TYPE_CHECKING:
     from packcli.fastbpe import Encoder
@@ -37,6 +38,7 @@ class TokenSetup:
     tokenizer: Any = None  # a tokenizers or transformers tokenizer; None for token ids without one
     encoder: Encoder | None = None
     backend_reason: str | None = None
+    store: Store = field(default_factory=lambda: Store(None))  # the start-up cache (None: off)
 
     def close(self) -> None:
         """The tiktoken encoder's thread pool (the HF encoder has nothing to close)."""
@@ -70,6 +72,7 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch: RecordBatc
         threads=threads,
         fingerprint=setup.fingerprint,
         parse_special_tokens=opts.parse_special_tokens,
+        store=setup.store,
     )
     setup.encoder, builder.encode = encoder, encoder.encode_batch
     setup.backend, setup.backend_reason = encoder.backend, encoder.reason
@@ -80,25 +83,30 @@ def setup_tokens(opts: PackOptions) -> TokenSetup:
     kind = opts.input_kind
     if opts.tokenizer is None:
         return _ids_without_tokenizer(opts)
-    tokenizer = tokenizing.load_tokenizer(opts.tokenizer, via_transformers=kind == "chat")
+    store = Store.default(enabled=not opts.no_cache)
+    # The HF backend encodes with the tokenizer: loaded here, before any worker is forked.
+    tokenizer, facts = tokenizing.load_with_facts(
+        opts.tokenizer, store, via_transformers=kind == "chat", eager=opts.tokenizer_backend == "hf"
+    )
     if kind == "chat":
         add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
     else:
-        add_bos = tokenizing.adds_bos_by_default(tokenizer) if opts.bos is None else opts.bos
+        add_bos = facts.adds_bos if opts.bos is None else opts.bos
     specials = tokenizing.resolve_special_ids(
         tokenizer, eos_token=opts.eos_token, pad_id=opts.pad_id, need_eos=opts.eos, need_bos=add_bos
     )
     bounds = sequences.Boundaries(specials.bos_id if add_bos else None, specials.eos_id if opts.eos else None)
     return TokenSetup(
-        _builder(opts, tokenizer, bounds),
-        len(tokenizer),
+        _builder(opts, tokenizer, bounds, tokenizing.SpecialTokenFinder(list(facts.special_strings))),
+        facts.vocab_size,
         specials.eos_id,
         specials.bos_id,
         specials.pad_id,
         add_bos,
-        tokenizing.fingerprint(tokenizer),
+        facts.fingerprint,
         "hf" if kind != "ids" else "none",
         tokenizer,
+        store=store,
     )
 
 
@@ -117,13 +125,15 @@ def _ids_without_tokenizer(opts: PackOptions) -> TokenSetup:
     return TokenSetup(builder, None, eos_id, None, pad_id, False, None, "none")
 
 
-def _builder(opts: PackOptions, tokenizer: Any, bounds: sequences.Boundaries) -> sequences.SequenceBuilder:
-    """The sequence builder of the input kind, over the loaded tokenizer."""
+def _builder(
+    opts: PackOptions, tokenizer: Any, bounds: sequences.Boundaries, finder: tokenizing.SpecialTokenFinder
+) -> sequences.SequenceBuilder:
+    """The sequence builder of the input kind, over the tokenizer; `finder` counts special
+    tokens in records for the report, parsed or not."""
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return tokenizing.encode_texts(tokenizer, texts, opts.parse_special_tokens)
 
-    finder = tokenizing.SpecialTokenFinder.of(tokenizer)  # counted for the report, parsed or not
     kind = opts.input_kind
     if kind == "text":
         return sequences.TextSequences(opts.text_field or "text", encode, bounds, finder)

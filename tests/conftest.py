@@ -19,6 +19,14 @@ from packcli.cli import app
 from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
 
 
+@pytest.fixture(scope="session", autouse=True)
+def start_up_cache(tmp_path_factory) -> Path:
+    """The start-up cache of every test run in a temporary directory, never the user's."""
+    path = tmp_path_factory.mktemp("packcli-cache")
+    os.environ["PACKCLI_CACHE_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def word_tokenizer(tmp_path_factory) -> Path:
     """Vocabulary of 300: ids fit in uint16. EOS is `</s>` (id 1), no pad (falls back to EOS)."""

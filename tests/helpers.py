@@ -33,6 +33,26 @@ def word_level_tokenizer(
     return path
 
 
+def unigram_tokenizer(path: Path, texts: list[str], vocab_size: int = 400) -> Path:
+    """A SentencePiece-style tokenizer (Unigram model, NFKC, Metaspace), trained on texts:
+    the family the tiktoken path cannot take (Llama 2, T5, Gemma)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    tok.train_from_iterator(texts, trainer)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    ).save_pretrained(str(path))
+    return path
+
+
 def random_texts(n: int, seed: int = 0, max_words: int = 60, vocab: int = 200) -> list[str]:
     """Documents of 1..max_words words from the word tokenizer's vocabulary."""
     rng = np.random.default_rng(seed)

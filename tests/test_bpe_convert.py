@@ -1,10 +1,8 @@
 """The conversion cache: one entry per tokenizer fingerprint, refusals included, rebuilt
 when damaged. What converts and what is refused is tested through make_encoder in
-tests/test_fastbpe.py."""
+tests/test_fastbpe.py; the cache itself in tests/test_tokcache.py."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from packcli import bpe_convert, fastbpe
 from packcli.tokenizing import BUNDLED_NAME, fingerprint, load_tokenizer
@@ -13,7 +11,7 @@ from packcli.tokenizing import BUNDLED_NAME, fingerprint, load_tokenizer
 def test_conversion_is_cached_per_fingerprint(tmp_path, monkeypatch):
     tok = load_tokenizer(BUNDLED_NAME)
     fastbpe.make_encoder(tok, "auto", cache_dir=tmp_path)
-    path = tmp_path / (fingerprint(tok).split(":")[1] + ".pkl")
+    path = tmp_path / "tiktoken" / (fingerprint(tok).split(":")[1] + ".pkl")
     assert path.is_file()
 
     def no_conversion(_):
@@ -35,8 +33,8 @@ def test_refusals_are_cached_too(word_tokenizer, tmp_path, monkeypatch):
     assert bpe_convert.load_or_convert(tok, tmp_path) == first
 
 
-def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert bpe_convert.default_cache_dir() == tmp_path / "packcli" / "tiktoken"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert bpe_convert.default_cache_dir() == Path.home() / ".cache" / "packcli" / "tiktoken"
+def test_exact_only_for_merge_lists_made_from_ranks(tmp_path):
+    """The bundled tokenizer's trained merge list has splits that are not merges: its
+    identity is shown on probes and samples, not by construction."""
+    conversion = bpe_convert.load_or_convert(load_tokenizer(BUNDLED_NAME), tmp_path)
+    assert isinstance(conversion, bpe_convert.Conversion) and not conversion.exact

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from helpers import random_texts, write_jsonl
+from helpers import load_rows, random_texts, real_segments, unigram_tokenizer, write_jsonl
 
 from packcli.errors import PackcliError
 from packcli.workers import WorkerPool, can_fork
@@ -108,11 +108,31 @@ def test_output_is_byte_identical_for_any_number_of_workers(tmp_path, packed, ki
         assert_same_files(outs[1], outs[w], ignore=("report.json",))
     reports = {w: json.loads((outs[w] / "report.json").read_text()) for w in outs}
     assert reports[1]["workers"] == {"kind": "threads", "count": 1}
-    # the HF tokenizer runs on its own threads; tiktoken and chat templates on processes
-    kind = "threads" if "hf" in options else "processes"
-    assert reports[3]["workers"] == {"kind": kind, "count": 3}
+    assert reports[3]["workers"] == {"kind": "processes", "count": 3}
     assert reports[3]["timings"]["tokenize"] > 0
     assert len({r["tokenizer_backend"] for r in reports.values()}) == 1
+
+
+def test_hf_backend_on_a_unigram_tokenizer_is_the_same_for_any_number_of_workers(tmp_path, packed):
+    """The HF backend tokenizes in processes; a SentencePiece-style tokenizer (which only
+    it can take) gives the same shards for every --workers, and the tokenizer's own ids."""
+    records = _records("text", 2600)
+    tokenizer = unigram_tokenizer(tmp_path / "unigram", [r["text"] for r in records])
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    common = ("--tokenizer", tokenizer, "--seq-len", 256, "--buffer-size", 500, "--mode", "concat", "--no-eos")
+    outs = {w: packed(path, *common, "--workers", w) for w in (1, 2, 3)}
+    for w in (2, 3):
+        assert_same_files(outs[1], outs[w], ignore=("report.json",))
+    reports = {w: json.loads((outs[w] / "report.json").read_text()) for w in outs}
+    assert {r["tokenizer_backend"] for r in reports.values()} == {"hf"}
+    assert reports[2]["workers"] == {"kind": "processes", "count": 2}
+    rows, _ = load_rows(outs[2])
+    from packcli.tokenizing import load_tokenizer
+
+    backend = load_tokenizer(str(tokenizer)).backend_tokenizer
+    want = [i for r in records for i in backend.encode(r["text"], add_special_tokens=False).ids]
+    got = [t for segment in real_segments(rows) for t in segment]
+    assert got == want
 
 
 def test_a_bad_record_found_in_a_worker_names_its_line(tmp_path, cli):

@@ -1,0 +1,93 @@
+"""Benchmark: start-up of `packcli pack` on a five-document file, warm start-up cache.
+
+    python scripts/bench_startup.py [--tokenizer bench-out/qwen-tokenizer] [--repeats 7]
+
+Times, in the same run and interleaved (the machine may be shared), the best of
+`--repeats` wall times of
+
+- baseline: `python -c "import numpy, pyarrow, numba, tokenizers"`, the libraries any run
+  of packcli needs at least;
+- warm: `python -m packcli pack five.jsonl --tokenizer T --seq-len 512` with the start-up
+  cache filled by one run before;
+- cold: the same with `--no-cache`,
+
+and prints warm / baseline and cold / baseline. Then `python -X importtime` of one warm
+run, summed by top-level package, shows where the import time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "import numpy, pyarrow, numba, tokenizers"
+
+
+def five_documents(path: Path) -> Path:
+    texts = [
+        "The quick brown fox jumps over the lazy dog. " * 20,
+        "def f(x):\n    return x * 2\n" * 30,
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+        "日本語のテキスト、中文文本。한국어 텍스트 " * 10,
+        "A short one.",
+    ]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def import_breakdown(cmd: list[str], env: dict, top: int) -> list[tuple[str, float]]:
+    """Seconds of import per top-level package, from -X importtime (self times summed)."""
+    result = subprocess.run(
+        [cmd[0], "-X", "importtime", *cmd[1:]], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    totals: dict[str, float] = defaultdict(float)
+    for line in result.stderr.decode().splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, _, name = line[len("import time:") :].split("|")
+        totals[name.strip().split(".")[0]] += int(self_us) / 1e6
+    return sorted(totals.items(), key=lambda item: -item[1])[:top]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", default=str(ROOT / "bench-out" / "qwen-tokenizer"))
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        corpus = five_documents(work / "five.jsonl")
+        env = {**os.environ, "PACKCLI_CACHE_DIR": str(work / "cache"), "PYTHONPATH": str(ROOT)}
+        pack = [sys.executable, "-m", "packcli", "pack", str(corpus), "--tokenizer", args.tokenizer]
+        pack += ["--seq-len", "512", "-o", str(work / "out"), "--overwrite"]
+        commands = {"baseline": [sys.executable, "-c", BASELINE], "warm": pack, "cold": [*pack, "--no-cache"]}
+        timed(pack, env)  # fills the cache (and numba's)
+        best = dict.fromkeys(commands, float("inf"))
+        for _ in range(args.repeats):
+            for name, cmd in commands.items():
+                best[name] = min(best[name], timed(cmd, env))
+        print(f"# {os.cpu_count()} cores, best of {args.repeats}, tokenizer {args.tokenizer}")
+        print(f'baseline `python -c "{BASELINE}"`: {best["baseline"]:.2f} s')
+        for name in ("warm", "cold"):
+            print(f"pack, {name} cache: {best[name]:.2f} s = {best[name] / best['baseline']:.2f}x the baseline")
+        print("import time of one warm run, by top-level package (self times summed):")
+        for package, seconds in import_breakdown(pack, env, 12):
+            print(f"  {package:24} {seconds:.3f} s")
+
+
+if __name__ == "__main__":
+    main()
