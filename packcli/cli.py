@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from packcli import __version__
-from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, ENGINES, FORMATS, MODES, REMAINDER_POLICIES
 from packcli.cli_options import (
     INPUT_OPTIONS,
     OUTPUT,
@@ -173,6 +173,22 @@ def pack(
             help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
         ),
     ] = None,
+    engine: Annotated[
+        str,
+        option(
+            panel=RUN,
+            show_default=True,
+            metavar=one_of(ENGINES),
+            help="Where the work runs: this process, or Ray tasks (pip install 'packcli[ray]'). Same bytes either way.",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        option(
+            panel=RUN,
+            help="With --engine ray: a running cluster (auto, ray://HOST:10001). (default: start one on this machine)",
+        ),
+    ] = None,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
@@ -194,6 +210,8 @@ def pack(
             overwrite=overwrite,
             resume=resume,
             tmp_dir=tmp_dir,
+            engine=engine,
+            ray_address=ray_address,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packcli import reading
+from packcli import reading, storage
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch
 from packcli.options import PackOptions
@@ -251,7 +251,7 @@ class InputProgress:
     """Bytes of the input done so far, and in all, for the progress bar's ETA (None for stdin)."""
 
     def __init__(self, paths: list[str]):
-        self.sizes = {p: os.path.getsize(p) for p in paths if p != "-"}
+        self.sizes = {p: storage.size(p) for p in paths if p != "-"}
         self.total = sum(self.sizes.values()) if "-" not in paths else None
         self.finished: set[str] = set()
         self.current: str | None = None

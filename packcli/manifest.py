@@ -261,6 +261,7 @@ class Report(RowSummary, total=False):
     spill: SpillSummary
     timings: dict[str, float]
     tokens_per_second: float
+    engine: dict[str, Any]  # local or ray; for ray: tasks, retries, workers, seconds per stage
 
 
 def build_report(

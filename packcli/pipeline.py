@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from packcli import __version__, outdir, reading
+from packcli import __version__, outdir, reading, remote_output, storage
 from packcli import spill as spilling
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
@@ -57,6 +57,9 @@ class Job:
     spill_bytes: int = 0
     spill_reused: bool = False
     histogram: np.ndarray | None = None  # packed segment lengths (bin), for the window cost
+    remote: storage.RemoteDir | None = None  # a remote --output; out_dir is then its local staging
+    published: int = 0  # shards uploaded to the remote output so far
+    engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
 
     @property
     def run_id(self) -> str:
@@ -75,7 +78,7 @@ class Outcome:
 
     stats: RowStats
     counts: IngestCounts = field(default_factory=IngestCounts)
-    bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
+    bad: BadRecordCounts = field(default_factory=lambda: bad_dict(None))
     remainder_tokens: int = 0
     shards: list[ShardInfo] = field(default_factory=list)
 
@@ -98,29 +101,43 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     try:
         if job.finished:
             stream.close()
-            return _finished_report(job.out_dir)
+            return _finished_report(job)
         with signals_raise():
-            outcome = _execute(job, stream, bad, paths, timer, progress)
+            if opts.engine == "ray":
+                stream.close()  # it checked the first batch and chose the backend; tasks read the rest
+                from packcli.engine_ray_driver import execute_ray
+
+                outcome = execute_ray(job, paths, timer, progress)
+            else:
+                outcome = _execute(job, stream, bad, paths, timer, progress)
             report = _report(job, outcome, stream.processes, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
     finally:
         stream.close()
         job.lock.release()
+        if job.remote is not None and (job.finished or _complete(job)):
+            outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
+
+
+def _complete(job: Job) -> bool:
+    return (job.out_dir / "manifest.json").is_file()
 
 
 def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     """Claim the output directory; on --resume, check it is this run's and keep what is done."""
-    out_dir = Path(opts.output)
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
     identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+    if storage.is_remote(opts.output):
+        return _open_remote_job(opts, setup, identity, rows_per_shard)
+    out_dir = Path(storage.local_path(opts.output))
     lock = outdir.claim_output(out_dir)
     try:
         job = Job(opts, setup, out_dir, lock, identity, rows_per_shard)
         if opts.resume and outdir.has_entries(out_dir):
             outdir.check_resumable(out_dir, identity)
             job.finished = (out_dir / "manifest.json").is_file()
-            if not job.finished:
+            if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 job.done_shards = outdir.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
             outdir.prepare_output(out_dir, opts.overwrite)
@@ -129,6 +146,33 @@ def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     except BaseException:
         lock.release(remove=False)
         raise
+
+
+def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, Any], rows_per_shard: int) -> Job:
+    """A remote --output: the lock and the shards being built live in a local staging directory."""
+    remote = storage.RemoteDir(opts.output)
+    staging = storage.staging_dir(opts.output, opts.tmp_dir)
+    lock = outdir.claim_output(staging)
+    try:
+        job = Job(opts, setup, staging, lock, identity, rows_per_shard, remote=remote)
+        if opts.resume and remote.names():
+            remote_output.check_resumable(remote, identity)
+            job.finished = remote.exists("manifest.json")
+            if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
+                name = lambda i: shard_name(i, opts.format)  # noqa: E731
+                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name)
+        else:
+            remote_output.prepare(remote, staging, identity, opts.overwrite)
+        return job
+    except BaseException:
+        lock.release(remove=False)
+        raise
+
+
+def publish(job: Job, shards: list[ShardInfo]) -> None:
+    """Finished shards of a remote output go up as each completes."""
+    if job.remote is not None and len(shards) > job.published:
+        job.published = remote_output.publish(job.remote, job.out_dir, shards, job.published, job.done_shards)
 
 
 def _execute(
@@ -141,25 +185,34 @@ def _execute(
         job.out_dir, opts.format, opts.seq_len, job.rows_per_shard, job.setup.vocab_size, job.done_shards
     )
     try:
-        refuse_pad = (
-            opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
-        )
-        segmenter = Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts)
-        chunks = segments(stream, segmenter, paths, progress)
+        chunks = segments(stream, make_segmenter(opts, job.setup, outcome.counts), paths, progress)
         if opts.buffer_size is None:
             _one_plan(job, chunks, outcome, writer, bad, timer)
         else:
             _windows(job, chunks, outcome, writer, timer)
-            outcome.bad = _bad_dict(bad)
-        if outcome.counts.sequences_in == 0:
-            skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
-            raise PackcliError(f"no documents to pack in the input{skipped}")
+            outcome.bad = bad_dict(bad)
+        check_documents(outcome)
         with timer.stage("write"):
             outcome.shards = outdir.guarded(job.out_dir, writer.close)
+            publish(job, outcome.shards)
         return outcome
     except BaseException:
         writer.abort()
         raise
+
+
+def make_segmenter(opts: PackOptions, setup: TokenSetup, counts: IngestCounts) -> Segmenter:
+    """The segmenter both engines run: an explicit --pad-id other than EOS/BOS is refused in data."""
+    refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id) else None
+    return Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, counts)
+
+
+def check_documents(outcome: Outcome) -> None:
+    if outcome.counts.sequences_in == 0:
+        skipped = outcome.bad["skipped"]
+        raise PackcliError(
+            f"no documents to pack in the input{f' ({skipped:,} bad records skipped)' if skipped else ''}"
+        )
 
 
 def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, bad: BadRecords, timer: Timer) -> None:
@@ -170,7 +223,7 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
         outcome.counts = IngestCounts(**spill.meta["counts"])
         outcome.bad = spill.meta["bad"]
     else:
-        spill = _spill_all(job, chunks, timer, lambda: {"counts": outcome.counts.to_dict(), "bad": _bad_dict(bad)})
+        spill = _spill_all(job, chunks, timer, lambda: {"counts": outcome.counts.to_dict(), "bad": bad_dict(bad)})
         outcome.bad = spill.meta["bad"]
     job.spill_bytes = spilling.spill_size(job.spill_dir)
     try:
@@ -211,11 +264,7 @@ def _plan_and_write(
     opts = job.opts
     with timer.stage("plan"):
         plan = plan_window(spill.lengths, opts.plan_settings(), index, final)
-    if opts.mode == "bin":
-        counts = np.bincount(plan.piece_len, minlength=opts.seq_len + 1)[: opts.seq_len + 1]
-        job.histogram = counts if job.histogram is None else job.histogram + counts
-    outcome.remainder_tokens += plan.remainder_tokens
-    job.windows += 1
+    account_plan(job, outcome, plan)
     pad_id = job.setup.pad_id
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
@@ -225,9 +274,20 @@ def _plan_and_write(
             with timer.stage("write"):
                 outcome.stats.add(rows)
                 outdir.guarded(job.out_dir, writer.add, rows)
+                publish(job, writer.shards)
     finally:
         built.close()
     return plan
+
+
+def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
+    """What the report needs from a plan: the packed lengths (bin) and the remainder."""
+    seq_len = job.opts.seq_len
+    if job.opts.mode == "bin":
+        counts = np.bincount(plan.piece_len, minlength=seq_len + 1)[: seq_len + 1]
+        job.histogram = counts if job.histogram is None else job.histogram + counts
+    outcome.remainder_tokens += plan.remainder_tokens
+    job.windows += 1
 
 
 def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, timer: Timer) -> None:
@@ -309,7 +369,7 @@ def _tail(spill: Spill, plan: RowPlan, seq_len: int) -> Chunk | None:
     return tokens, lengths, learned
 
 
-def _bad_dict(bad: BadRecords | None) -> BadRecordCounts:
+def bad_dict(bad: BadRecords | None) -> BadRecordCounts:
     """The reader's tally for the report and the spill record (None: nothing read yet)."""
     if bad is None:
         return {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
@@ -329,7 +389,7 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
     if opts.mode == "bin":
         one = bfd_rows_from_counts(job.histogram, opts.seq_len) if job.histogram is not None else 0
         buffer = buffer_section(opts, summary, windows=job.windows, bfd_rows_in_one_window=one)
-    return build_report(
+    report = build_report(
         opts,
         job.setup,
         summary=summary,
@@ -343,6 +403,10 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
         timings=timer.seconds,
         total_seconds=total,
     )
+    report["engine"] = job.engine
+    if "workers" in job.engine:
+        report["workers"] = job.engine["workers"]
+    return report
 
 
 def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
@@ -364,13 +428,19 @@ def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     out = job.out_dir
     outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
     outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
+    if job.remote is not None:
+        remote_output.finish(job.remote, out)
     remove_spill(job.spill_dir)
 
 
-def _finished_report(out_dir: Path) -> Report:
+def _finished_report(job: Job) -> Report:
     """--resume on a run that had finished: nothing to do, the same report again."""
-    sys.stderr.write(f"{out_dir} is already complete; nothing to resume\n")
-    report: Report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    where = str(job.remote) if job.remote is not None else str(job.out_dir)
+    sys.stderr.write(f"{where} is already complete; nothing to resume\n")
+    if job.remote is not None:
+        remote_report: Report = job.remote.read_json("report.json")
+        return remote_report
+    report: Report = json.loads((job.out_dir / "report.json").read_text(encoding="utf-8"))
     return report
 
 
@@ -384,6 +454,14 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
-    for name in ("workers", "overwrite", "resume", "output", "tmp_dir"):  # none of them changes the shards
+    for name in (
+        "workers",
+        "overwrite",
+        "resume",
+        "output",
+        "tmp_dir",
+        "engine",
+        "ray_address",
+    ):  # none changes the shards
         resolved.pop(name)
     return resolved

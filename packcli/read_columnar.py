@@ -3,7 +3,6 @@ path for both: columns checked once, rows validated as JSON records are, ids kep
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.read_checks import INT64_MAX, VALIDATORS, RecordProblem, Validator, key_list, one_line
 from packcli.read_records import (
@@ -209,15 +209,16 @@ def read_record_parquet(
     path: str, fields: Mapping[str, str], builder: BatchBuilder, report: Report, bad: BadRecords
 ) -> Iterator[RecordBatch]:
     try:  # pre-buffering keeps every row group read: memory would grow with the file
-        parquet = pq.ParquetFile(path, pre_buffer=False)
+        source = storage.open_input(path) if storage.is_remote(path) else path
+        parquet = pq.ParquetFile(source, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
-        if isinstance(e, FileNotFoundError) or not os.path.exists(path):
+        if isinstance(e, FileNotFoundError) or not storage.exists(path):
             raise PackcliError(f"{path}: cannot open (No such file or directory)") from None
-        if os.path.isfile(path) and os.path.getsize(path) == 0:
+        if storage.size(path) == 0:
             return  # an empty file simply holds no records
         raise PackcliError(f"{path}: cannot read Parquet file ({one_line(e)})") from None
     try:
-        size, total_rows = os.path.getsize(path), max(1, parquet.metadata.num_rows)
+        size, total_rows = storage.size(path), max(1, parquet.metadata.num_rows)
         batches = parquet.iter_batches(
             batch_size=_parquet_batch_rows(parquet, builder.batch_size), columns=list(fields)
         )
@@ -250,8 +251,11 @@ def read_record_arrow(
 ) -> Iterator[RecordBatch]:
     """Arrow IPC, the stream format `datasets.save_to_disk` writes or the file format, memory-mapped."""
     try:
-        size = os.path.getsize(path)
-        source = pa.memory_map(path) if size else None
+        size = storage.size(path)
+        if storage.is_remote(path):
+            source = pa.PythonFile(storage.open_input(path), mode="r") if size else None
+        else:
+            source = pa.memory_map(path) if size else None
     except (pa.ArrowException, OSError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else one_line(e)
         raise PackcliError(f"{path}: cannot open ({reason})") from None

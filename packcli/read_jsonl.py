@@ -7,7 +7,6 @@ import contextlib
 import gzip
 import io
 import json
-import os
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 import zstandard
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.read_checks import Check, RecordProblem, check_encodable, describe, key_list, one_line
 from packcli.read_inputs import STDIN
@@ -84,7 +84,7 @@ def open_stream(path: str, closing: contextlib.ExitStack) -> tuple[BinaryStream,
     if path == STDIN:
         return sys.stdin.buffer, None, None  # not ours to close
     try:
-        raw = closing.enter_context(open(path, "rb"))
+        raw = closing.enter_context(storage.open_input(path))
     except OSError as e:
         raise PackcliError(f"{path}: cannot open ({e.strerror or one_line(e)})") from None
     lowered = path.lower()
@@ -197,7 +197,7 @@ def read_record_jsonl(
     with contextlib.ExitStack() as closing:
         stream, compression, raw_file = open_stream(path, closing)
         if raw_file is not None:
-            builder.consumed = position_of(raw_file, os.path.getsize(path))
+            builder.consumed = position_of(raw_file, storage.size(path))
         yield from read_lines(stream_lines(stream, compression, builder.source), checks, builder, report, bad)
     yield from builder.rest()
 

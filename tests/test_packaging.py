@@ -265,12 +265,19 @@ def _plot(parquet_out, monkeypatch):
     render.matplotlib_figure()
 
 
+def _remote_url(parquet_out, monkeypatch):
+    from packcli import storage
+
+    storage.filesystem("s3://bucket/key")
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
     ("hf", "load"): _hf_load_parquet,
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("render", "matplotlib_figure"): _plot,
+    ("storage", "filesystem"): _remote_url,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 
