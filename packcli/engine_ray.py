@@ -96,7 +96,7 @@ def _attempt(spill_dir: str, stage: str, index: int) -> None:
     (attempts / f"{stage}-{index:05d}-{os.getpid()}-{time.monotonic_ns()}").touch()
 
 
-def _maybe_fail(stage: str, index: int) -> None:
+def maybe_fail(stage: str, index: int) -> None:
     faults = os.environ.get(FAULT_ENV)
     if not faults or not (Path(faults) / f"arm-{stage}-{index}").exists():
         return
@@ -147,7 +147,7 @@ def spill_part(opts: Any, paths: list[str], part_dir: str, spill_dir: str, index
             with timer.stage("spill"):
                 writer.append(tokens, lengths, learned)
             if n == 0:
-                _maybe_fail("spill", index)
+                maybe_fail("spill", index)
         meta = {"run_id": run_id, "counts": counts.to_dict(), "bad": pipeline.bad_dict(bad), "timings": timer.seconds}
         with timer.stage("spill"):
             return writer.finish(meta).meta
@@ -241,7 +241,7 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
             if writer is not None:
                 writer.add(rows)
                 if n == 0:
-                    _maybe_fail("shard", index)
+                    maybe_fail("shard", index)
     finally:
         spill.close()
     info = recorded or _publish(job, writer, index, name, ledger)
@@ -265,7 +265,7 @@ def _task_dir(job: ShardJob, index: int) -> Path:
     """Where a task builds its shard: next to the output, or in this node's temporary
     directory for a remote output. Emptied first: a killed attempt may have left a part."""
     base = Path(tempfile.gettempdir()) if storage.is_remote(job.output) else Path(job.output)
-    where = base / f".shard-{index:05d}.task-{os.getpid()}"
+    where = base / f".shard-{index:05d}.task"
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     return where

@@ -55,6 +55,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
     timer.seconds["write"] += wall["write"]
     outcome.stats = tasks.merge_stats(opts.seq_len, results)

@@ -64,9 +64,9 @@ def filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path inside it) for a URL."""
     check_url(url)
     with needs_extra("remote", "object-store paths need fsspec"):
-        from fsspec.core import url_to_fs
+        import fsspec
     try:
-        return url_to_fs(url)
+        return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
         raise PackcliError(f"{redact(url)}: no filesystem for this URL ({exc})") from None
 

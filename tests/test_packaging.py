@@ -271,6 +271,12 @@ def _remote_url(parquet_out, monkeypatch):
     storage.filesystem("s3://bucket/key")
 
 
+def _ray_engine(parquet_out, monkeypatch):
+    from packcli import engine_ray
+
+    engine_ray.connect(None, 1)
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
@@ -278,6 +284,7 @@ TRIGGERS = {
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("render", "matplotlib_figure"): _plot,
     ("storage", "filesystem"): _remote_url,
+    ("engine_ray", "connect"): _ray_engine,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

@@ -4,49 +4,17 @@ the same run on a local disk; the rules a remote output keeps; URLs never carry 
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import random_texts, write_jsonl
-from moto.server import ThreadedMotoServer
 
 from packcli import storage
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.pipeline import run_pack
-
-BUCKET = "corpus"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 in server mode on a free port; s3fs and boto3 find it through the standard
-    AWS_* environment, with dummy credentials."""
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    patch = pytest.MonkeyPatch()
-    for name, value in {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        patch.setenv(name, value)
-    boto3.client("s3").create_bucket(Bucket=BUCKET)
-    yield boto3.client("s3")
-    patch.undo()
-    server.stop()
 
 
 def _upload(client, local: Path, key: str) -> str:
@@ -66,6 +34,9 @@ def corpus(tmp_path_factory, s3_server):
     for path in sorted(root.iterdir()):
         _upload(s3_server, path, f"in/{path.name}")
     return root
+
+
+BUCKET = "corpus"  # conftest's s3_server creates it
 
 
 def _pack(inputs: list[str], output: str, tokenizer: Path, **extra) -> dict:
