@@ -333,8 +333,9 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
     """Raw input when no path is a packed output; usage errors for a mix, or for options
     that only raw input takes given with packed outputs."""
     from packcli.stats import is_packed_output
+    from packcli.storage import is_remote_output
 
-    packed = [is_packed_output(path) for path in paths]
+    packed = [is_packed_output(path) or is_remote_output(path) for path in paths]
     if any(packed) and not all(packed):
         raise PackcliError(
             f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
@@ -353,11 +354,13 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
     from packcli import render
     from packcli.stats import dir_stats, is_packed_output
+    from packcli.storage import fetched_output
 
     reports, histograms = [], []
     for path in paths:
         try:
-            report, hists = dir_stats(path)
+            with fetched_output(path) as local:
+                report, hists = dir_stats(local)
         except PackcliError as exc:
             from pathlib import Path
 
@@ -409,9 +412,11 @@ def verify(
     """Check every shard against the manifest and every row invariant; exit 1 on the first violation."""
     with _errors(debug):
         from packcli import render
+        from packcli.storage import fetched_output
         from packcli.verify import verify_dir
 
-        summary = verify_dir(path)
+        with fetched_output(path) as local:
+            summary = verify_dir(local)
         if json_output:
             sys.stdout.write(render.to_json(summary))
             return

@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -208,3 +209,27 @@ class RemoteDir:
     def write_json(self, name: str, data: Any) -> None:
         with self.fs.open(self._path(name), "wb") as f:
             f.write((json.dumps(data, indent=2) + "\n").encode("utf-8"))
+
+
+def is_remote_output(path: str) -> bool:
+    """A URL that holds a complete packcli output (its manifest.json)."""
+    return is_remote(path) and RemoteDir(path).exists("manifest.json")
+
+
+@contextmanager
+def fetched_output(path: str) -> Iterator[str]:
+    """A remote packed output as a local copy, for `verify` and `stats` (removed after);
+    a local path as it is."""
+    if not is_remote(path):
+        yield path
+        return
+    remote = RemoteDir(path)
+    if not remote.exists("manifest.json"):
+        raise PackcliError(f"{remote}: no manifest.json, so this is not a complete packcli output")
+    with tempfile.TemporaryDirectory(prefix="packcli-fetch-") as tmp:
+        local = Path(tmp) / "out"
+        local.mkdir()
+        for name in remote.names():
+            if not name.startswith("."):
+                remote.get(name, local / name)
+        yield str(local)

@@ -60,7 +60,7 @@ def _without_paths(manifest: bytes) -> dict:
 
 
 @pytest.mark.parametrize(("fmt", "mode"), [("parquet", "bin"), ("npy", "concat")])
-def test_s3_round_trip_is_byte_identical_to_a_local_run(s3_server, corpus, word_tokenizer, tmp_path, fmt, mode):
+def test_s3_round_trip_is_byte_identical_to_a_local_run(s3_server, corpus, word_tokenizer, tmp_path, fmt, mode, cli):
     extra = {"format": fmt, "mode": mode, "rows_per_shard": 16, "shuffle": True, "seed": 7}
     _pack([str(corpus)], str(tmp_path / "local"), word_tokenizer, **extra)
     prefix = f"out-{fmt}/"
@@ -72,6 +72,12 @@ def test_s3_round_trip_is_byte_identical_to_a_local_run(s3_server, corpus, word_
     assert _without_paths(remote["manifest.json"]) == _without_paths((tmp_path / "local/manifest.json").read_bytes())
     assert json.loads(remote["report.json"])["rows"] == report["rows"]
     assert not storage.staging_dir(f"s3://{BUCKET}/{prefix}", None).exists()  # staging removed once uploaded
+    url = f"s3://{BUCKET}/{prefix}"
+    verified = cli("verify", url)
+    assert verified.exit_code == 0 and url in verified.stdout, verified.output
+    stats = cli("stats", url, "--json")
+    assert stats.exit_code == 0, stats.output
+    assert json.loads(stats.stdout)["rows"] == report["rows"]
 
 
 def test_a_non_empty_remote_output_needs_overwrite_or_resume(s3_server, corpus, word_tokenizer):
