@@ -7,6 +7,7 @@ engine) and nothing that grows with the tokens; the tasks are in engine_ray.py.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,11 @@ def _spill_parts(ray: Any, job: Job, paths: list[str], progress: Progress | None
         tasks.clear(spill_dir)
     tasks.remove_attempts(spill_dir)
     remote = ray.remote(tasks.spill_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    opts = job.opts
+    if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
+        opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
     refs = {
-        remote.remote(job.opts, [path], str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
+        remote.remote(opts, [path], str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
         for i, path in enumerate(paths)
         if i not in kept
     }

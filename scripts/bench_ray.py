@@ -16,6 +16,10 @@ keeps its best time (the machine may be shared).
   with `ray.init(num_cpus=cores)`: what a user with a cluster up sees.
 - ray, own cluster: `--engine ray` starting and stopping its local cluster in the run
   (start-up counted; it dominates small corpora).
+
+`--plan-sequences N` also measures the driver's memory for a plan of N sequences (the
+model of docs/scale-out.md): `plan_window` plus the row order the shard tasks get, traced
+with tracemalloc (NumPy reports its buffers to it), in bytes per sequence.
 """
 
 from __future__ import annotations
@@ -76,6 +80,31 @@ def run(corpus: Path, out: Path, tokenizer: str, extra: list[str]) -> tuple[floa
     return seconds, json.loads(done.stdout)
 
 
+def plan_memory(n: int) -> None:
+    import tracemalloc
+
+    import numpy as np
+
+    from packcli.plan import PlanSettings, plan_window
+
+    lengths = np.random.default_rng(0).integers(1, 2048, n).astype(np.int64)
+    for mode in ("bin", "concat"):
+        settings = PlanSettings(seq_len=2048, mode=mode, shuffle=True)
+        plan_window(lengths[:1000], settings, 0, True)  # compiled before it is measured
+        tracemalloc.start()
+        start = time.perf_counter()
+        plan = plan_window(lengths, settings, 0, True)
+        order = np.argsort(plan.row, kind="stable")
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        held = sum(a.nbytes for a in (plan.piece_start, plan.piece_len, plan.source, plan.row, plan.offset, order))
+        print(
+            f"plan {mode}: {n:,} sequences, {len(plan.row):,} pieces: {held / n:.1f} bytes/sequence held, "
+            f"{peak / n:.1f} at peak (+8 for the lengths), {seconds:.1f} s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default="packcli:demo")
@@ -84,7 +113,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="~1M words, 1 round")
     parser.add_argument("--no-own-cluster", action="store_true", help="skip the run that starts its own cluster")
+    parser.add_argument("--plan-sequences", type=float, default=0, help="also measure a plan of this many sequences")
     args = parser.parse_args()
+    if args.plan_sequences:
+        sys.path.insert(0, str(ROOT))
+        plan_memory(int(args.plan_sequences))
     if args.quick:
         args.tokens, args.rounds = 1e6, 1
     import ray
