@@ -42,6 +42,15 @@ MAX_RETRIES = 3
 
 
 @dataclass(frozen=True)
+class Part:
+    """A part of the input one task reads: a file, or row groups [lo, hi) of a Parquet file."""
+
+    path: str
+    groups: tuple[int, int] | None = None
+    bytes: int = 0  # about how much of the input it is, for the progress bar
+
+
+@dataclass(frozen=True)
 class ShardJob:
     """What every shard task shares (shipped once through the object store)."""
 
@@ -117,6 +126,38 @@ def input_size(path: str) -> int:
         return 0
 
 
+def split_inputs(paths: list[str], part_bytes: int) -> list[Part]:
+    """Files in order, a Parquet file cut into runs of row groups of at least `part_bytes`
+    (uncompressed): decided from the files alone, so a resumed run finds the same parts."""
+    parts = []
+    for path in paths:
+        size = input_size(path)
+        groups = _parquet_groups(path) if path.lower().endswith(".parquet") and size > part_bytes else []
+        if len(groups) < 2:
+            parts.append(Part(path, None, size))
+            continue
+        total, lo, held = sum(groups), 0, 0
+        for index, group_bytes in enumerate(groups):
+            held += group_bytes
+            if held >= part_bytes or index == len(groups) - 1:
+                parts.append(Part(path, (lo, index + 1), size * held // max(1, total)))
+                lo, held = index + 1, 0
+    return parts
+
+
+def _parquet_groups(path: str) -> list[int]:
+    """Uncompressed bytes of each row group; none when the file cannot be read (the task
+    that reads it then fails with the reader's own message)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with storage.open_input(path) as f:
+            meta = pq.ParquetFile(f).metadata
+            return [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+    except Exception:
+        return []
+
+
 def count_attempts(spill_dir: Path) -> int:
     attempts = spill_dir / ATTEMPTS_DIR
     return sum(1 for _ in attempts.iterdir()) if attempts.is_dir() else 0
@@ -125,8 +166,9 @@ def count_attempts(spill_dir: Path) -> int:
 # ----------------------------------------------------------------------------- spill parts
 
 
-def spill_part(opts: Any, paths: list[str], part_dir: str, spill_dir: str, index: int, run_id: str) -> dict[str, Any]:
-    """Read, tokenize and segment `paths` into one spill part; its record is the ledger entry."""
+def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int, run_id: str) -> dict[str, Any]:
+    """Read, tokenize and segment one part of the input into one spill part; its record is
+    the ledger entry."""
     from packcli import pipeline
     from packcli.ingest import IngestCounts, TokenStream, segments, use_workers
     from packcli.reading import BadRecords
@@ -139,7 +181,8 @@ def spill_part(opts: Any, paths: list[str], part_dir: str, spill_dir: str, index
     use_workers(1)
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
     setup = setup_tokens(opts)
-    stream = TokenStream(opts, setup, paths, bad, timer)
+    paths = [part.path]
+    stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.groups} if part.groups else None)
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
     try:
         chunks = segments(stream, pipeline.make_segmenter(opts, setup, counts), paths)

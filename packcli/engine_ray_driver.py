@@ -24,6 +24,8 @@ from packcli.report import RowStats
 from packcli.shards import ShardInfo
 from packcli.spill import LENGTHS_FILE, spill_size
 
+PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
+
 
 def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
     ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)
@@ -39,18 +41,19 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     outcome = Outcome(stats=RowStats(opts.seq_len))
     wall: dict[str, float] = {}
     begin = time.perf_counter()
-    metas, reused = _spill_parts(ray, job, paths, progress)
+    parts = tasks.split_inputs(paths, PART_BYTES)
+    metas, reused = _spill_parts(ray, job, parts, progress)
     wall["spill"] = time.perf_counter() - begin
-    job.spill_reused = reused == len(paths)
+    job.spill_reused = reused == len(parts)
     outcome.counts, outcome.bad = _merged_counts(metas), _merged_bad(metas)
     for meta in metas:
         for stage, seconds in meta.get("timings", {}).items():
             timer.seconds[stage] += seconds
     check_documents(outcome)
-    job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(paths)))
+    job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     begin = time.perf_counter()
     with timer.stage("plan"):
-        lengths = [np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(paths))]
+        lengths = [np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))]
         plan = plan_window(np.concatenate(lengths), opts.plan_settings(), 0, True)
     account_plan(job, outcome, plan)
     wall["plan"] = time.perf_counter() - begin
@@ -64,8 +67,9 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     attempts = tasks.count_attempts(spill_dir)
     job.engine = {
         "name": "ray",
-        "tasks": len(paths) - reused + len(results),
-        "retries": max(0, attempts - (len(paths) - reused) - len(results)),
+        "tasks": len(parts) - reused + len(results),
+        "retries": max(0, attempts - (len(parts) - reused) - len(results)),
+        "parts": len(parts),
         "parts_reused": reused,
         "workers": {"kind": "ray", "count": int(ray.cluster_resources().get("CPU", 0)), "nodes": len(ray.nodes())},
         "seconds": {k: round(v, 4) for k, v in wall.items()},
@@ -73,10 +77,12 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     return outcome
 
 
-def _spill_parts(ray: Any, job: Job, paths: list[str], progress: Progress | None) -> tuple[list[dict[str, Any]], int]:
-    """One task per input file; a resumed run keeps the complete parts of the same run."""
+def _spill_parts(
+    ray: Any, job: Job, parts: list[tasks.Part], progress: Progress | None
+) -> tuple[list[dict[str, Any]], int]:
+    """One task per part of the input; a resumed run keeps the complete parts of the same run."""
     spill_dir = job.spill_dir
-    kept = tasks.complete_parts(spill_dir, len(paths), job.run_id) if job.opts.resume else {}
+    kept = tasks.complete_parts(spill_dir, len(parts), job.run_id) if job.opts.resume else {}
     if not kept:
         tasks.clear(spill_dir)
     tasks.remove_attempts(spill_dir)
@@ -85,23 +91,23 @@ def _spill_parts(ray: Any, job: Job, paths: list[str], progress: Progress | None
     if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
         opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
     refs = {
-        remote.remote(opts, [path], str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
-        for i, path in enumerate(paths)
+        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
+        for i, part in enumerate(parts)
         if i not in kept
     }
     metas = dict(kept)
     pending = list(refs)
-    total = sum(tasks.input_size(p) for p in paths)
-    done_bytes = sum(tasks.input_size(paths[i]) for i in kept)
+    total = sum(part.bytes for part in parts)
+    done_bytes = sum(parts[i].bytes for i in kept)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         (meta,) = tasks.resolved(ray, ready)
         index = refs[ready[0]]
         metas[index] = meta
-        done_bytes += tasks.input_size(paths[index])
+        done_bytes += parts[index].bytes
         if progress is not None:
             progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
-    return [metas[i] for i in range(len(paths))], len(kept)
+    return [metas[i] for i in range(len(parts))], len(kept)
 
 
 def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:

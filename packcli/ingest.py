@@ -194,13 +194,27 @@ class TokenStream:
     the tokenizer backend on it, so a refusal leaves the output as it was. Iterating
     forks the workers (before any thread of ours starts) and starts the threads."""
 
-    def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad: BadRecords, timer: Timer):
+    def __init__(
+        self,
+        opts: PackOptions,
+        setup: TokenSetup,
+        paths: list[str],
+        bad: BadRecords,
+        timer: Timer,
+        row_groups: dict[str, tuple[int, int]] | None = None,
+    ):
+        """row_groups: read only these row groups of a Parquet path (a part of the file)."""
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
         try:
             self.records = reading.read_batches(
-                paths, setup.builder.fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+                paths,
+                setup.builder.fields,
+                batch_size=READ_BATCH,
+                on_bad_record=opts.on_bad_record,
+                bad=bad,
+                row_groups=row_groups,
             )
             self.cleanup.callback(self.records.close)
             forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken

@@ -188,10 +188,12 @@ def _read_columnar(
     builder: BatchBuilder,
     report: Report,
     bad: BadRecords,
+    first_row: int = 0,
 ) -> Iterator[RecordBatch]:
-    """Parquet and Arrow alike: Arrow record batches of at most batch_size rows."""
+    """Parquet and Arrow alike: Arrow record batches of at most batch_size rows; rows are
+    numbered from `first_row` (a part of a file starts where its first row group does)."""
     _check_columns(path, schema, fields)
-    row = 0
+    row = first_row
     while True:
         try:
             batch = next(batches)
@@ -206,8 +208,14 @@ def _read_columnar(
 
 
 def read_record_parquet(
-    path: str, fields: Mapping[str, str], builder: BatchBuilder, report: Report, bad: BadRecords
+    path: str,
+    fields: Mapping[str, str],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    groups: tuple[int, int] | None = None,
 ) -> Iterator[RecordBatch]:
+    """The whole file, or row groups [lo, hi) of it (`groups`, a part of the file)."""
     try:  # pre-buffering keeps every row group read: memory would grow with the file
         source = storage.open_input(path) if storage.is_remote(path) else path
         parquet = pq.ParquetFile(source, pre_buffer=False)
@@ -219,9 +227,13 @@ def read_record_parquet(
         raise PackcliError(f"{path}: cannot read Parquet file ({one_line(e)})") from None
     try:
         size, total_rows = storage.size(path), max(1, parquet.metadata.num_rows)
-        batches = parquet.iter_batches(
-            batch_size=_parquet_batch_rows(parquet, builder.batch_size), columns=list(fields)
-        )
+        rows = _parquet_batch_rows(parquet, builder.batch_size)
+        first_row = 0
+        if groups is None:
+            batches = parquet.iter_batches(batch_size=rows, columns=list(fields))
+        else:
+            first_row = sum(parquet.metadata.row_group(i).num_rows for i in range(groups[0]))
+            batches = parquet.iter_batches(batch_size=rows, columns=list(fields), row_groups=range(*groups))
         done = [0]
 
         def counted() -> Iterator[pa.RecordBatch]:
@@ -230,7 +242,8 @@ def read_record_parquet(
                 done[0] += batch.num_rows
 
         builder.consumed = lambda: size * done[0] // total_rows
-        yield from _read_columnar(path, "Parquet", parquet.schema_arrow, counted(), fields, builder, report, bad)
+        schema = parquet.schema_arrow
+        yield from _read_columnar(path, "Parquet", schema, counted(), fields, builder, report, bad, first_row)
     finally:
         close = getattr(parquet, "close", None)
         if close is not None:

@@ -190,3 +190,22 @@ def test_engine_options_are_checked(word_tokenizer, tmp_path):
         _pack([tmp_path], tmp_path / "o", word_tokenizer, ray_address="auto")
     with pytest.raises(PackcliError, match="--engine must be one of local, ray"):
         _pack([tmp_path], tmp_path / "o", word_tokenizer, engine="spark")
+
+
+def test_a_large_parquet_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
+    """Row groups as parts: the same bytes as one local read, rows named by their place in
+    the whole file."""
+    from packcli import engine_ray_driver
+
+    texts = random_texts(300, seed=5, max_words=70)
+    pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=40)
+    monkeypatch.setattr(engine_ray_driver, "PART_BYTES", 1)  # every row group a part
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "shuffle": True}
+    _pack([tmp_path / "big.parquet"], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([tmp_path / "big.parquet"], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    assert report["engine"]["parts"] == 8
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    texts[203] = None  # a bad row in the sixth row group
+    pq.write_table(pa.table({"text": texts}), tmp_path / "bad.parquet", row_group_size=40)
+    with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.parquet'} row 203: "):
+        _pack([tmp_path / "bad.parquet"], tmp_path / "bad", word_tokenizer, engine="ray")
