@@ -43,10 +43,11 @@ MAX_RETRIES = 3
 
 @dataclass(frozen=True)
 class Part:
-    """A part of the input one task reads: a file, or row groups [lo, hi) of a Parquet file."""
+    """A part of the input one task reads: a file, row groups (lo, hi) of a Parquet file, or
+    (start byte, end byte, first line number) of a plain JSON Lines file."""
 
     path: str
-    groups: tuple[int, int] | None = None
+    section: tuple[int, ...] | None = None
     bytes: int = 0  # about how much of the input it is, for the progress bar
 
 
@@ -127,22 +128,51 @@ def input_size(path: str) -> int:
 
 
 def split_inputs(paths: list[str], part_bytes: int) -> list[Part]:
-    """Files in order, a Parquet file cut into runs of row groups of at least `part_bytes`
-    (uncompressed): decided from the files alone, so a resumed run finds the same parts."""
+    """Files in order; a file over `part_bytes` cut into parts of about that size: a Parquet
+    file by runs of row groups, a plain JSON Lines file at line starts. Decided from the
+    files alone, so a resumed run finds the same parts."""
     parts = []
     for path in paths:
         size = input_size(path)
-        groups = _parquet_groups(path) if path.lower().endswith(".parquet") and size > part_bytes else []
-        if len(groups) < 2:
+        lowered = path.lower()
+        if size > part_bytes and lowered.endswith(".parquet"):
+            parts.extend(_parquet_parts(path, size, part_bytes))
+        elif size > part_bytes and lowered.endswith(".jsonl"):
+            parts.extend(_jsonl_parts(path, size, part_bytes))
+        else:
             parts.append(Part(path, None, size))
-            continue
-        total, lo, held = sum(groups), 0, 0
-        for index, group_bytes in enumerate(groups):
-            held += group_bytes
-            if held >= part_bytes or index == len(groups) - 1:
-                parts.append(Part(path, (lo, index + 1), size * held // max(1, total)))
-                lo, held = index + 1, 0
     return parts
+
+
+def _parquet_parts(path: str, size: int, part_bytes: int) -> list[Part]:
+    groups = _parquet_groups(path)
+    if len(groups) < 2:
+        return [Part(path, None, size)]
+    parts, total, lo, held = [], sum(groups), 0, 0
+    for index, group_bytes in enumerate(groups):
+        held += group_bytes
+        if held >= part_bytes or index == len(groups) - 1:
+            parts.append(Part(path, (lo, index + 1), size * held // max(1, total)))
+            lo, held = index + 1, 0
+    return parts
+
+
+def _jsonl_parts(path: str, size: int, part_bytes: int) -> list[Part]:
+    """One pass over the file: a part ends at the first line end past each multiple of
+    `part_bytes`; the lines before each start are counted, so messages keep file:line."""
+    bounds, want, position, line = [(0, 1)], part_bytes, 0, 1
+    with storage.open_input(path) as f:
+        while chunk := f.read(1 << 24):
+            at = max(0, want - position)
+            while at < len(chunk) and (end := chunk.find(b"\n", at)) >= 0:
+                bounds.append((position + end + 1, line + chunk.count(b"\n", 0, end + 1)))
+                want = position + end + 1 + part_bytes
+                at = want - position
+            line += chunk.count(b"\n")
+            position += len(chunk)
+    starts = [b for b in bounds if b[0] < size]
+    ends = [b[0] for b in starts[1:]] + [size]
+    return [Part(path, (start, end, first), end - start) for (start, first), end in zip(starts, ends)]
 
 
 def _parquet_groups(path: str) -> list[int]:
@@ -182,7 +212,7 @@ def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int,
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
     setup = setup_tokens(opts)
     paths = [part.path]
-    stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.groups} if part.groups else None)
+    stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
     try:
         chunks = segments(stream, pipeline.make_segmenter(opts, setup, counts), paths)

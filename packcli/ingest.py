@@ -201,9 +201,9 @@ class TokenStream:
         paths: list[str],
         bad: BadRecords,
         timer: Timer,
-        row_groups: dict[str, tuple[int, int]] | None = None,
+        sections: dict[str, tuple[int, ...]] | None = None,
     ):
-        """row_groups: read only these row groups of a Parquet path (a part of the file)."""
+        """sections: read only this part of a path (reading.read_batches)."""
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
@@ -214,7 +214,7 @@ class TokenStream:
                 batch_size=READ_BATCH,
                 on_bad_record=opts.on_bad_record,
                 bad=bad,
-                row_groups=row_groups,
+                sections=sections,
             )
             self.cleanup.callback(self.records.close)
             forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken

@@ -213,7 +213,7 @@ def read_record_parquet(
     builder: BatchBuilder,
     report: Report,
     bad: BadRecords,
-    groups: tuple[int, int] | None = None,
+    groups: tuple[int, ...] | None = None,
 ) -> Iterator[RecordBatch]:
     """The whole file, or row groups [lo, hi) of it (`groups`, a part of the file)."""
     try:  # pre-buffering keeps every row group read: memory would grow with the file
@@ -233,7 +233,9 @@ def read_record_parquet(
             batches = parquet.iter_batches(batch_size=rows, columns=list(fields))
         else:
             first_row = sum(parquet.metadata.row_group(i).num_rows for i in range(groups[0]))
-            batches = parquet.iter_batches(batch_size=rows, columns=list(fields), row_groups=range(*groups))
+            batches = parquet.iter_batches(
+                batch_size=rows, columns=list(fields), row_groups=range(groups[0], groups[1])
+            )
         done = [0]
 
         def counted() -> Iterator[pa.RecordBatch]:

@@ -192,24 +192,51 @@ def parse_record(raw: bytes, line_no: int, checks: list[Check], first_line: int 
 
 
 def read_record_jsonl(
-    path: str, checks: list[Check], builder: BatchBuilder, report: Report, bad: BadRecords
+    path: str,
+    checks: list[Check],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    section: tuple[int, ...] | None = None,
 ) -> Iterator[RecordBatch]:
+    """The whole file, or (plain JSON Lines only) the section (start byte, end byte, number
+    of the line at start) of it, whose bounds are line starts."""
     with contextlib.ExitStack() as closing:
         stream, compression, raw_file = open_stream(path, closing)
         if raw_file is not None:
             builder.consumed = position_of(raw_file, storage.size(path))
-        yield from read_lines(stream_lines(stream, compression, builder.source), checks, builder, report, bad)
+        lines = stream_lines(stream, compression, builder.source)
+        first_line = 1
+        if section is not None and raw_file is not None and compression is None:
+            start, end, first_line = section
+            raw_file.seek(start)
+            lines = _bytes_of_lines(lines, end - start)
+        yield from read_lines(lines, checks, builder, report, bad, first_line)
     yield from builder.rest()
 
 
+def _bytes_of_lines(lines: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """The lines that make up the next `size` bytes."""
+    for line in lines:
+        if size <= 0:
+            return
+        size -= len(line)
+        yield line
+
+
 def read_lines(
-    lines: Iterable[bytes], checks: list[Check], builder: BatchBuilder, report: Report, bad: BadRecords
+    lines: Iterable[bytes],
+    checks: list[Check],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    first_line: int = 1,
 ) -> Iterator[RecordBatch]:
     """Good records of JSON Lines, whatever file or stream the lines come from."""
     source = builder.source
-    line_no = 0
+    line_no = first_line - 1
     try:
-        for line_no, raw in enumerate(lines, 1):
+        for line_no, raw in enumerate(lines, first_line):
             if raw.isspace():  # blank lines are common in real files and not records
                 continue
             bad.records_seen += 1

@@ -65,10 +65,11 @@ def read_batches(
     batch_size: int = 1024,
     on_bad_record: str = "fail",
     bad: BadRecords | None = None,
-    row_groups: Mapping[str, tuple[int, int]] | None = None,
+    sections: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Generator[RecordBatch, None, None]:
     """Stream good records from each path in order, in batches that never mix two sources.
-    `row_groups`: for a Parquet path, read only row groups [lo, hi) (a part of the file).
+    `sections`: read only a part of these paths: row groups (lo, hi) of a Parquet file,
+    (start byte, end byte, first line number) of a plain JSON Lines file.
 
     Under "fail" the first bad record raises PackcliError("<location>: <problem>"); under
     "skip" it is counted in `bad` and reading goes on. `bad.records_seen` counts all records.
@@ -82,7 +83,7 @@ def read_batches(
         if kind not in FIELD_KINDS:
             raise PackcliError(f"field {name!r}: unknown kind {kind!r} (kinds: {', '.join(FIELD_KINDS)})")
     bad = bad if bad is not None else BadRecords()
-    return _read_all(list(paths), dict(fields), batch_size, on_bad_record, bad, dict(row_groups or {}))
+    return _read_all(list(paths), dict(fields), batch_size, on_bad_record, bad, dict(sections or {}))
 
 
 def _read_all(
@@ -91,7 +92,7 @@ def _read_all(
     batch_size: int,
     on_bad_record: str,
     bad: BadRecords,
-    row_groups: dict[str, tuple[int, int]],
+    sections: dict[str, tuple[int, ...]],
 ) -> Generator[RecordBatch, None, None]:
     """The generator behind read_batches, kept apart so bad options fail at the call, not later."""
 
@@ -105,7 +106,8 @@ def _read_all(
         lowered = path.lower()
         if path == STDIN or lowered.endswith(JSONL_SUFFIXES):
             source = STDIN_NAME if path == STDIN else path
-            yield from read_record_jsonl(path, checks, BatchBuilder(source, "line", fields, batch_size), report, bad)
+            builder = BatchBuilder(source, "line", fields, batch_size)
+            yield from read_record_jsonl(path, checks, builder, report, bad, sections.get(path))
         elif lowered.endswith(JSON_SUFFIXES):
             yield from read_record_json(path, checks, BatchBuilder(path, "line", fields, batch_size), report, bad)
         elif lowered.endswith((".parquet", ".arrow")):
@@ -114,7 +116,10 @@ def _read_all(
 
             builder = BatchBuilder(path, "row", fields, batch_size)
             if lowered.endswith(".parquet"):
-                yield from read_record_parquet(path, fields, builder, report, bad, row_groups.get(path))
+                groups = sections.get(path)
+                yield from read_record_parquet(
+                    path, fields, builder, report, bad, None if groups is None else groups[:2]
+                )
             else:
                 yield from read_record_arrow(path, fields, builder, report, bad)
         else:

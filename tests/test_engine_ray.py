@@ -209,3 +209,23 @@ def test_a_large_parquet_file_is_read_by_several_tasks(cluster, word_tokenizer, 
     pq.write_table(pa.table({"text": texts}), tmp_path / "bad.parquet", row_group_size=40)
     with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.parquet'} row 203: "):
         _pack([tmp_path / "bad.parquet"], tmp_path / "bad", word_tokenizer, engine="ray")
+
+
+def test_a_large_jsonl_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
+    """Byte ranges cut at line starts as parts: the same bytes as one local read, bad
+    lines named by their line in the whole file, blank lines counted as lines."""
+    from packcli import engine_ray_driver
+
+    lines = [json.dumps({"text": t}) for t in random_texts(300, seed=8, max_words=70)]
+    lines[150] = ""
+    (tmp_path / "big.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(engine_ray_driver, "PART_BYTES", 4000)
+    common = {"mode": "concat", "format": "npy", "rows_per_shard": 20, "shuffle": True}
+    local = _pack([tmp_path / "big.jsonl"], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([tmp_path / "big.jsonl"], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    assert report["engine"]["parts"] >= 5 and report["documents"] == local["documents"]
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    lines[240] = '{"text": 5}'
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.jsonl'}:241: "):
+        _pack([tmp_path / "bad.jsonl"], tmp_path / "bad", word_tokenizer, engine="ray")
