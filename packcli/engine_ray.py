@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -267,7 +268,7 @@ class PartedSpill:
             part.close()
 
 
-def gather_range(spill: PartedSpill, job: ShardJob, first: int, end: int) -> Any:
+def gather_range(spill: PartedSpill, job: ShardJob, first: int, end: int) -> Iterator[Rows]:
     """Rows [first, end) in output order, block by block, as `plan.gather_rows` builds them."""
     plan, seq_len = job.plan, job.seq_len
     sorted_rows = plan.row[job.order]
