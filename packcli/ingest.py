@@ -221,7 +221,8 @@ class TokenStream:
             with timer.stage("read"):
                 self.first = next(self.records, None)
             with timer.stage("tokenize"):
-                choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
+                if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
+                    choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
             self.processes = worker_processes(opts, setup.backend)
         except BaseException:
             self.cleanup.close()
