@@ -40,7 +40,7 @@ FAULT_ENV = "PACKCLI_FAULT_DIR"  # tests: a task stage armed there exits once, m
 LEDGER_DIR = "ledger"
 ATTEMPTS_DIR = "attempts"
 MAX_RETRIES = 3
-_SETUPS: dict[str, Any] = {}  # per worker process: the tokenizer and encoder, loaded and checked once per run
+_SETUPS: dict[str, Any] = {}  # per worker process, by run id: the tokenizer and encoder, loaded and checked once
 
 
 @dataclass(frozen=True)
@@ -212,8 +212,10 @@ def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int,
     opts = replace(opts, workers=1)
     use_workers(1)
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
-    key = repr(replace(opts, inputs=[], resume=False))
-    setup = _SETUPS.get(key) or _SETUPS.setdefault(key, setup_tokens(opts))
+    if run_id not in _SETUPS:  # the run's identity covers the options and the tokenizer's fingerprint
+        _SETUPS.clear()
+        _SETUPS[run_id] = setup_tokens(opts)
+    setup = _SETUPS[run_id]
     paths = [part.path]
     stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
