@@ -13,3 +13,4 @@ TOKENIZER_BACKENDS = ("auto", "hf", "tiktoken")
 BAD_RECORD_POLICIES = ("fail", "skip")
 ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_BATCH_SIZE = 8  # stats: the pad-to-longest baseline's batch, as a padding collator's
+ENGINES = ("local", "ray")

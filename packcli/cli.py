@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from packcli import __version__
-from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, ENGINES, FORMATS, MODES, REMAINDER_POLICIES
 from packcli.cli_options import (
     INPUT_OPTIONS,
     OUTPUT,
@@ -185,6 +185,22 @@ def pack(
             help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
         ),
     ] = None,
+    engine: Annotated[
+        str,
+        option(
+            panel=RUN,
+            show_default=True,
+            metavar=one_of(ENGINES),
+            help="Where the work runs: this process, or Ray tasks (pip install 'packcli[ray]'). Same bytes either way.",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        option(
+            panel=RUN,
+            help="With --engine ray: a running cluster (auto, ray://HOST:10001). (default: start one on this machine)",
+        ),
+    ] = None,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
@@ -206,6 +222,8 @@ def pack(
             overwrite=overwrite,
             resume=resume,
             tmp_dir=tmp_dir,
+            engine=engine,
+            ray_address=ray_address,
         )
         with _progress() as progress:
             report = run_pack(options, progress=progress)
@@ -332,8 +350,9 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
     """Raw input when no path is a packed output; usage errors for a mix, or for options
     that only raw input takes given with packed outputs."""
     from packcli.stats import is_packed_output
+    from packcli.storage import is_remote_output
 
-    packed = [is_packed_output(path) for path in paths]
+    packed = [is_packed_output(path) or is_remote_output(path) for path in paths]
     if any(packed) and not all(packed):
         raise PackcliError(
             f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
@@ -352,11 +371,13 @@ def _is_raw_input(paths: list[str], given: list[str]) -> bool:
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
     from packcli import render
     from packcli.stats import dir_stats, is_packed_output
+    from packcli.storage import fetched_output
 
     reports, histograms = [], []
     for path in paths:
         try:
-            report, hists = dir_stats(path)
+            with fetched_output(path) as local:
+                report, hists = dir_stats(local)
         except PackcliError as exc:
             from pathlib import Path
 
@@ -408,9 +429,11 @@ def verify(
     """Check every shard against the manifest and every row invariant; exit 1 on the first violation."""
     with _errors(debug):
         from packcli import render
+        from packcli.storage import fetched_output
         from packcli.verify import verify_dir
 
-        summary = verify_dir(path)
+        with fetched_output(path) as local:
+            summary = verify_dir(local)
         if json_output:
             sys.stdout.write(render.to_json(summary))
             return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packcli import reading
+from packcli import reading, storage
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch
 from packcli.grouping import GroupIds, GroupTable
@@ -214,7 +214,16 @@ class TokenStream:
     the tokenizer backend on it, so a refusal leaves the output as it was. Iterating
     forks the workers (before any thread of ours starts) and starts the threads."""
 
-    def __init__(self, opts: PackOptions, setup: TokenSetup, paths: list[str], bad: BadRecords, timer: Timer):
+    def __init__(
+        self,
+        opts: PackOptions,
+        setup: TokenSetup,
+        paths: list[str],
+        bad: BadRecords,
+        timer: Timer,
+        sections: dict[str, tuple[int, ...]] | None = None,
+    ):
+        """sections: read only this part of a path (reading.read_batches)."""
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
@@ -223,14 +232,20 @@ class TokenStream:
             if opts.group_by is not None:
                 fields[opts.group_by] = "scalar"
             self.records = reading.read_batches(
-                paths, fields, batch_size=READ_BATCH, on_bad_record=opts.on_bad_record, bad=bad
+                paths,
+                fields,
+                batch_size=READ_BATCH,
+                on_bad_record=opts.on_bad_record,
+                bad=bad,
+                sections=sections,
             )
             self.cleanup.callback(self.records.close)
             forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken
             with timer.stage("read"):
                 self.first = next(self.records, None)
             with timer.stage("tokenize"):
-                choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
+                if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
+                    choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
             self.processes = worker_processes(opts, setup.backend)
         except BaseException:
             self.cleanup.close()
@@ -274,7 +289,7 @@ class InputProgress:
     """Bytes of the input done so far, and in all, for the progress bar's ETA (None for stdin)."""
 
     def __init__(self, paths: list[str]):
-        self.sizes = {p: os.path.getsize(p) for p in paths if p != "-"}
+        self.sizes = {p: storage.size(p) for p in paths if p != "-"}
         self.total = sum(self.sizes.values()) if "-" not in paths else None
         self.finished: set[str] = set()
         self.current: str | None = None

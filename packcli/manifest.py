@@ -288,6 +288,7 @@ class Report(RowSummary, total=False):
     tokens_per_second: float
     groups: list[GroupEntry]
     max_sequences_per_row: SequenceCap
+    engine: dict[str, Any]  # local or ray; for ray: tasks, retries, workers, seconds per stage
 
 
 class SequenceCap(TypedDict):

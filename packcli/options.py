@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from packcli.choices import (
     ALGORITHMS,
     BAD_RECORD_POLICIES,
+    ENGINES,
     FORMATS,
     MODES,
     OVERLONG_POLICIES,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from packcli.plan import PlanSettings
 
 MAX_SEQ_LEN = 1 << 20
+STDIN = "-"
 
 
 @dataclass
@@ -60,6 +62,8 @@ class PackOptions:
     group_by: str | None = None  # a record field: rows never mix its values
     max_sequences_per_row: int | None = None
     no_cache: bool = False  # the start-up cache of what is derived from the tokenizer
+    engine: str = "local"
+    ray_address: str | None = None  # --engine ray: a running cluster; None starts one on this machine
 
     @property
     def input_kind(self) -> str:
@@ -88,6 +92,7 @@ class PackOptions:
         self._check_input_kind()
         if self.resume and self.overwrite:
             raise _usage("--resume and --overwrite exclude each other")
+        self._check_engine()
         if self.tokenizer is None and self.input_kind != "ids":
             raise _usage("--tokenizer is required (only --ids-field input can do without)")
 
@@ -164,6 +169,21 @@ class PackOptions:
             why = "--messages-field (chat templates are tokenized by transformers)" if chat else "--ids-field"
             raise _usage("--tokenizer-backend tiktoken does not apply to " + why)
         self._check_companions()
+
+    def _check_engine(self) -> None:
+        check_choice("--engine", self.engine, ENGINES)
+        if self.ray_address is not None and self.engine != "ray":
+            raise _usage("--ray-address goes with --engine ray")
+        if self.engine == "ray" and self.buffer_size is not None:
+            raise _usage("--buffer-size runs on --engine local only (windows are planned one after another)")
+        if self.engine == "ray" and self.group_by is not None:
+            raise _usage("--group-by runs on --engine local only")
+        if self.engine == "ray" and STDIN in self.inputs:
+            raise _usage("--engine ray reads files, not stdin")
+        if self.tmp_dir is not None and "://" in self.tmp_dir and not self.tmp_dir.startswith("file://"):
+            raise _usage(
+                "--tmp-dir must be a directory on a mounted filesystem (the spill is read with positioned reads)"
+            )
 
     def _check_companions(self) -> None:
         if self.labels_field and not self.ids_field:

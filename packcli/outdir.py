@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from packcli import storage
 from packcli.errors import PackcliError
 
 LOCK_FILE = ".packcli.lock"
@@ -105,17 +106,7 @@ def claim_output(path: Path) -> OutputLock:
 def prepare_output(path: Path, overwrite: bool) -> None:
     """An empty directory, or one of our own outputs to replace (only with --overwrite)."""
     entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
-    if entries and not overwrite:
-        raise PackcliError(
-            f"output directory {path} is not empty; pass --overwrite to replace it, or --resume to continue an interrupted run"
-        )
-    foreign = [name for name in entries if not name.startswith(OWNED_PREFIXES)]
-    if foreign:
-        raise PackcliError(
-            f"output directory {path} holds files packcli did not write ({', '.join(foreign[:3])}); refusing to overwrite"
-        )
-    # The manifest goes first, so a half-replaced directory never looks complete.
-    for name in sorted(entries, key=lambda n: n != "manifest.json"):
+    for name in replaceable(str(path), entries, overwrite):
         remove_path(path / name)
     try:
         probe = path / ".packcli-write-test"
@@ -123,6 +114,21 @@ def prepare_output(path: Path, overwrite: bool) -> None:
         probe.unlink()
     except OSError as exc:
         raise PackcliError(f"cannot write to output directory {path}: {exc.strerror or exc}") from exc
+
+
+def replaceable(where: str, entries: list[str], overwrite: bool) -> list[str]:
+    """The entries to remove, manifest first (a half-replaced directory never looks
+    complete); refused when the directory is not empty without --overwrite, or not ours."""
+    if entries and not overwrite:
+        raise PackcliError(
+            f"output directory {where} is not empty; pass --overwrite to replace it, or --resume to continue an interrupted run"
+        )
+    foreign = [name for name in entries if not name.startswith(OWNED_PREFIXES)]
+    if foreign:
+        raise PackcliError(
+            f"output directory {where} holds files packcli did not write ({', '.join(foreign[:3])}); refusing to overwrite"
+        )
+    return sorted(entries, key=lambda n: n != "manifest.json")
 
 
 def remove_path(path: Path) -> None:
@@ -155,6 +161,8 @@ def guarded(out_dir: Path, action: Callable[..., T], *args: Any) -> T:
 def input_identity(path: str) -> Json:
     if path == "-":
         return {"path": "-"}
+    if storage.is_remote(path):
+        return storage.input_identity(path)
     stat = os.stat(path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -193,6 +201,11 @@ def check_resumable(out_dir: Path, identity: Json) -> None:
         previous = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as exc:
         raise PackcliError(f"cannot resume: {path} is unreadable ({exc})") from exc
+    compare_runs(previous, identity)
+
+
+def compare_runs(previous: Json, identity: Json) -> None:
+    """Refuse, naming the first difference, unless `identity` is the recorded run's job."""
     difference = _first_difference(previous, identity)
     if difference:
         raise PackcliError(f"refusing to resume: {difference} differs from the interrupted run's")

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from packcli import __version__, outdir, reading
+from packcli import __version__, outdir, reading, remote_output, storage
 from packcli import spill as spilling
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
@@ -61,6 +61,9 @@ class Job:
     segmenter: Segmenter | None = None
     groups: GroupTable | None = None  # --group-by: the values, once read (or from a reused spill)
     uncapped_rows: int = 0  # --max-sequences-per-row: rows of the same plan without the cap
+    remote: storage.RemoteDir | None = None  # a remote --output; out_dir is then its local staging
+    published: int = 0  # shards uploaded to the remote output so far
+    engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
 
     @property
     def run_id(self) -> str:
@@ -79,7 +82,7 @@ class Outcome:
 
     stats: RowStats
     counts: IngestCounts = field(default_factory=IngestCounts)
-    bad: BadRecordCounts = field(default_factory=lambda: _bad_dict(None))
+    bad: BadRecordCounts = field(default_factory=lambda: bad_dict(None))
     remainder_tokens: int = 0
     shards: list[ShardInfo] = field(default_factory=list)
     group_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
@@ -104,29 +107,43 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     try:
         if job.finished:
             stream.close()
-            return _finished_report(job.out_dir)
+            return _finished_report(job)
         with signals_raise():
-            outcome = _execute(job, stream, bad, paths, timer, progress)
+            if opts.engine == "ray":
+                stream.close()  # it checked the first batch and chose the backend; tasks read the rest
+                from packcli.engine_ray_driver import execute_ray
+
+                outcome = execute_ray(job, paths, timer, progress)
+            else:
+                outcome = _execute(job, stream, bad, paths, timer, progress)
             report = _report(job, outcome, stream.processes, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
     finally:
         stream.close()
         job.lock.release()
+        if job.remote is not None and (job.finished or _complete(job)):
+            outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
+
+
+def _complete(job: Job) -> bool:
+    return (job.out_dir / "manifest.json").is_file()
 
 
 def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     """Claim the output directory; on --resume, check it is this run's and keep what is done."""
-    out_dir = Path(opts.output)
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
     identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+    if storage.is_remote(opts.output):
+        return _open_remote_job(opts, setup, identity, rows_per_shard)
+    out_dir = Path(storage.local_path(opts.output))
     lock = outdir.claim_output(out_dir)
     try:
         job = Job(opts, setup, out_dir, lock, identity, rows_per_shard)
         if opts.resume and outdir.has_entries(out_dir):
             outdir.check_resumable(out_dir, identity)
             job.finished = (out_dir / "manifest.json").is_file()
-            if not job.finished:
+            if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 job.done_shards = outdir.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
             outdir.prepare_output(out_dir, opts.overwrite)
@@ -135,6 +152,33 @@ def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     except BaseException:
         lock.release(remove=False)
         raise
+
+
+def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, Any], rows_per_shard: int) -> Job:
+    """A remote --output: the lock and the shards being built live in a local staging directory."""
+    remote = storage.RemoteDir(opts.output)
+    staging = storage.staging_dir(opts.output, opts.tmp_dir)
+    lock = outdir.claim_output(staging)
+    try:
+        job = Job(opts, setup, staging, lock, identity, rows_per_shard, remote=remote)
+        if opts.resume and remote.names():
+            remote_output.check_resumable(remote, identity)
+            job.finished = remote.exists("manifest.json")
+            if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
+                name = lambda i: shard_name(i, opts.format)  # noqa: E731
+                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name)
+        else:
+            remote_output.prepare(remote, staging, identity, opts.overwrite)
+        return job
+    except BaseException:
+        lock.release(remove=False)
+        raise
+
+
+def publish(job: Job, shards: list[ShardInfo]) -> None:
+    """Finished shards of a remote output go up as each completes."""
+    if job.remote is not None and len(shards) > job.published:
+        job.published = remote_output.publish(job.remote, job.out_dir, shards, job.published, job.done_shards)
 
 
 def _execute(
@@ -153,30 +197,40 @@ def _execute(
         grouped=opts.group_by is not None,
     )
     try:
-        refuse_pad = (
-            opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
-        )
         job.groups = GroupTable(opts.group_by) if opts.group_by is not None else None
-        segmenter = Segmenter(
-            opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts, groups=job.groups
-        )
+        segmenter = make_segmenter(opts, job.setup, outcome.counts, job.groups)
         job.segmenter = segmenter
         chunks = segments(stream, segmenter, paths, progress)
         if opts.buffer_size is None:
             _one_plan(job, chunks, outcome, writer, bad, timer)
         else:
             _windows(job, chunks, outcome, writer, timer)
-            outcome.bad = _bad_dict(bad)
-        if outcome.counts.sequences_in == 0:
-            skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
-            raise PackcliError(f"no documents to pack in the input{skipped}")
+            outcome.bad = bad_dict(bad)
+        check_documents(outcome)
         with timer.stage("write"):
             outcome.shards = outdir.guarded(job.out_dir, writer.close)
+            publish(job, outcome.shards)
         outcome.group_counts = writer.group_counts
         return outcome
     except BaseException:
         writer.abort()
         raise
+
+
+def make_segmenter(
+    opts: PackOptions, setup: TokenSetup, counts: IngestCounts, groups: GroupTable | None = None
+) -> Segmenter:
+    """The segmenter both engines run: an explicit --pad-id other than EOS/BOS is refused in data."""
+    refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id) else None
+    return Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, counts, groups=groups)
+
+
+def check_documents(outcome: Outcome) -> None:
+    if outcome.counts.sequences_in == 0:
+        skipped = outcome.bad["skipped"]
+        raise PackcliError(
+            f"no documents to pack in the input{f' ({skipped:,} bad records skipped)' if skipped else ''}"
+        )
 
 
 def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, bad: BadRecords, timer: Timer) -> None:
@@ -219,7 +273,7 @@ def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[s
 
 def _spill_meta(job: Job, outcome: Outcome, bad: BadRecords) -> dict[str, Any]:
     """The spill's record (counts, bad records, the --group-by table), its group ids saved first."""
-    meta: dict[str, Any] = {"counts": outcome.counts.to_dict(), "bad": _bad_dict(bad)}
+    meta: dict[str, Any] = {"counts": outcome.counts.to_dict(), "bad": bad_dict(bad)}
     if job.groups is not None and job.segmenter is not None:
         ids = job.segmenter.group_ids
         save_group_ids(job.spill_dir, ids.take(ids.held))
@@ -253,11 +307,7 @@ def _plan_and_write(
         plan = plan_window(spill.lengths, opts.plan_settings(), index, final, groups)
     if opts.max_sequences_per_row is not None:
         job.uncapped_rows += uncapped_rows(spill.lengths, opts.plan_settings(), groups)
-    if opts.mode == "bin":
-        counts = np.bincount(plan.piece_len, minlength=opts.seq_len + 1)[: opts.seq_len + 1]
-        job.histogram = counts if job.histogram is None else job.histogram + counts
-    outcome.remainder_tokens += plan.remainder_tokens
-    job.windows += 1
+    account_plan(job, outcome, plan)
     pad_id = job.setup.pad_id
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
@@ -270,9 +320,20 @@ def _plan_and_write(
                 row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
                 outdir.guarded(job.out_dir, writer.add, rows, row_group)
                 first_row += len(rows)
+                publish(job, writer.shards)
     finally:
         built.close()
     return plan
+
+
+def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
+    """What the report needs from a plan: the packed lengths (bin) and the remainder."""
+    seq_len = job.opts.seq_len
+    if job.opts.mode == "bin":
+        counts = np.bincount(plan.piece_len, minlength=seq_len + 1)[: seq_len + 1]
+        job.histogram = counts if job.histogram is None else job.histogram + counts
+    outcome.remainder_tokens += plan.remainder_tokens
+    job.windows += 1
 
 
 def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, timer: Timer) -> None:
@@ -359,7 +420,7 @@ def _tail(spill: Spill, plan: RowPlan, seq_len: int) -> Chunk | None:
     return tokens, lengths, learned
 
 
-def _bad_dict(bad: BadRecords | None) -> BadRecordCounts:
+def bad_dict(bad: BadRecords | None) -> BadRecordCounts:
     """The reader's tally for the report and the spill record (None: nothing read yet)."""
     if bad is None:
         return {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
@@ -394,6 +455,9 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
+    report["engine"] = job.engine
+    if "workers" in job.engine:
+        report["workers"] = job.engine["workers"]
     return report
 
 
@@ -434,13 +498,19 @@ def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     out = job.out_dir
     outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
     outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
+    if job.remote is not None:
+        remote_output.finish(job.remote, out)
     remove_spill(job.spill_dir)
 
 
-def _finished_report(out_dir: Path) -> Report:
+def _finished_report(job: Job) -> Report:
     """--resume on a run that had finished: nothing to do, the same report again."""
-    sys.stderr.write(f"{out_dir} is already complete; nothing to resume\n")
-    report: Report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    where = str(job.remote) if job.remote is not None else str(job.out_dir)
+    sys.stderr.write(f"{where} is already complete; nothing to resume\n")
+    if job.remote is not None:
+        remote_report: Report = job.remote.read_json("report.json")
+        return remote_report
+    report: Report = json.loads((job.out_dir / "report.json").read_text(encoding="utf-8"))
     return report
 
 
@@ -454,6 +524,15 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
-    for name in ("workers", "overwrite", "resume", "output", "tmp_dir", "no_cache"):  # none of them changes the shards
+    for name in (
+        "workers",
+        "overwrite",
+        "resume",
+        "output",
+        "tmp_dir",
+        "engine",
+        "ray_address",
+        "no_cache",
+    ):  # none changes the shards
         resolved.pop(name)
     return resolved

@@ -3,7 +3,6 @@ path for both: columns checked once, rows validated as JSON records are, ids kep
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.read_checks import INT64_MAX, VALIDATORS, RecordProblem, Validator, key_list, one_line
 from packcli.read_records import (
@@ -188,10 +188,12 @@ def _read_columnar(
     builder: BatchBuilder,
     report: Report,
     bad: BadRecords,
+    first_row: int = 0,
 ) -> Iterator[RecordBatch]:
-    """Parquet and Arrow alike: Arrow record batches of at most batch_size rows."""
+    """Parquet and Arrow alike: Arrow record batches of at most batch_size rows; rows are
+    numbered from `first_row` (a part of a file starts where its first row group does)."""
     _check_columns(path, schema, fields)
-    row = 0
+    row = first_row
     while True:
         try:
             batch = next(batches)
@@ -206,21 +208,34 @@ def _read_columnar(
 
 
 def read_record_parquet(
-    path: str, fields: Mapping[str, str], builder: BatchBuilder, report: Report, bad: BadRecords
+    path: str,
+    fields: Mapping[str, str],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    groups: tuple[int, ...] | None = None,
 ) -> Iterator[RecordBatch]:
+    """The whole file, or row groups [lo, hi) of it (`groups`, a part of the file)."""
     try:  # pre-buffering keeps every row group read: memory would grow with the file
-        parquet = pq.ParquetFile(path, pre_buffer=False)
+        source = storage.open_input(path) if storage.is_remote(path) else path
+        parquet = pq.ParquetFile(source, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
-        if isinstance(e, FileNotFoundError) or not os.path.exists(path):
+        if isinstance(e, FileNotFoundError) or not storage.exists(path):
             raise PackcliError(f"{path}: cannot open (No such file or directory)") from None
-        if os.path.isfile(path) and os.path.getsize(path) == 0:
+        if storage.size(path) == 0:
             return  # an empty file simply holds no records
         raise PackcliError(f"{path}: cannot read Parquet file ({one_line(e)})") from None
     try:
-        size, total_rows = os.path.getsize(path), max(1, parquet.metadata.num_rows)
-        batches = parquet.iter_batches(
-            batch_size=_parquet_batch_rows(parquet, builder.batch_size), columns=list(fields)
-        )
+        size, total_rows = storage.size(path), max(1, parquet.metadata.num_rows)
+        rows = _parquet_batch_rows(parquet, builder.batch_size)
+        first_row = 0
+        if groups is None:
+            batches = parquet.iter_batches(batch_size=rows, columns=list(fields))
+        else:
+            first_row = sum(parquet.metadata.row_group(i).num_rows for i in range(groups[0]))
+            batches = parquet.iter_batches(
+                batch_size=rows, columns=list(fields), row_groups=range(groups[0], groups[1])
+            )
         done = [0]
 
         def counted() -> Iterator[pa.RecordBatch]:
@@ -229,7 +244,8 @@ def read_record_parquet(
                 done[0] += batch.num_rows
 
         builder.consumed = lambda: size * done[0] // total_rows
-        yield from _read_columnar(path, "Parquet", parquet.schema_arrow, counted(), fields, builder, report, bad)
+        schema = parquet.schema_arrow
+        yield from _read_columnar(path, "Parquet", schema, counted(), fields, builder, report, bad, first_row)
     finally:
         close = getattr(parquet, "close", None)
         if close is not None:
@@ -250,8 +266,11 @@ def read_record_arrow(
 ) -> Iterator[RecordBatch]:
     """Arrow IPC, the stream format `datasets.save_to_disk` writes or the file format, memory-mapped."""
     try:
-        size = os.path.getsize(path)
-        source = pa.memory_map(path) if size else None
+        size = storage.size(path)
+        if storage.is_remote(path):
+            source = pa.PythonFile(storage.open_input(path), mode="r") if size else None
+        else:
+            source = pa.memory_map(path) if size else None
     except (pa.ArrowException, OSError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else one_line(e)
         raise PackcliError(f"{path}: cannot open ({reason})") from None

@@ -1,5 +1,7 @@
 """From what the user typed to the exact list of files to read: files, directories,
-globs, stdin, and `datasets.save_to_disk` directories (read as their Arrow files)."""
+globs, stdin, and `datasets.save_to_disk` directories (read as their Arrow files); the
+same on object stores and other fsspec filesystems (storage.py), where a directory is
+every supported file below it."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 from collections.abc import Sequence
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.read_checks import one_line
 
@@ -124,6 +127,8 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
     for given in inputs:
         if given == STDIN:
             paths.append(given)
+        elif storage.is_remote(given):
+            paths.extend(storage.expand_remote(given, _is_supported))
         elif os.path.isdir(given):
             found = _files_in_directory(given)
             if not found:

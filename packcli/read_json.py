@@ -4,10 +4,10 @@ parsed as a JSON Lines record is), and JSON Lines under a .json name."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Callable, Iterator
 
+from packcli import storage
 from packcli.read_checks import Check, RecordProblem
 from packcli.read_jsonl import (
     READ_CHUNK,
@@ -175,7 +175,7 @@ def read_record_json(
     with contextlib.ExitStack() as closing:
         stream, compression, raw_file = open_stream(path, closing)
         assert raw_file is not None  # stdin is read as JSON Lines, never here
-        builder.consumed = position_of(raw_file, os.path.getsize(path))
+        builder.consumed = position_of(raw_file, storage.size(path))
 
         read_some = getattr(stream, "read1", stream.read)  # no more than one step of decompression
 

@@ -7,7 +7,6 @@ import contextlib
 import gzip
 import io
 import json
-import os
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 import zstandard
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.read_checks import Check, RecordProblem, check_encodable, describe, key_list, one_line
 from packcli.read_inputs import STDIN
@@ -84,7 +84,7 @@ def open_stream(path: str, closing: contextlib.ExitStack) -> tuple[BinaryStream,
     if path == STDIN:
         return sys.stdin.buffer, None, None  # not ours to close
     try:
-        raw = closing.enter_context(open(path, "rb"))
+        raw = closing.enter_context(storage.open_input(path))
     except OSError as e:
         raise PackcliError(f"{path}: cannot open ({e.strerror or one_line(e)})") from None
     lowered = path.lower()
@@ -192,24 +192,51 @@ def parse_record(raw: bytes, line_no: int, checks: list[Check], first_line: int 
 
 
 def read_record_jsonl(
-    path: str, checks: list[Check], builder: BatchBuilder, report: Report, bad: BadRecords
+    path: str,
+    checks: list[Check],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    section: tuple[int, ...] | None = None,
 ) -> Iterator[RecordBatch]:
+    """The whole file, or (plain JSON Lines only) the section (start byte, end byte, number
+    of the line at start) of it, whose bounds are line starts."""
     with contextlib.ExitStack() as closing:
         stream, compression, raw_file = open_stream(path, closing)
         if raw_file is not None:
-            builder.consumed = position_of(raw_file, os.path.getsize(path))
-        yield from read_lines(stream_lines(stream, compression, builder.source), checks, builder, report, bad)
+            builder.consumed = position_of(raw_file, storage.size(path))
+        lines = stream_lines(stream, compression, builder.source)
+        first_line = 1
+        if section is not None and raw_file is not None and compression is None:
+            start, end, first_line = section
+            raw_file.seek(start)
+            lines = _bytes_of_lines(lines, end - start)
+        yield from read_lines(lines, checks, builder, report, bad, first_line)
     yield from builder.rest()
 
 
+def _bytes_of_lines(lines: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """The lines that make up the next `size` bytes."""
+    for line in lines:
+        if size <= 0:
+            return
+        size -= len(line)
+        yield line
+
+
 def read_lines(
-    lines: Iterable[bytes], checks: list[Check], builder: BatchBuilder, report: Report, bad: BadRecords
+    lines: Iterable[bytes],
+    checks: list[Check],
+    builder: BatchBuilder,
+    report: Report,
+    bad: BadRecords,
+    first_line: int = 1,
 ) -> Iterator[RecordBatch]:
     """Good records of JSON Lines, whatever file or stream the lines come from."""
     source = builder.source
-    line_no = 0
+    line_no = first_line - 1
     try:
-        for line_no, raw in enumerate(lines, 1):
+        for line_no, raw in enumerate(lines, first_line):
             if raw.isspace():  # blank lines are common in real files and not records
                 continue
             bad.records_seen += 1

@@ -65,8 +65,11 @@ def read_batches(
     batch_size: int = 1024,
     on_bad_record: str = "fail",
     bad: BadRecords | None = None,
+    sections: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Generator[RecordBatch, None, None]:
     """Stream good records from each path in order, in batches that never mix two sources.
+    `sections`: read only a part of these paths: row groups (lo, hi) of a Parquet file,
+    (start byte, end byte, first line number) of a plain JSON Lines file.
 
     Under "fail" the first bad record raises PackcliError("<location>: <problem>"); under
     "skip" it is counted in `bad` and reading goes on. `bad.records_seen` counts all records.
@@ -79,11 +82,17 @@ def read_batches(
     for name, kind in fields.items():
         if kind not in FIELD_KINDS:
             raise PackcliError(f"field {name!r}: unknown kind {kind!r} (kinds: {', '.join(FIELD_KINDS)})")
-    return _read_all(list(paths), dict(fields), batch_size, on_bad_record, bad if bad is not None else BadRecords())
+    bad = bad if bad is not None else BadRecords()
+    return _read_all(list(paths), dict(fields), batch_size, on_bad_record, bad, dict(sections or {}))
 
 
 def _read_all(
-    paths: list[str], fields: dict[str, str], batch_size: int, on_bad_record: str, bad: BadRecords
+    paths: list[str],
+    fields: dict[str, str],
+    batch_size: int,
+    on_bad_record: str,
+    bad: BadRecords,
+    sections: dict[str, tuple[int, ...]],
 ) -> Generator[RecordBatch, None, None]:
     """The generator behind read_batches, kept apart so bad options fail at the call, not later."""
 
@@ -97,14 +106,21 @@ def _read_all(
         lowered = path.lower()
         if path == STDIN or lowered.endswith(JSONL_SUFFIXES):
             source = STDIN_NAME if path == STDIN else path
-            yield from read_record_jsonl(path, checks, BatchBuilder(source, "line", fields, batch_size), report, bad)
+            builder = BatchBuilder(source, "line", fields, batch_size)
+            yield from read_record_jsonl(path, checks, builder, report, bad, sections.get(path))
         elif lowered.endswith(JSON_SUFFIXES):
             yield from read_record_json(path, checks, BatchBuilder(path, "line", fields, batch_size), report, bad)
         elif lowered.endswith((".parquet", ".arrow")):
             # lazy: pyarrow, kept off runs that read no Parquet or Arrow
             from packcli.read_columnar import read_record_arrow, read_record_parquet
 
-            read_columnar = read_record_parquet if lowered.endswith(".parquet") else read_record_arrow
-            yield from read_columnar(path, fields, BatchBuilder(path, "row", fields, batch_size), report, bad)
+            builder = BatchBuilder(path, "row", fields, batch_size)
+            if lowered.endswith(".parquet"):
+                groups = sections.get(path)
+                yield from read_record_parquet(
+                    path, fields, builder, report, bad, None if groups is None else groups[:2]
+                )
+            else:
+                yield from read_record_arrow(path, fields, builder, report, bad)
         else:
             raise PackcliError(f"{path}: unsupported file type (supported: {supported_list()})")

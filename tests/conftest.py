@@ -5,6 +5,7 @@ invariant checker `packcli verify` uses before a test looks at it."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,40 @@ def demo():
 def chatml_tokenizer(tmp_path_factory):
     """A byte-level BPE with ChatML special tokens, trained in the test."""
     return write_chatml_tokenizer(tmp_path_factory.mktemp("tok") / "chatml")
+
+
+# ----------------------------------------------------------------------------- object stores
+
+S3_BUCKET = "corpus"  # the bucket s3_server creates
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 in server mode on a free port; s3fs and boto3 find it through the standard
+    AWS_* environment, with dummy credentials."""
+    import boto3
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    patch = pytest.MonkeyPatch()
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        patch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance made for another server would be reused
+    boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
+    yield boto3.client("s3")
+    patch.undo()
+    server.stop()

@@ -58,6 +58,8 @@ PACK_ONLY = {
     "overwrite",
     "resume",
     "tmp_dir",
+    "engine",
+    "ray_address",
     "json_output",
     "debug",
 }

@@ -280,6 +280,18 @@ def _export_energon(parquet_out, monkeypatch):
     export_energon(parquet_out, parquet_out.parent / "energon")
 
 
+def _remote_url(parquet_out, monkeypatch):
+    from packcli import storage
+
+    storage.filesystem("s3://bucket/key")
+
+
+def _ray_engine(parquet_out, monkeypatch):
+    from packcli import engine_ray
+
+    engine_ray.connect(None, 1)
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
@@ -288,6 +300,8 @@ TRIGGERS = {
     ("render", "matplotlib_figure"): _plot,
     ("export_mds", "streaming_base"): _export_mds,
     ("export_energon", "_prepare"): _export_energon,
+    ("storage", "filesystem"): _remote_url,
+    ("engine_ray", "connect"): _ray_engine,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

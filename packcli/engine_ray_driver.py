@@ -1,0 +1,154 @@
+"""The driver of `--engine ray`: hands out spill parts and shards, plans in between.
+
+The driver holds the plan's arrays (about 48 bytes per placed piece, the same as the local
+engine) and nothing that grows with the tokens; the tasks are in engine_ray.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli import engine_ray as tasks
+from packcli.flow import Timer
+from packcli.ingest import IngestCounts
+from packcli.manifest import BadRecordCounts
+from packcli.pipeline import Job, Outcome, Progress, account_plan, check_documents
+from packcli.plan import plan_window
+from packcli.reading import BadRecords
+from packcli.report import RowStats
+from packcli.shards import ShardInfo
+from packcli.spill import LENGTHS_FILE, spill_size
+
+PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
+
+
+def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
+    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)
+    try:
+        return _stages(ray, job, paths, timer, progress)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
+    opts, spill_dir = job.opts, job.spill_dir
+    outcome = Outcome(stats=RowStats(opts.seq_len))
+    wall: dict[str, float] = {}
+    begin = time.perf_counter()
+    parts = tasks.split_inputs(paths, PART_BYTES)
+    metas, reused = _spill_parts(ray, job, parts, progress)
+    wall["spill"] = time.perf_counter() - begin
+    job.spill_reused = reused == len(parts)
+    outcome.counts, outcome.bad = _merged_counts(metas), _merged_bad(metas)
+    for meta in metas:
+        for stage, seconds in meta.get("timings", {}).items():
+            timer.seconds[stage] += seconds
+    check_documents(outcome)
+    job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    begin = time.perf_counter()
+    with timer.stage("plan"):
+        lengths = [np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))]
+        plan = plan_window(np.concatenate(lengths), opts.plan_settings(), 0, True)
+    account_plan(job, outcome, plan)
+    wall["plan"] = time.perf_counter() - begin
+    begin = time.perf_counter()
+    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
+    wall["write"] = time.perf_counter() - begin
+    timer.seconds["write"] += wall["write"]
+    outcome.stats = tasks.merge_stats(opts.seq_len, results)
+    outcome.shards = [ShardInfo(**r["info"]) for r in results]
+    attempts = tasks.count_attempts(spill_dir)
+    job.engine = {
+        "name": "ray",
+        "tasks": len(parts) - reused + len(results),
+        "retries": max(0, attempts - (len(parts) - reused) - len(results)),
+        "parts": len(parts),
+        "parts_reused": reused,
+        "workers": {"kind": "ray", "count": int(ray.cluster_resources().get("CPU", 0)), "nodes": len(ray.nodes())},
+        "seconds": {k: round(v, 4) for k, v in wall.items()},
+    }
+    return outcome
+
+
+def _spill_parts(
+    ray: Any, job: Job, parts: list[tasks.Part], progress: Progress | None
+) -> tuple[list[dict[str, Any]], int]:
+    """One task per part of the input; a resumed run keeps the complete parts of the same run."""
+    spill_dir = job.spill_dir
+    kept = tasks.complete_parts(spill_dir, len(parts), job.run_id) if job.opts.resume else {}
+    if not kept:
+        tasks.clear(spill_dir)
+    tasks.remove_attempts(spill_dir)
+    remote = ray.remote(tasks.spill_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    opts = job.opts
+    if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
+        opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
+    refs = {
+        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
+        for i, part in enumerate(parts)
+        if i not in kept
+    }
+    metas = dict(kept)
+    pending = list(refs)
+    total = sum(part.bytes for part in parts)
+    done_bytes = sum(parts[i].bytes for i in kept)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        (meta,) = tasks.resolved(ray, ready)
+        index = refs[ready[0]]
+        metas[index] = meta
+        done_bytes += parts[index].bytes
+        if progress is not None:
+            progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
+    return [metas[i] for i in range(len(parts))], len(kept)
+
+
+def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:
+    opts = job.opts
+    rows = job.rows_per_shard
+    count = (plan.n_rows + rows - 1) // rows
+    shard_job = tasks.ShardJob(
+        part_dirs=[str(tasks.part_path(job.spill_dir, i)) for i in range(len(part_tokens))],
+        part_tokens=part_tokens,
+        plan=plan,
+        order=np.argsort(plan.row, kind="stable"),
+        fmt=opts.format,
+        seq_len=opts.seq_len,
+        rows_per_shard=rows,
+        vocab_size=job.setup.vocab_size,
+        pad_id=job.setup.pad_id,
+        output=job.remote.url if job.remote is not None else str(job.out_dir),
+        ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
+    )
+    shared = ray.put(shard_job)
+    remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    return tasks.resolved(ray, [remote.remote(shared, i, str(job.spill_dir)) for i in range(count)])
+
+
+def _merged_counts(metas: list[dict[str, Any]]) -> IngestCounts:
+    total = IngestCounts()
+    for meta in metas:
+        for key, value in meta["counts"].items():
+            setattr(total, key, getattr(total, key) + int(value))
+    return total
+
+
+def _merged_bad(metas: list[dict[str, Any]]) -> BadRecordCounts:
+    """The parts' tallies, in input order: the first examples are the local engine's first."""
+    merged: BadRecordCounts = {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
+    for meta in metas:
+        bad = meta["bad"]
+        merged["read"] += bad["read"]
+        merged["skipped"] += bad["skipped"]
+        for reason, n in bad["by_reason"].items():
+            merged["by_reason"][reason] = merged["by_reason"].get(reason, 0) + n
+        merged["examples"].extend(bad["examples"])
+    merged["examples"] = merged["examples"][: BadRecords.max_examples]
+    return merged

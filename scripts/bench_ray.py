@@ -1,0 +1,154 @@
+"""Benchmark `--engine ray` against `--engine local` on one machine: the ratio of their
+tokens/s (the overhead bound of the Ray engine; target: at least 0.8x).
+
+    python scripts/bench_ray.py --tokenizer bench-out/qwen-tokenizer          # ~8M tokens, 2 rounds
+    python scripts/bench_ray.py --quick                                       # ~1M tokens, 1 round
+
+Corpus (a temporary directory): GSM8K train documents (question + "\\n" + answer) from
+../shared/data, repeated in a fixed shuffled order into `--files` JSONL files until the
+corpus holds about `--tokens` whitespace words. Every configuration is its own
+`python -m packcli pack` subprocess, wall time measured around it; tokens/s is the
+report's real tokens over that time. Configurations run interleaved in rounds and each
+keeps its best time (the machine may be shared).
+
+- local: `--engine local` (all cores).
+- ray, running cluster: `--engine ray --ray-address ADDR`, a cluster this script starts once
+  with `ray.init(num_cpus=cores)`: what a user with a cluster up sees.
+- ray, own cluster: `--engine ray` starting and stopping its local cluster in the run
+  (start-up counted; it dominates small corpora).
+
+`--plan-sequences N` also measures the driver's memory for a plan of N sequences (the
+model of docs/scale-out.md): `plan_window` plus the row order the shard tasks get, traced
+with tracemalloc (NumPy reports its buffers to it), in bytes per sequence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def documents() -> list[str]:
+    path = DATA / "gsm8k_train.jsonl"
+    if not path.is_file():
+        sys.exit(f"{path} is missing: the benchmark needs the shared GSM8K corpus")
+    docs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            docs.append(record["question"] + "\n" + record["answer"])
+    return docs
+
+
+def build_corpus(where: Path, words: int, files: int) -> Path:
+    docs = documents()
+    random.Random(0).shuffle(docs)
+    corpus = where / "corpus"
+    corpus.mkdir()
+    per_file = words // files
+    index = 0
+    for n in range(files):
+        written = 0
+        with open(corpus / f"part-{n:03d}.jsonl", "w", encoding="utf-8") as f:
+            while written < per_file:
+                text = docs[index % len(docs)]
+                index += 1
+                f.write(json.dumps({"text": text}) + "\n")
+                written += len(text.split())
+    return corpus
+
+
+def run(corpus: Path, out: Path, tokenizer: str, extra: list[str]) -> tuple[float, dict]:
+    command = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--overwrite"]
+    command += ["--tokenizer", tokenizer, "--seq-len", "2048", "--json", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return seconds, json.loads(done.stdout)
+
+
+def plan_memory(n: int) -> None:
+    import tracemalloc
+
+    import numpy as np
+
+    from packcli.plan import PlanSettings, plan_window
+
+    lengths = np.random.default_rng(0).integers(1, 2048, n).astype(np.int64)
+    for mode in ("bin", "concat"):
+        settings = PlanSettings(seq_len=2048, mode=mode, shuffle=True)
+        plan_window(lengths[:1000], settings, 0, True)  # compiled before it is measured
+        tracemalloc.start()
+        start = time.perf_counter()
+        plan = plan_window(lengths, settings, 0, True)
+        order = np.argsort(plan.row, kind="stable")
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        held = sum(a.nbytes for a in (plan.piece_start, plan.piece_len, plan.source, plan.row, plan.offset, order))
+        print(
+            f"plan {mode}: {n:,} sequences, {len(plan.row):,} pieces: {held / n:.1f} bytes/sequence held, "
+            f"{peak / n:.1f} at peak (+8 for the lengths), {seconds:.1f} s"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", default="packcli:demo")
+    parser.add_argument("--tokens", type=float, default=8e6, help="about this many words in the corpus")
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="~1M words, 1 round")
+    parser.add_argument("--no-own-cluster", action="store_true", help="skip the run that starts its own cluster")
+    parser.add_argument("--plan-sequences", type=float, default=0, help="also measure a plan of this many sequences")
+    args = parser.parse_args()
+    if args.plan_sequences:
+        sys.path.insert(0, str(ROOT))
+        plan_memory(int(args.plan_sequences))
+    if args.quick:
+        args.tokens, args.rounds = 1e6, 1
+    import ray
+
+    cores = os.cpu_count() or 1
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    configs = {
+        "local": ["--engine", "local"],
+        "ray, running cluster": ["--engine", "ray", "--ray-address", address],
+    }
+    if not args.no_own_cluster:
+        configs["ray, own cluster"] = ["--engine", "ray", "--workers", str(cores)]
+    best: dict[str, float] = {}
+    tokens = 0
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
+            corpus = build_corpus(Path(tmp), int(args.tokens), args.files)
+            for _ in range(args.rounds):
+                for name, extra in configs.items():
+                    seconds, report = run(corpus, Path(tmp) / "out", args.tokenizer, extra)
+                    tokens = report["real_tokens"]
+                    best[name] = min(best.get(name, seconds), seconds)
+    finally:
+        ray.shutdown()
+    local_rate = tokens / best["local"]
+    print(f"{tokens:,} tokens, {args.files} files, {cores} cores, best of {args.rounds}")
+    for name, seconds in best.items():
+        rate = tokens / seconds
+        print(f"  {name:<22} {seconds:8.1f} s  {rate:12,.0f} tokens/s  {rate / local_rate:5.2f}x local")
+
+
+if __name__ == "__main__":
+    main()

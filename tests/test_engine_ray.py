@@ -1,0 +1,231 @@
+"""--engine ray on a local Ray cluster of 2 CPUs: byte-identical to --engine local for bin
+and concat, Parquet and npy; a killed task is retried; a resumed driver reuses what is
+complete; inputs and output on s3:// (a local moto server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+from helpers import random_texts, write_jsonl
+
+from packcli.engine_ray import FAULT_ENV
+from packcli.errors import PackcliError
+from packcli.options import PackOptions
+from packcli.pipeline import run_pack
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def cluster(s3_server, faults):
+    """Started after the S3 server and the fault directory are in the environment, which
+    the workers inherit."""
+    os.environ[FAULT_ENV] = str(faults)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    os.environ.pop(FAULT_ENV, None)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Three JSONL files and a Parquet file of prompt/completion records."""
+    root = tmp_path_factory.mktemp("corpus")
+    texts = random_texts(400, seed=11, max_words=90)
+    for n in range(3):
+        part = texts[n * 100 : (n + 1) * 100]
+        write_jsonl(root / f"{n}.jsonl", [{"prompt": t[:40], "text": t, "completion": t[40:] or "x"} for t in part])
+    rest = texts[300:]
+    table = pa.table({"prompt": [t[:40] for t in rest], "completion": [t[40:] or "x" for t in rest], "text": rest})
+    pq.write_table(table, root / "3.parquet", row_group_size=30)
+    return root
+
+
+BUCKET = "corpus"  # conftest's s3_server creates it
+
+
+def _pack(inputs, output, tokenizer, **extra) -> dict:
+    opts = PackOptions(
+        inputs=[str(i) for i in inputs], output=str(output), tokenizer=str(tokenizer), seq_len=96, **extra
+    )
+    return dict(run_pack(opts))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix().startswith("shard-"))
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
+
+
+def _manifest(root: Path) -> dict:
+    data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    data["options"].pop("inputs")
+    return data
+
+
+def _assert_same(local: Path, other: Path) -> None:
+    shards = _files(local)
+    assert len(shards) >= 3 and _files(other) == shards
+    assert _manifest(other) == _manifest(local)
+    assert not [p.name for p in other.iterdir() if p.name.startswith(".shard-")]
+
+
+CASES = [
+    ("bin", "parquet", {"shuffle": True, "seed": 3}),
+    ("concat", "npy", {"shuffle": True}),
+    ("bin", "npy", {"prompt_field": "prompt", "completion_field": "completion", "algorithm": "ffd"}),
+    ("concat", "parquet", {"remainder": "drop"}),
+]
+
+
+@pytest.mark.parametrize(("mode", "fmt", "extra"), CASES, ids=[f"{m}-{f}" for m, f, _ in CASES])
+def test_ray_output_is_byte_identical_to_local(cluster, corpus, word_tokenizer, tmp_path, mode, fmt, extra):
+    common = {"mode": mode, "format": fmt, "rows_per_shard": 20, **extra}
+    local = _pack([corpus], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    for key in ("rows", "sequences_packed", "real_tokens", "label_tokens", "efficiency", "documents", "overlong"):
+        assert report[key] == local[key], key
+    assert report["engine"]["name"] == "ray" and report["engine"]["tasks"] == 4 + len(_files(tmp_path / "ray")) // (
+        1 if fmt == "parquet" else 6
+    )
+    assert report["workers"] == {"kind": "ray", "count": 2, "nodes": 1}
+    assert local["engine"] == {"name": "local"}
+
+
+@pytest.mark.parametrize("stage", ["spill", "shard"])
+def test_a_killed_task_is_retried_and_the_output_is_unchanged(cluster, corpus, word_tokenizer, faults, tmp_path, stage):
+    (faults / f"arm-{stage}-1").touch()
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "shuffle": True}
+    _pack([corpus], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    assert (faults / f"fired-{stage}-1").exists()  # the task did die once
+    assert report["engine"]["retries"] == 1
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+
+
+def test_a_resumed_driver_keeps_complete_parts_and_shards(cluster, corpus, word_tokenizer, faults, tmp_path):
+    """A driver (a CLI process on the running cluster, --ray-address) killed after the
+    shards, before the manifest; some shards lost too: --resume keeps the complete parts
+    and the recorded shards still in place, makes the rest, and the output is the same."""
+    common = {"mode": "concat", "format": "npy", "rows_per_shard": 20}
+    out, spill = tmp_path / "ray", tmp_path / "spill"
+    _pack([corpus], tmp_path / "local", word_tokenizer, **common)
+    (faults / "arm-driver-0").touch()
+    args = [str(corpus), "-o", str(out), "--tokenizer", str(word_tokenizer), "--seq-len", "96", "--mode", "concat"]
+    args += ["--format", "npy", "--rows-per-shard", "20", "--engine", "ray", "--tmp-dir", str(spill)]
+    address = ray.get_runtime_context().gcs_address
+    run = subprocess.run(
+        [sys.executable, "-m", "packcli", "pack", *args, "--ray-address", address], capture_output=True, text=True
+    )
+    assert run.returncode == 1 and (faults / "fired-driver-0").exists(), run.stderr[-2000:]
+    assert not (out / "manifest.json").exists()
+    shards = sorted(p for p in out.iterdir() if p.name.startswith("shard-"))
+    for shard in shards[1::2]:
+        shutil.rmtree(shard)
+    kept = (shards[0] / "input_ids.npy").stat().st_mtime_ns
+    report = _pack([corpus], out, word_tokenizer, engine="ray", resume=True, tmp_dir=str(spill), **common)
+    assert report["engine"]["parts_reused"] == 4
+    assert report["engine"]["tasks"] == len(shards)  # every shard task ran (for its stats), no part task
+    assert (shards[0] / "input_ids.npy").stat().st_mtime_ns == kept  # recorded and in place: not written again
+    _assert_same(tmp_path / "local", out)
+
+
+def test_bad_records_fail_and_skip_as_locally(cluster, word_tokenizer, tmp_path):
+    good = write_jsonl(tmp_path / "a.jsonl", [{"text": "one two three"}] * 5)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"text": "four five"}\n{"text": 7}\n{"nope": 1}\n', encoding="utf-8")
+    with pytest.raises(PackcliError, match=rf"^{bad}:2: ") as raised:
+        _pack([good, bad], tmp_path / "fail", word_tokenizer, engine="ray")
+    assert "Traceback" not in str(raised.value)
+    local = _pack([good, bad], tmp_path / "skip-l", word_tokenizer, on_bad_record="skip")
+    report = _pack([good, bad], tmp_path / "skip-r", word_tokenizer, on_bad_record="skip", engine="ray")
+    assert report["documents"] == local["documents"] and report["documents"]["skipped"] == 2
+
+
+def test_s3_round_trip_with_ray(cluster, s3_server, corpus, word_tokenizer, tmp_path):
+    for path in sorted(corpus.iterdir()):
+        s3_server.upload_file(str(path), BUCKET, f"ray-in/{path.name}")
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "shuffle": True}
+    _pack([corpus], tmp_path / "local", word_tokenizer, **common)
+    _pack([f"s3://{BUCKET}/ray-in/"], f"s3://{BUCKET}/ray-out", word_tokenizer, engine="ray", **common)
+    listed = s3_server.list_objects_v2(Bucket=BUCKET, Prefix="ray-out/")["Contents"]
+    remote = {o["Key"][8:]: s3_server.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+    assert {k: v for k, v in remote.items() if k.startswith("shard-")} == _files(tmp_path / "local")
+    manifest = json.loads(remote["manifest.json"])
+    manifest["options"].pop("inputs")
+    assert manifest == _manifest(tmp_path / "local")
+
+
+def test_the_local_engine_never_imports_ray(word_tokenizer, tmp_path):
+    data = write_jsonl(tmp_path / "a.jsonl", [{"text": "one two three"}] * 5)
+    code = (
+        "import sys\nfrom packcli.cli import main\nsys.argv = ['packcli', 'pack', sys.argv[1], '-o', sys.argv[2], "
+        "'--tokenizer', sys.argv[3], '--seq-len', '16']\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'ray' not in sys.modules and 'fsspec' not in sys.modules, 'imported'\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(data), str(tmp_path / "out"), str(word_tokenizer)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+def test_engine_options_are_checked(word_tokenizer, tmp_path):
+    with pytest.raises(PackcliError, match="--ray-address goes with --engine ray"):
+        _pack([tmp_path], tmp_path / "o", word_tokenizer, ray_address="auto")
+    with pytest.raises(PackcliError, match="--engine must be one of local, ray"):
+        _pack([tmp_path], tmp_path / "o", word_tokenizer, engine="spark")
+
+
+def test_a_large_parquet_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
+    """Row groups as parts: the same bytes as one local read, rows named by their place in
+    the whole file."""
+    from packcli import engine_ray_driver
+
+    texts = random_texts(300, seed=5, max_words=70)
+    pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=40)
+    monkeypatch.setattr(engine_ray_driver, "PART_BYTES", 1)  # every row group a part
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "shuffle": True}
+    _pack([tmp_path / "big.parquet"], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([tmp_path / "big.parquet"], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    assert report["engine"]["parts"] == 8
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    texts[203] = None  # a bad row in the sixth row group
+    pq.write_table(pa.table({"text": texts}), tmp_path / "bad.parquet", row_group_size=40)
+    with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.parquet'} row 203: "):
+        _pack([tmp_path / "bad.parquet"], tmp_path / "bad", word_tokenizer, engine="ray")
+
+
+def test_a_large_jsonl_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
+    """Byte ranges cut at line starts as parts: the same bytes as one local read, bad
+    lines named by their line in the whole file, blank lines counted as lines."""
+    from packcli import engine_ray_driver
+
+    lines = [json.dumps({"text": t}) for t in random_texts(300, seed=8, max_words=70)]
+    lines[150] = ""
+    (tmp_path / "big.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(engine_ray_driver, "PART_BYTES", 4000)
+    common = {"mode": "concat", "format": "npy", "rows_per_shard": 20, "shuffle": True}
+    local = _pack([tmp_path / "big.jsonl"], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([tmp_path / "big.jsonl"], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    assert report["engine"]["parts"] >= 5 and report["documents"] == local["documents"]
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    lines[240] = '{"text": 5}'
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.jsonl'}:241: "):
+        _pack([tmp_path / "bad.jsonl"], tmp_path / "bad", word_tokenizer, engine="ray")
