@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from packcli.choices import ALGORITHMS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+from packcli.choices import ALGORITHMS, MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, TRUNCATION_SIDES
 from packcli.errors import PackcliError
 from packcli.ingest import IngestCounts, Segmenter
+from packcli.manifest import unlearned_section
 from packcli.options import check_choice, check_positive, check_seq_len
 from packcli.plan import PlanSettings, gather_rows, plan_rows
 from packcli.report import RowStats, no_packing_baseline
@@ -84,6 +85,8 @@ def pack_sequences(
     buffer_size: int | None = None,
     shuffle: bool = False,
     seed: int = 0,
+    keep_unlearned: bool = False,
+    truncation_side: str | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
@@ -91,12 +94,21 @@ def pack_sequences(
     is learned; without it every token is learned. `buffer_size` packs windows of that many
     segments (one plan over all of them by default). Same inputs and settings give the same
     rows as `packcli pack`: the planner and the row kernel are the same code.
+
+    With `labels`, a segment left with no learned token is dropped (and counted in
+    `report["unlearned"]`) unless `keep_unlearned`; `truncation_side` (`overlong="truncate"`)
+    is "left" with labels (cut the start, keep the learned end) and "right" without.
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)
+    if truncation_side is not None:
+        check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
     tokens, lengths, flat_labels = _flatten(sequences, labels)
     counts = IngestCounts()
-    segmenter = Segmenter(seq_len, mode, overlong, None, counts, track_owners=True)
+    side = truncation_side or ("left" if labels is not None else "right")
+    segmenter = Segmenter(
+        seq_len, mode, overlong, None, counts, track_owners=True, keep_unlearned=keep_unlearned, truncation_side=side
+    )
     seqs = SequenceBatch(tokens, lengths, flat_labels)
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}")
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
@@ -108,6 +120,8 @@ def pack_sequences(
     for block in blocks:
         stats.add(block)
     report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    report["unlearned"] = unlearned_section(counts, keep_unlearned)
+    report["tokens_read"] = counts.tokens_in
     if mode == "concat":
         report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
     owners = segmenter.owners

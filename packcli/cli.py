@@ -30,6 +30,7 @@ from packcli.cli_options import (
     EosToken,
     IdsField,
     Json,
+    KeepUnlearned,
     LabelsField,
     MessagesField,
     OnBadRecord,
@@ -41,6 +42,7 @@ from packcli.cli_options import (
     Tokenizer,
     TokenizerBackend,
     TrainOn,
+    TruncationSide,
     Workers,
     one_of,
     option,
@@ -137,6 +139,8 @@ def pack(
     ] = "bfd",
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
     remainder: Annotated[
         str,
         option(
@@ -273,6 +277,8 @@ def stats(
     ] = None,
     buffer_size: BufferSize = None,
     overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
     batch_size: Annotated[
         int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
     ] = DEFAULT_BATCH_SIZE,

@@ -15,6 +15,7 @@ from packcli.choices import (
     OVERLONG_POLICIES,
     ROLES,
     TOKENIZER_BACKENDS,
+    TRUNCATION_SIDES,
 )
 
 INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
@@ -128,6 +129,22 @@ Overlong = Annotated[
         help="Sequences longer than --seq-len. (default: split for plain text, truncate for SFT/chat)",
     ),
 ]
+TruncationSide = Annotated[
+    str | None,
+    option(
+        panel=PACKING,
+        metavar=one_of(TRUNCATION_SIDES),
+        help="--overlong truncate: left cuts the prompt's start and keeps the completion; right keeps the first --seq-len tokens. (default: left for SFT/chat, right for plain text)",
+    ),
+]
+KeepUnlearned = Annotated[
+    bool,
+    option(
+        "--keep-unlearned",
+        panel=PACKING,
+        help="Keep segments with no learned token (SFT/chat). (default: drop them, counted in the report)",
+    ),
+]
 Workers = Annotated[
     int | None,
     option(panel=RUN, help="Tokenizer processes (tiktoken, chat) or threads (HF backend). (default: all cores)"),
@@ -152,6 +169,8 @@ INPUT_OPTIONS = (
     "pad_id",
     "buffer_size",
     "overlong",
+    "truncation_side",
+    "keep_unlearned",
     "workers",
 )
 

@@ -214,6 +214,20 @@ class Overlong(TypedDict):
     dropped_without_labels: int
 
 
+class UnlearnedCause(TypedDict):
+    sequences: int
+    tokens: int
+
+
+class Unlearned(TypedDict):
+    """Segments with no learned token: dropped (policy "drop") or kept (--keep-unlearned)."""
+
+    policy: str
+    sequences: int
+    tokens: int
+    by_cause: dict[str, UnlearnedCause]
+
+
 class Remainder(TypedDict):
     policy: str
     tokens: int
@@ -254,7 +268,9 @@ class Report(RowSummary, total=False):
     tokenizer_backend: str
     tokenizer_backend_reason: str | None
     workers: dict[str, Any]
+    tokens_read: int
     overlong: Overlong
+    unlearned: Unlearned
     no_packing: NoPacking
     remainder: Remainder
     buffer: Buffer
@@ -300,6 +316,8 @@ def build_report(
             "tokens_lost": counts.overlong_tokens_lost,
             "dropped_without_labels": counts.no_labels_dropped,
         },
+        "unlearned": unlearned_section(counts, opts.keep_unlearned),
+        "tokens_read": counts.tokens_in,
         **summary,
         "no_packing": no_packing,
     }
@@ -309,10 +327,23 @@ def build_report(
         report["buffer"] = buffer
     report["spill"] = spill
     report["timings"] = {**{k: round(v, 4) for k, v in timings.items()}, "total": round(total_seconds, 4)}
-    dropped = remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
-    seen = summary["real_tokens"] + counts.overlong_tokens_lost + dropped
-    report["tokens_per_second"] = seen / total_seconds if total_seconds > 0 else 0.0
+    report["tokens_per_second"] = counts.tokens_in / total_seconds if total_seconds > 0 else 0.0
     return report
+
+
+def unlearned_section(counts: IngestCounts, keep: bool) -> Unlearned:
+    """The report's count of segments with nothing to learn, by cause."""
+    by_cause: dict[str, UnlearnedCause] = {
+        "no_labels": {"sequences": counts.unlearned_no_labels, "tokens": counts.unlearned_no_labels_tokens},
+        "split_pieces": {"sequences": counts.unlearned_split_pieces, "tokens": counts.unlearned_split_pieces_tokens},
+        "truncated": {"sequences": counts.unlearned_truncated, "tokens": counts.unlearned_truncated_tokens},
+    }
+    return {
+        "policy": "keep" if keep else "drop",
+        "sequences": sum(c["sequences"] for c in by_cause.values()),
+        "tokens": sum(c["tokens"] for c in by_cause.values()),
+        "by_cause": by_cause,
+    }
 
 
 def buffer_section(opts: PackOptions, summary: RowSummary, *, windows: int, bfd_rows_in_one_window: int) -> Buffer:

@@ -14,6 +14,7 @@ from packcli.choices import (
     REMAINDER_POLICIES,
     ROLES,
     TOKENIZER_BACKENDS,
+    TRUNCATION_SIDES,
 )
 from packcli.errors import PackcliError
 
@@ -42,6 +43,8 @@ class PackOptions:
     remainder: str = "pad"
     buffer_size: int | None = None  # None: one plan over the whole corpus
     overlong: str | None = None
+    truncation_side: str | None = None  # None: left where labels are masked, right for plain text
+    keep_unlearned: bool = False
     bos: bool | None = None
     eos: bool = True
     eos_token: str | None = None
@@ -74,8 +77,18 @@ class PackOptions:
         """split for plain text; truncate where labels are masked (SFT, chat, ids with labels)."""
         if self.overlong:
             return self.overlong
-        masked = self.input_kind in ("prompt", "chat") or bool(self.labels_field)
-        return "truncate" if masked else "split"
+        return "truncate" if self.masked else "split"
+
+    @property
+    def masked(self) -> bool:
+        """Whether some tokens are not learned (SFT, chat, ids with labels)."""
+        return self.input_kind in ("prompt", "chat") or bool(self.labels_field)
+
+    @property
+    def resolved_truncation_side(self) -> str:
+        """left (keep the completion, cut the prompt's start) where labels are masked; right
+        (keep the start) for plain text."""
+        return self.truncation_side or ("left" if self.masked else "right")
 
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
@@ -98,6 +111,8 @@ class PackOptions:
         check_choice("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
         if self.overlong is not None:
             check_choice("--overlong", self.overlong, OVERLONG_POLICIES)
+        if self.truncation_side is not None:
+            check_choice("--truncation-side", self.truncation_side, TRUNCATION_SIDES)
         for flag, value in (
             ("--buffer-size", self.buffer_size),
             ("--rows-per-shard", self.rows_per_shard),

@@ -144,7 +144,15 @@ def _execute(
         refuse_pad = (
             opts.pad_id if opts.pad_id is not None and opts.pad_id not in (job.setup.eos_id, job.setup.bos_id) else None
         )
-        segmenter = Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, outcome.counts)
+        segmenter = Segmenter(
+            opts.seq_len,
+            opts.mode,
+            opts.resolved_overlong,
+            refuse_pad,
+            outcome.counts,
+            keep_unlearned=opts.keep_unlearned,
+            truncation_side=opts.resolved_truncation_side,
+        )
         chunks = segments(stream, segmenter, paths, progress)
         if opts.buffer_size is None:
             _one_plan(job, chunks, outcome, writer, bad, timer)
@@ -381,6 +389,7 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         text_field=(opts.text_field or "text") if opts.input_kind == "text" else None,
         bos=setup.add_bos,
         overlong=opts.resolved_overlong if opts.mode == "bin" else None,
+        truncation_side=opts.resolved_truncation_side,
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )
