@@ -83,7 +83,7 @@ def pack_sequences(
     overlong: str = "split",
     remainder: str = "pad",
     buffer_size: int | None = None,
-    shuffle: bool = False,
+    shuffle: bool = True,
     seed: int = 0,
     keep_unlearned: bool = False,
     truncation_side: str | None = None,
@@ -98,6 +98,8 @@ def pack_sequences(
     With `labels`, a segment left with no learned token is dropped (and counted in
     `report["unlearned"]`) unless `keep_unlearned`; `truncation_side` (`overlong="truncate"`)
     is "left" with labels (cut the start, keep the learned end) and "right" without.
+    Rows come in a shuffled order by `seed`, as `packcli pack` writes them; `shuffle=False`
+    keeps the plan's order.
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)

@@ -153,10 +153,13 @@ def pack(
     shuffle: Annotated[
         bool,
         option(
-            "--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed)."
+            "--shuffle/--no-shuffle",
+            panel=PACKING,
+            show_default=True,
+            help="Write rows in a deterministic shuffled order (by --seed); --no-shuffle keeps the plan's order, which groups long sequences first.",
         ),
-    ] = False,
-    seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
+    ] = True,
+    seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed of the row shuffle.")] = 0,
     output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
     format: Annotated[
         str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")

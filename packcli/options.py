@@ -51,7 +51,7 @@ class PackOptions:
     pad_id: int | None = None
     format: str = "parquet"
     rows_per_shard: int | None = None
-    shuffle: bool = False
+    shuffle: bool = True  # rows in a seeded random order: the plan's order is a hidden curriculum
     seed: int = 0
     workers: int | None = None
     tokenizer_backend: str = "auto"
