@@ -57,7 +57,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Rank correlation, ties given their average rank."""
 
     def ranks(a: np.ndarray) -> np.ndarray:
-        values, inverse = np.unique(a, return_inverse=True)
+        _, inverse = np.unique(a, return_inverse=True)
         order = np.argsort(a, kind="stable")
         position = np.empty(len(a))
         position[order] = np.arange(len(a))
