@@ -21,10 +21,10 @@ from packcli.choices import ALGORITHMS, MODES, OVERLONG_POLICIES, REMAINDER_POLI
 from packcli.errors import PackcliError
 from packcli.ingest import IngestCounts, Segmenter
 from packcli.manifest import unlearned_section
-from packcli.options import check_choice, check_positive, check_seq_len
+from packcli.options import check_choice, check_pad_multiple, check_positive, check_seq_len
 from packcli.plan import PlanSettings, gather_rows, plan_rows
 from packcli.report import RowStats, no_packing_baseline
-from packcli.rows import Rows
+from packcli.rows import Rows, padded_lengths
 from packcli.sequences import SequenceBatch
 from packcli.spill import Spill
 
@@ -87,6 +87,7 @@ def pack_sequences(
     seed: int = 0,
     keep_unlearned: bool = False,
     truncation_side: str | None = None,
+    pad_to_multiple_of: int | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
@@ -99,12 +100,15 @@ def pack_sequences(
     `report["unlearned"]`) unless `keep_unlearned`; `truncation_side` (`overlong="truncate"`)
     is "left" with labels (cut the start, keep the learned end) and "right" without.
     Rows come in a shuffled order by `seed`, as `packcli pack` writes them; `shuffle=False`
-    keeps the plan's order.
+    keeps the plan's order. `pad_to_multiple_of` (bin mode) pads every segment to a
+    multiple of it inside its row and fills `rows.cu_seqlens_unpadded`.
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size)
     if truncation_side is not None:
         check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
+    check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
+    multiple = pad_to_multiple_of or 1
     tokens, lengths, flat_labels = _flatten(sequences, labels)
     counts = IngestCounts()
     side = truncation_side or ("left" if labels is not None else "right")
@@ -115,8 +119,11 @@ def pack_sequences(
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}")
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
     settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed)
-    plan = plan_rows(seg_lengths, settings)
-    blocks = list(gather_rows(spill, plan, seq_len, pad_id))
+    plan = plan_rows(padded_lengths(seg_lengths, multiple), settings)
+    if multiple > 1:  # the planner placed padded lengths; the pieces are the real tokens
+        plan.piece_len = seg_lengths[plan.source]
+        plan.piece_start = (np.cumsum(seg_lengths) - seg_lengths)[plan.source]
+    blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple))
     rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
     stats = RowStats(seq_len)
     for block in blocks:

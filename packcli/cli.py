@@ -153,13 +153,17 @@ def pack(
     shuffle: Annotated[
         bool,
         option(
-            "--shuffle/--no-shuffle",
-            panel=PACKING,
-            show_default=True,
-            help="Write rows in a deterministic shuffled order (by --seed); --no-shuffle keeps the plan's order, which groups long sequences first.",
+            "--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed)."
         ),
     ] = True,
     seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed of the row shuffle.")] = 0,
+    pad_to_multiple_of: Annotated[
+        int | None,
+        option(
+            panel=OUTPUT,
+            help="Bin mode: pad each segment to a multiple of N (context parallel, FP8).",
+        ),
+    ] = None,
     output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
     format: Annotated[
         str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")
@@ -198,6 +202,7 @@ def pack(
             rows_per_shard=rows_per_shard,
             shuffle=shuffle,
             seed=seed,
+            pad_to_multiple_of=pad_to_multiple_of,
             overwrite=overwrite,
             resume=resume,
             tmp_dir=tmp_dir,

@@ -134,7 +134,7 @@ TruncationSide = Annotated[
     option(
         panel=PACKING,
         metavar=one_of(TRUNCATION_SIDES),
-        help="--overlong truncate: left cuts the prompt's start and keeps the completion; right keeps the first --seq-len tokens. (default: left for SFT/chat, right for plain text)",
+        help="Truncation: left keeps the completion, right the start. (default: left for SFT/chat)",
     ),
 ]
 KeepUnlearned = Annotated[
@@ -142,7 +142,7 @@ KeepUnlearned = Annotated[
     option(
         "--keep-unlearned",
         panel=PACKING,
-        help="Keep segments with no learned token (SFT/chat). (default: drop them, counted in the report)",
+        help="Keep segments with no learned token. (default: drop and count them)",
     ),
 ]
 Workers = Annotated[

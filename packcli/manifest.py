@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 
 from packcli import __version__
 from packcli.choices import FORMATS
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from packcli.tokensetup import TokenSetup
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
-FORMAT_VERSION = 2
+# 3 added the column max_seqlen, and cu_seqlens_unpadded with --pad-to-multiple-of; readers
+# compute max_seqlen for older outputs.
+FORMAT_VERSION = 3
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 
@@ -41,12 +43,14 @@ class TokenizerInfo(TypedDict):
     backend: str
 
 
-class Columns(TypedDict):
-    input_ids: str
-    labels: str
-    position_ids: str
-    cu_seqlens: str
-    num_segments: str
+class Columns(TypedDict, total=False):
+    input_ids: Required[str]
+    labels: Required[str]
+    position_ids: Required[str]
+    cu_seqlens: Required[str]
+    num_segments: Required[str]
+    max_seqlen: str  # format 3
+    cu_seqlens_unpadded: str  # with --pad-to-multiple-of
 
 
 class Totals(TypedDict):
@@ -91,7 +95,7 @@ def build_manifest(
 ) -> Manifest:
     """What `pack` writes last. `options`: the resolved options that change the shards;
     `npy_ids_dtype`: the dtype of input_ids.npy, were the shards npy."""
-    return {
+    manifest: Manifest = {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "mode": opts.mode,
@@ -116,17 +120,22 @@ def build_manifest(
             "position_ids": "int32",
             "cu_seqlens": "int32",
             "num_segments": "int32",
+            "max_seqlen": "int32",
         },
         "totals": totals,
         "shards": shards,
     }
+    if (opts.pad_to_multiple_of or 1) > 1:
+        manifest["columns"]["cu_seqlens_unpadded"] = "int32"
+    return manifest
 
 
 def load_manifest(out_dir: Path | str) -> Manifest:
     """The manifest of a finished output, refused with what to do when this packcli cannot read it.
 
     Its absence means the run did not finish. Every format up to FORMAT_VERSION reads:
-    the files and columns have not changed since format 1."""
+    the columns of format 1 are all still there, and readers compute max_seqlen where
+    it is missing."""
     out_dir = Path(out_dir)
     path = out_dir / "manifest.json"
     if not out_dir.is_dir():

@@ -45,6 +45,7 @@ class PackOptions:
     overlong: str | None = None
     truncation_side: str | None = None  # None: left where labels are masked, right for plain text
     keep_unlearned: bool = False
+    pad_to_multiple_of: int | None = None  # bin mode: each segment padded to a multiple of it
     bos: bool | None = None
     eos: bool = True
     eos_token: str | None = None
@@ -121,6 +122,7 @@ class PackOptions:
             check_positive(flag, value)
         if self.pad_id is not None and self.pad_id < 0:
             raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+        check_pad_multiple(self.pad_to_multiple_of, self.seq_len, self.mode, "--pad-to-multiple-of", "--seq-len")
 
     def _check_input_kind(self) -> None:
         """Exactly one kind of input, and the options that go with it."""
@@ -188,6 +190,18 @@ def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 def check_positive(name: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise _usage(f"{name} must be at least 1, not {value}")
+
+
+def check_pad_multiple(multiple: int | None, seq_len: int, mode: str, name: str, seq_len_name: str) -> None:
+    """Padding to a multiple is for bin mode (concat rows have no room to pad), and rows
+    must hold whole padded segments."""
+    if multiple is None:
+        return
+    check_positive(name, multiple)
+    if mode != "bin":
+        raise _usage(f"{name} applies to bin mode only (concat rows are cut at exactly {seq_len_name})")
+    if seq_len % multiple:
+        raise _usage(f"{seq_len_name} {seq_len} is not a multiple of {name} {multiple}")
 
 
 def check_seq_len(value: int, name: str = "seq_len") -> None:

@@ -27,9 +27,10 @@ from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_w
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.plan import RowPlan, gather_rows, plan_window
+from packcli.plan import RowPlan, gather_rows, plan_padded
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
+from packcli.rows import padded_lengths
 from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
 from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
@@ -217,17 +218,21 @@ def _plan_and_write(
 ) -> RowPlan:
 
     opts = job.opts
+    multiple = opts.pad_to_multiple_of or 1
     with timer.stage("plan"):
-        plan = plan_window(spill.lengths, opts.plan_settings(), index, final)
+        plan = plan_padded(spill.lengths, opts.plan_settings(), index, final, multiple)
     if opts.mode == "bin":
-        counts = np.bincount(plan.piece_len, minlength=opts.seq_len + 1)[: opts.seq_len + 1]
+        placed = padded_lengths(plan.piece_len, multiple)
+        counts = np.bincount(placed, minlength=opts.seq_len + 1)[: opts.seq_len + 1]
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens
     job.windows += 1
     pad_id = job.setup.pad_id
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
-    built = prefetch(timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id)), depth=1)
+    built = prefetch(
+        timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
+    )
     try:
         for rows in built:
             with timer.stage("write"):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from packcli.kernels import pack_lengths
-from packcli.rows import Rows, cut_pieces, fill_rows
+from packcli.rows import Rows, cut_pieces, fill_rows, padded_lengths
 
 if TYPE_CHECKING:
     from packcli.spill import Spill
@@ -145,7 +145,21 @@ def plan_window(lengths: np.ndarray, settings: PlanSettings, index: int, final: 
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index)
 
 
-def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0) -> Iterator[Rows]:
+def plan_padded(lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, multiple: int) -> RowPlan:
+    """plan_window for bin mode with --pad-to-multiple-of: the kernel places every length
+    rounded up to `multiple`; the pieces gathered are the real tokens."""
+    if multiple <= 1:
+        return plan_window(lengths, settings, index, final)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    plan = plan_window(padded_lengths(lengths, multiple), settings, index, final)
+    plan.piece_len = lengths[plan.source]
+    plan.piece_start = (np.cumsum(lengths) - lengths)[plan.source]
+    return plan
+
+
+def gather_rows(
+    spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0, multiple: int = 1
+) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
     for first, last, pick in plan.row_blocks(block, first_row):
@@ -162,4 +176,5 @@ def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_ro
             last - first,
             seq_len,
             pad_id,
+            multiple,
         )
