@@ -29,7 +29,7 @@ import pyarrow as pa
 from packcli.api import pack_sequences
 from packcli.errors import PackcliError, needs_extra
 from packcli.manifest import load_manifest
-from packcli.rows import Rows
+from packcli.rows import Rows, real_token_mask
 from packcli.shards import int32_array, iter_output_rows
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
@@ -172,15 +172,26 @@ def _columns(token_ids, column: str):
 
 
 def _real_mask(rows: Rows) -> np.ndarray:
-    """1 for real tokens, 0 for padding (padding is the tail of a row)."""
-    return (np.arange(rows.seq_len)[None, :] < rows.real_lengths()[:, None]).astype(np.int32)
+    """1 for real tokens, 0 for padding (the row's tail, and the pads of --pad-to-multiple-of)."""
+    return real_token_mask(rows).astype(np.int32)
 
 
 def _real_mask_from_columns(batch: Mapping, seq_len: int) -> np.ndarray:
-    real = []
-    for cu, count in zip(batch["cu_seqlens"], batch["num_segments"]):
-        real.append(cu[count] if len(cu) - 1 > count else seq_len)
-    return (np.arange(seq_len)[None, :] < np.asarray(real, dtype=np.int64)[:, None]).astype(np.int32)
+    n = len(batch["cu_seqlens"])
+    cu = [np.asarray(c, dtype=np.int32) for c in batch["cu_seqlens"]]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in cu])]).astype(np.int64)
+    unpadded = batch.get("cu_seqlens_unpadded")
+    rows = Rows(
+        np.zeros((n, seq_len), dtype=np.int32),
+        np.zeros((n, seq_len), dtype=np.int32),
+        np.asarray(batch["position_ids"], dtype=np.int32).reshape(n, seq_len),
+        np.concatenate(cu) if n else np.zeros(0, np.int32),
+        offsets,
+        np.asarray(batch["num_segments"], dtype=np.int32),
+        None,
+        np.concatenate([np.asarray(u, dtype=np.int32) for u in unpadded]) if unpadded is not None and n else None,
+    )
+    return _real_mask(rows)
 
 
 def _no_rows(seq_len: int) -> Rows:

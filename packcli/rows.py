@@ -125,6 +125,24 @@ def longest_segments(cu_seqlens: np.ndarray, cu_offsets: np.ndarray) -> np.ndarr
     return np.maximum.reduceat(widths, offsets[:-1]).astype(np.int32)
 
 
+def real_token_mask(rows: Rows) -> np.ndarray:
+    """bool [rows, seq_len]: True on real tokens, False on the padding segment and on the
+    pads after each segment (--pad-to-multiple-of)."""
+    n = len(rows)
+    offsets = rows.cu_offsets - rows.cu_offsets[0]
+    cu = np.asarray(rows.cu_seqlens, dtype=np.int64)
+    unpadded = cu if rows.cu_seqlens_unpadded is None else np.asarray(rows.cu_seqlens_unpadded, dtype=np.int64)
+    entries = np.diff(offsets)
+    entry_row = np.repeat(np.arange(n), entries)
+    k = np.arange(len(cu)) - offsets[entry_row]
+    segment = np.flatnonzero(k < entries[entry_row] - 1)
+    is_real = k[segment] < np.asarray(rows.num_segments)[entry_row[segment]]
+    real = np.where(is_real, unpadded[segment + 1] - unpadded[segment], 0)
+    per_token = np.repeat(real, cu[segment + 1] - cu[segment]).reshape(n, rows.seq_len)
+    mask: np.ndarray = np.asarray(rows.position_ids) < per_token
+    return mask
+
+
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
 def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id, multiple):
     """input_ids, labels and positions of the placed pieces; each piece's pads (to a multiple
