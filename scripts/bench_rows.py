@@ -1,6 +1,6 @@
 """Row order, padded rows and the cost of the row columns, measured on real data.
 
-    python scripts/bench_rows.py [--tokenizer /tmp/qwen-tok] [--rounds 3] [--before /work/main]
+    python scripts/bench_rows.py [--tokenizer /tmp/qwen-tok] [--rounds 3] [--before ../main] [--parts order,padded,throughput]
 
 1. Row order: a corpus of GSM8K (question + "\\n" + answer) and this repository's own
    source and documentation files, packed as plain text at --seq-len 2048 with the default
@@ -119,14 +119,18 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=Path("/work/main"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--parts", default="order,padded,throughput", help="which measurements, comma-separated")
     args = parser.parse_args()
+    parts = args.parts.split(",")
+    result = {}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        result = {
-            "row_order": row_order(tmp, args.tokenizer),
-            "padded_rows": padded_rows(tmp, args.tokenizer),
-            "throughput": throughput(tmp, args.tokenizer, args.before, args.rounds, args.repeat),
-        }
+        if "order" in parts:
+            result["row_order"] = row_order(tmp, args.tokenizer)
+        if "padded" in parts:
+            result["padded_rows"] = padded_rows(tmp, args.tokenizer)
+        if "throughput" in parts:
+            result["throughput"] = throughput(tmp, args.tokenizer, args.before, args.rounds, args.repeat)
     print(json.dumps(result, indent=2))
 
 
