@@ -66,6 +66,7 @@ def check_rows(
         where=where,
         first_row=first_row,
     )
+    check_max_seqlen(rows.cu_seqlens, rows.cu_offsets, rows.max_seqlen, where=where, first_row=first_row)
 
 
 def _check_arrays(
