@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from packcli.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES
+from packcli.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, TRUNCATION_SIDES
 from packcli.errors import PackcliError
 from packcli.grouping import GroupTable, group_counts, group_entries
 from packcli.ingest import IngestCounts, Segmenter
-from packcli.options import check_algorithm, check_choice, check_positive, check_seq_len
-from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
+from packcli.manifest import unlearned_section
+from packcli.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
+from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_padded_rows, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
@@ -85,10 +86,13 @@ def pack_sequences(
     overlong: str = "split",
     remainder: str = "pad",
     buffer_size: int | None = None,
-    shuffle: bool = False,
+    shuffle: bool = True,
     seed: int = 0,
     groups: Sequence[Any] | None = None,
     max_sequences_per_row: int | None = None,
+    keep_unlearned: bool = False,
+    truncation_side: str | None = None,
+    pad_to_multiple_of: int | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
@@ -99,26 +103,50 @@ def pack_sequences(
     which group each row holds. `algorithm` may also be "module:function" or a callable
     (a user strategy, see packcli.strategy). Same inputs and settings give the same rows as
     `packcli pack`: the planner and the row kernel are the same code.
+
+    With `labels`, a segment left with no learned token is dropped (and counted in
+    `report["unlearned"]`) unless `keep_unlearned`; `truncation_side` (`overlong="truncate"`)
+    is "left" with labels (cut the start, keep the learned end) and "right" without.
+    Rows come in a shuffled order by `seed`, as `packcli pack` writes them; `shuffle=False`
+    keeps the plan's order. `pad_to_multiple_of` (bin mode) pads every segment to a
+    multiple of it inside its row and fills `rows.cu_seqlens_unpadded`.
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
+    if truncation_side is not None:
+        check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
+    check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
+    multiple = pad_to_multiple_of or 1
     tokens, lengths, flat_labels = _flatten(sequences, labels)
     counts = IngestCounts()
+    side = truncation_side or ("left" if labels is not None else "right")
     table = GroupTable("groups") if groups is not None else None
-    segmenter = Segmenter(seq_len, mode, overlong, None, counts, track_owners=True, groups=table)
+    segmenter = Segmenter(
+        seq_len,
+        mode,
+        overlong,
+        None,
+        counts,
+        track_owners=True,
+        groups=table,
+        keep_unlearned=keep_unlearned,
+        truncation_side=side,
+    )
     seqs = SequenceBatch(tokens, lengths, flat_labels)
     values = None if groups is None else list(groups)
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
     segment_groups = None if table is None else segmenter.group_ids.take(len(seg_lengths))
     settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row)
-    plan = plan_rows(seg_lengths, settings, segment_groups)
-    blocks = list(gather_rows(spill, plan, seq_len, pad_id))
+    plan = plan_padded_rows(seg_lengths, settings, multiple, segment_groups)
+    blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple))
     rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
     stats = RowStats(seq_len)
     for block in blocks:
         stats.add(block)
     report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    report["unlearned"] = unlearned_section(counts, keep_unlearned)
+    report["tokens_read"] = counts.tokens_in
     if mode == "concat":
         report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
     _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)

@@ -31,6 +31,7 @@ from packcli.cli_options import (
     GroupBy,
     IdsField,
     Json,
+    KeepUnlearned,
     LabelsField,
     MaxSequencesPerRow,
     MessagesField,
@@ -44,6 +45,7 @@ from packcli.cli_options import (
     Tokenizer,
     TokenizerBackend,
     TrainOn,
+    TruncationSide,
     Workers,
     one_of,
     option,
@@ -148,6 +150,8 @@ def pack(
     group_by: GroupBy = None,
     max_sequences_per_row: MaxSequencesPerRow = None,
     overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
     remainder: Annotated[
         str,
         option(
@@ -162,8 +166,15 @@ def pack(
         option(
             "--shuffle/--no-shuffle", panel=PACKING, show_default=True, help="Shuffle rows (deterministic, by --seed)."
         ),
-    ] = False,
-    seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed for --shuffle.")] = 0,
+    ] = True,
+    seed: Annotated[int, option(panel=PACKING, show_default=True, help="Seed of the row shuffle.")] = 0,
+    pad_to_multiple_of: Annotated[
+        int | None,
+        option(
+            panel=OUTPUT,
+            help="Bin mode: pad each segment to a multiple of N (context parallel, FP8).",
+        ),
+    ] = None,
     output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
     format: Annotated[
         str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")
@@ -219,6 +230,7 @@ def pack(
             rows_per_shard=rows_per_shard,
             shuffle=shuffle,
             seed=seed,
+            pad_to_multiple_of=pad_to_multiple_of,
             overwrite=overwrite,
             resume=resume,
             tmp_dir=tmp_dir,
@@ -307,6 +319,8 @@ def stats(
     group_by: GroupBy = None,
     max_sequences_per_row: MaxSequencesPerRow = None,
     overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
     batch_size: Annotated[
         int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
     ] = DEFAULT_BATCH_SIZE,

@@ -15,6 +15,7 @@ from packcli.choices import (
     OVERLONG_POLICIES,
     ROLES,
     TOKENIZER_BACKENDS,
+    TRUNCATION_SIDES,
 )
 
 INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
@@ -148,6 +149,22 @@ NoCache = Annotated[
         help="Neither read nor write the start-up cache of what is derived from the tokenizer ($PACKCLI_CACHE_DIR, else $XDG_CACHE_HOME/packcli).",
     ),
 ]
+TruncationSide = Annotated[
+    str | None,
+    option(
+        panel=PACKING,
+        metavar=one_of(TRUNCATION_SIDES),
+        help="Truncation: left keeps the completion, right the start. (default: left for SFT/chat)",
+    ),
+]
+KeepUnlearned = Annotated[
+    bool,
+    option(
+        "--keep-unlearned",
+        panel=PACKING,
+        help="Keep segments with no learned token. (default: drop and count them)",
+    ),
+]
 Workers = Annotated[
     int | None,
     option(panel=RUN, help="Tokenizer processes. (default: all cores)"),
@@ -174,6 +191,8 @@ INPUT_OPTIONS = (
     "group_by",
     "max_sequences_per_row",
     "overlong",
+    "truncation_side",
+    "keep_unlearned",
     "workers",
     "no_cache",
 )

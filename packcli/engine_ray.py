@@ -68,6 +68,7 @@ class ShardJob:
     pad_id: int
     output: str  # a local directory or a URL
     ledger: str
+    multiple: int = 1  # --pad-to-multiple-of
 
 
 def connect(address: str | None, cpus: int | None) -> tuple[Any, bool]:
@@ -294,6 +295,7 @@ def gather_range(spill: PartedSpill, job: ShardJob, first: int, end: int) -> Ite
             hi_row - lo_row,
             seq_len,
             job.pad_id,
+            job.multiple,
         )
         yield rows
 

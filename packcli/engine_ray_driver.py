@@ -18,7 +18,7 @@ from packcli.flow import Timer
 from packcli.ingest import IngestCounts
 from packcli.manifest import BadRecordCounts
 from packcli.pipeline import Job, Outcome, Progress, account_plan, check_documents
-from packcli.plan import plan_window
+from packcli.plan import plan_padded
 from packcli.reading import BadRecords
 from packcli.report import RowStats
 from packcli.shards import ShardInfo
@@ -54,7 +54,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     begin = time.perf_counter()
     with timer.stage("plan"):
         lengths = [np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))]
-        plan = plan_window(np.concatenate(lengths), opts.plan_settings(), 0, True)
+        plan = plan_padded(np.concatenate(lengths), opts.plan_settings(), 0, True, opts.pad_to_multiple_of or 1)
     account_plan(job, outcome, plan)
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
@@ -126,6 +126,7 @@ def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list
         pad_id=job.setup.pad_id,
         output=job.remote.url if job.remote is not None else str(job.out_dir),
         ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
+        multiple=opts.pad_to_multiple_of or 1,
     )
     shared = ray.put(shard_job)
     remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)

@@ -29,11 +29,12 @@ import pyarrow as pa
 from packcli.api import pack_sequences
 from packcli.errors import PackcliError, needs_extra
 from packcli.manifest import load_manifest
-from packcli.rows import Rows
+from packcli.rows import Rows, real_token_mask
 from packcli.shards import int32_array, iter_output_rows
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
 EXTRA_COLUMNS = ("cu_seqlens", "num_segments")
+BOUNDARY_COLUMNS = ("max_seqlen", "cu_seqlens_unpadded")
 # Arrow list offsets are int32: keep each chunk of a table under 2^31 values.
 CHUNK_TOKENS = 1 << 30
 
@@ -56,8 +57,10 @@ def pack_dataset(
     with an `input_ids` column (`column` names another); a `labels` column there is used
     when `labels` is not given. `eos_id`, if given, is appended to every sequence
     (tokenizers rarely add EOS themselves), and is learned. `cu_seqlens=True` adds the
-    `cu_seqlens` and `num_segments` columns of the on-disk format. Other options
-    (`algorithm`, `mode`, `overlong`, `remainder`, `buffer_size`, `shuffle`, `seed`)
+    `cu_seqlens`, `num_segments` and `max_seqlen` columns of the on-disk format (and
+    `cu_seqlens_unpadded` with `pad_to_multiple_of`). Other options
+    (`algorithm`, `mode`, `overlong`, `remainder`, `buffer_size`, `shuffle`, `seed`,
+    `pad_to_multiple_of`, `keep_unlearned`, `truncation_side`)
     are those of `packcli.pack_sequences`; the result holds the same rows.
     """
     sequences, found_labels = _columns(token_ids, column)
@@ -83,6 +86,8 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
     path = Path(path)
     manifest = load_manifest(path)
     keep = [*TRAIN_COLUMNS, *(EXTRA_COLUMNS if cu_seqlens else ())]
+    if cu_seqlens:  # format 3: max_seqlen, and cu_seqlens_unpadded with --pad-to-multiple-of
+        keep += [name for name in BOUNDARY_COLUMNS if name in manifest.get("columns", {})]
     if manifest["format"] == "parquet":
         # lazy: datasets is an optional extra (npy output loads without it)
         with needs_extra("hf", "packcli.hf needs datasets"):
@@ -134,6 +139,11 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
         if cu_seqlens:
             arrays["cu_seqlens"] = pa.ListArray.from_arrays(int32_array(part.cu_offsets), int32_array(part.cu_seqlens))
             arrays["num_segments"] = int32_array(part.num_segments)
+            assert part.max_seqlen is not None  # Rows fills it
+            arrays["max_seqlen"] = int32_array(part.max_seqlen)
+            if part.cu_seqlens_unpadded is not None:
+                unpadded = int32_array(part.cu_seqlens_unpadded)
+                arrays["cu_seqlens_unpadded"] = pa.ListArray.from_arrays(int32_array(part.cu_offsets), unpadded)
         tables.append(pa.table(arrays))
     return datasets.Dataset(InMemoryTable(pa.concat_tables(tables)))
 
@@ -162,15 +172,26 @@ def _columns(token_ids, column: str):
 
 
 def _real_mask(rows: Rows) -> np.ndarray:
-    """1 for real tokens, 0 for padding (padding is the tail of a row)."""
-    return (np.arange(rows.seq_len)[None, :] < rows.real_lengths()[:, None]).astype(np.int32)
+    """1 for real tokens, 0 for padding (the row's tail, and the pads of --pad-to-multiple-of)."""
+    return real_token_mask(rows).astype(np.int32)
 
 
 def _real_mask_from_columns(batch: Mapping, seq_len: int) -> np.ndarray:
-    real = []
-    for cu, count in zip(batch["cu_seqlens"], batch["num_segments"]):
-        real.append(cu[count] if len(cu) - 1 > count else seq_len)
-    return (np.arange(seq_len)[None, :] < np.asarray(real, dtype=np.int64)[:, None]).astype(np.int32)
+    n = len(batch["cu_seqlens"])
+    cu = [np.asarray(c, dtype=np.int32) for c in batch["cu_seqlens"]]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in cu])]).astype(np.int64)
+    unpadded = batch.get("cu_seqlens_unpadded")
+    rows = Rows(
+        np.zeros((n, seq_len), dtype=np.int32),
+        np.zeros((n, seq_len), dtype=np.int32),
+        np.asarray(batch["position_ids"], dtype=np.int32).reshape(n, seq_len),
+        np.concatenate(cu) if n else np.zeros(0, np.int32),
+        offsets,
+        np.asarray(batch["num_segments"], dtype=np.int32),
+        None,
+        np.concatenate([np.asarray(u, dtype=np.int32) for u in unpadded]) if unpadded is not None and n else None,
+    )
+    return _real_mask(rows)
 
 
 def _no_rows(seq_len: int) -> Rows:

@@ -41,11 +41,21 @@ class IngestCounts:
     """What the report says about sequences before they became rows."""
 
     sequences_in: int = 0
+    tokens_in: int = 0  # tokens of every sequence tokenized, before --overlong and the unlearned rule
     unpacked_rows: int = 0  # rows if every sequence were padded to seq_len on its own
     overlong: int = 0
-    overlong_tokens_lost: int = 0
-    no_labels_dropped: int = 0
+    overlong_tokens_lost: int = 0  # tokens cut off by truncate, or of sequences dropped by drop
+    no_labels_dropped: int = 0  # overlong sequences that truncation left with nothing to learn
     special_token_records: int = 0
+    # Segments with no learned token (bin mode, masked labels), by cause: dropped, or kept
+    # with --keep-unlearned. no_labels: the sequence learns nothing at all; split_pieces:
+    # pieces of a split sequence; truncated: what truncation kept of a sequence.
+    unlearned_no_labels: int = 0
+    unlearned_no_labels_tokens: int = 0
+    unlearned_split_pieces: int = 0
+    unlearned_split_pieces_tokens: int = 0
+    unlearned_truncated: int = 0
+    unlearned_truncated_tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -53,7 +63,12 @@ class IngestCounts:
 
 class Segmenter:
     """Turns tokenized sequences into the segments the planner places (SPEC section 4):
-    applies `--overlong` in bin mode, checks labels and an explicit `--pad-id`, counts."""
+    applies `--overlong` in bin mode, drops segments with nothing to learn (unless
+    `keep_unlearned`), checks labels and an explicit `--pad-id`, counts.
+
+    `truncation_side` "left" cuts a truncated sequence from its start but keeps the
+    token before its first learned one, so a completion is only cut when it is longer
+    than the row on its own; "right" keeps the first `seq_len` tokens."""
 
     def __init__(
         self,
@@ -64,9 +79,13 @@ class Segmenter:
         counts: IngestCounts,
         track_owners: bool = False,
         groups: GroupTable | None = None,
+        *,
+        keep_unlearned: bool = False,
+        truncation_side: str = "right",
     ):
         self.seq_len, self.mode, self.overlong = seq_len, mode, overlong
         self.refuse_pad, self.counts = refuse_pad, counts
+        self.keep_unlearned, self.truncation_side = keep_unlearned, truncation_side
         self.owners: np.ndarray | None = np.zeros(0, dtype=np.int64) if track_owners else None
         self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
         self.group_ids = GroupIds()
@@ -76,6 +95,7 @@ class Segmenter:
         `group_values`: with --group-by, the field's value in each record of the batch."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
+        self.counts.tokens_in += int(lengths.sum())
         self.counts.special_token_records += seqs.special_token_records
         if self.refuse_pad is not None:
             _refuse_pad_in_data(tokens, lengths, self.refuse_pad, location)
@@ -89,7 +109,10 @@ class Segmenter:
             self.counts.overlong += int((lengths > self.seq_len).sum())
             self.counts.unpacked_rows += int(((lengths + self.seq_len - 1) // self.seq_len).sum())
         else:
+            learns = None if learned is None else learns_after_first(learned, np.cumsum(lengths) - lengths, lengths)
             tokens, lengths, learned, kept = self._overlong(tokens, lengths, learned, location)
+            if learns is not None and learned is not None:
+                tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns)
             self.counts.unpacked_rows += len(lengths)
         if self.owners is not None:
             owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
@@ -132,18 +155,56 @@ class Segmenter:
             return tokens, pieces, learned, owner
         if self.overlong == "truncate":
             kept = np.minimum(lengths, seq_len)
+            begin = self._truncation_begin(learned, starts, lengths)
             self.counts.overlong_tokens_lost += int((lengths - kept).sum())
-            if learned is not None:  # a cut sequence left with nothing to learn is dropped
-                keep = ~long | learns_after_first(learned, starts, kept)
-                self.counts.no_labels_dropped += int((~keep).sum())
-                self.counts.overlong_tokens_lost += int(kept[~keep].sum())
-                kept = np.where(keep, kept, 0)
-        else:  # drop
-            self.counts.overlong_tokens_lost += int(lengths[long].sum())
-            kept = np.where(long, 0, lengths)
-        mask = (np.arange(len(tokens)) - np.repeat(starts, lengths)) < np.repeat(kept, lengths)
-        learned = learned[mask] if learned is not None else None
-        return tokens[mask], kept[kept > 0], learned, np.flatnonzero(kept > 0)
+            within = np.arange(len(tokens)) - np.repeat(starts, lengths)
+            mask = (within >= np.repeat(begin, lengths)) & (within < np.repeat(begin + kept, lengths))
+            return tokens[mask], kept, (learned[mask] if learned is not None else None), None
+        self.counts.overlong_tokens_lost += int(lengths[long].sum())  # drop
+        mask = ~np.repeat(long, lengths)
+        return tokens[mask], lengths[~long], (learned[mask] if learned is not None else None), np.flatnonzero(~long)
+
+    def _truncation_begin(self, learned: np.ndarray | None, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Where each truncated sequence's kept window starts (0 for those that fit)."""
+        surplus: np.ndarray = np.maximum(lengths - self.seq_len, 0)
+        if self.truncation_side == "right":
+            return np.zeros(len(lengths), dtype=np.int64)
+        if learned is None:
+            return surplus
+        # The token before the first learned one stays: it is the segment's first, whose label is masked.
+        context = first_learned(learned, starts, lengths) - 1
+        begin: np.ndarray = np.clip(np.minimum(surplus, context), 0, None)
+        return begin
+
+    def _unlearned(
+        self,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        learned: np.ndarray,
+        kept: np.ndarray | None,
+        sequence_learns: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Segments with no learned token counted by cause, and dropped unless kept."""
+        learns = learns_after_first(learned, np.cumsum(lengths) - lengths, lengths)
+        if learns.all():
+            return tokens, lengths, learned, kept
+        owner = np.arange(len(lengths), dtype=np.int64) if kept is None else kept
+        idle = ~learns
+        no_labels = idle & ~sequence_learns[owner]
+        piece = idle & ~no_labels & (self.overlong == "split")
+        cut = idle & ~no_labels & ~piece
+        c = self.counts
+        c.unlearned_no_labels += len(np.unique(owner[no_labels]))
+        c.unlearned_no_labels_tokens += int(lengths[no_labels].sum())
+        c.unlearned_split_pieces += int(piece.sum())
+        c.unlearned_split_pieces_tokens += int(lengths[piece].sum())
+        c.unlearned_truncated += int(cut.sum())
+        c.unlearned_truncated_tokens += int(lengths[cut].sum())
+        c.no_labels_dropped += int(cut.sum())
+        if self.keep_unlearned:
+            return tokens, lengths, learned, kept
+        mask = np.repeat(learns, lengths)
+        return tokens[mask], lengths[learns], learned[mask], owner[learns]
 
 
 def _owner(starts: np.ndarray, token_index: int) -> int:
@@ -155,6 +216,18 @@ def learns_after_first(learned: np.ndarray, starts: np.ndarray, lengths: np.ndar
     total = np.concatenate([[0], np.cumsum(learned)])
     learns: np.ndarray = (total[starts + lengths] - total[np.minimum(starts + 1, starts + lengths)]) > 0
     return learns
+
+
+def first_learned(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Index, inside its span, of each span's first learned token (its length if none)."""
+    found = np.flatnonzero(learned)
+    span = np.searchsorted(starts, found, side="right") - 1
+    inside = found < (starts + lengths)[span]
+    found, span = found[inside], span[inside]
+    first = lengths.astype(np.int64).copy()
+    spans, at = np.unique(span, return_index=True)
+    first[spans] = found[at] - starts[spans]
+    return first
 
 
 def _refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:

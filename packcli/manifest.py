@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, Required, TypedDict, cast
 
 from packcli import __version__
 from packcli.choices import FORMATS
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from packcli.tokensetup import TokenSetup
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
-# 3 added `group_by`, the `groups` table and the `group` column of --group-by outputs.
+# 3 added the column max_seqlen, cu_seqlens_unpadded with --pad-to-multiple-of, and
+# `group_by`, the `groups` table and the `group` column of --group-by outputs; readers
+# compute max_seqlen for older outputs.
 FORMAT_VERSION = 3
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
@@ -42,13 +44,15 @@ class TokenizerInfo(TypedDict):
     backend: str
 
 
-class Columns(TypedDict):
-    input_ids: str
-    labels: str
-    position_ids: str
-    cu_seqlens: str
-    num_segments: str
-    group: NotRequired[str]  # with --group-by
+class Columns(TypedDict, total=False):
+    input_ids: Required[str]
+    labels: Required[str]
+    position_ids: Required[str]
+    cu_seqlens: Required[str]
+    num_segments: Required[str]
+    max_seqlen: str  # format 3
+    cu_seqlens_unpadded: str  # with --pad-to-multiple-of
+    group: str  # with --group-by
 
 
 class Totals(TypedDict):
@@ -136,6 +140,7 @@ def build_manifest(
             "position_ids": "int32",
             "cu_seqlens": "int32",
             "num_segments": "int32",
+            "max_seqlen": "int32",
         },
         "totals": totals,
         "shards": shards,
@@ -144,6 +149,8 @@ def build_manifest(
     if opts.group_by is not None:
         manifest["columns"]["group"] = "int32"
         manifest["groups"] = groups or []
+    if (opts.pad_to_multiple_of or 1) > 1:
+        manifest["columns"]["cu_seqlens_unpadded"] = "int32"
     return manifest
 
 
@@ -151,7 +158,8 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     """The manifest of a finished output, refused with what to do when this packcli cannot read it.
 
     Its absence means the run did not finish. Every format up to FORMAT_VERSION reads:
-    later formats only added keys and an optional column to those of format 1."""
+    the columns of format 1 are all still there (later formats only added keys and optional
+    columns), and readers compute max_seqlen where it is missing."""
     out_dir = Path(out_dir)
     path = out_dir / "manifest.json"
     if not out_dir.is_dir():
@@ -239,6 +247,20 @@ class Overlong(TypedDict):
     dropped_without_labels: int
 
 
+class UnlearnedCause(TypedDict):
+    sequences: int
+    tokens: int
+
+
+class Unlearned(TypedDict):
+    """Segments with no learned token: dropped (policy "drop") or kept (--keep-unlearned)."""
+
+    policy: str
+    sequences: int
+    tokens: int
+    by_cause: dict[str, UnlearnedCause]
+
+
 class Remainder(TypedDict):
     policy: str
     tokens: int
@@ -279,7 +301,9 @@ class Report(RowSummary, total=False):
     tokenizer_backend: str
     tokenizer_backend_reason: str | None
     workers: dict[str, Any]
+    tokens_read: int
     overlong: Overlong
+    unlearned: Unlearned
     no_packing: NoPacking
     remainder: Remainder
     buffer: Buffer
@@ -337,6 +361,8 @@ def build_report(
             "tokens_lost": counts.overlong_tokens_lost,
             "dropped_without_labels": counts.no_labels_dropped,
         },
+        "unlearned": unlearned_section(counts, opts.keep_unlearned),
+        "tokens_read": counts.tokens_in,
         **summary,
         "no_packing": no_packing,
     }
@@ -346,10 +372,23 @@ def build_report(
         report["buffer"] = buffer
     report["spill"] = spill
     report["timings"] = {**{k: round(v, 4) for k, v in timings.items()}, "total": round(total_seconds, 4)}
-    dropped = remainder_tokens if opts.mode == "concat" and opts.remainder == "drop" else 0
-    seen = summary["real_tokens"] + counts.overlong_tokens_lost + dropped
-    report["tokens_per_second"] = seen / total_seconds if total_seconds > 0 else 0.0
+    report["tokens_per_second"] = counts.tokens_in / total_seconds if total_seconds > 0 else 0.0
     return report
+
+
+def unlearned_section(counts: IngestCounts, keep: bool) -> Unlearned:
+    """The report's count of segments with nothing to learn, by cause."""
+    by_cause: dict[str, UnlearnedCause] = {
+        "no_labels": {"sequences": counts.unlearned_no_labels, "tokens": counts.unlearned_no_labels_tokens},
+        "split_pieces": {"sequences": counts.unlearned_split_pieces, "tokens": counts.unlearned_split_pieces_tokens},
+        "truncated": {"sequences": counts.unlearned_truncated, "tokens": counts.unlearned_truncated_tokens},
+    }
+    return {
+        "policy": "keep" if keep else "drop",
+        "sequences": sum(c["sequences"] for c in by_cause.values()),
+        "tokens": sum(c["tokens"] for c in by_cause.values()),
+        "by_cause": by_cause,
+    }
 
 
 def buffer_section(opts: PackOptions, summary: RowSummary, *, windows: int, bfd_rows_in_one_window: int) -> Buffer:

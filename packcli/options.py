@@ -15,6 +15,7 @@ from packcli.choices import (
     REMAINDER_POLICIES,
     ROLES,
     TOKENIZER_BACKENDS,
+    TRUNCATION_SIDES,
 )
 from packcli.errors import PackcliError
 
@@ -44,13 +45,16 @@ class PackOptions:
     remainder: str = "pad"
     buffer_size: int | None = None  # None: one plan over the whole corpus
     overlong: str | None = None
+    truncation_side: str | None = None  # None: left where labels are masked, right for plain text
+    keep_unlearned: bool = False
+    pad_to_multiple_of: int | None = None  # bin mode: each segment padded to a multiple of it
     bos: bool | None = None
     eos: bool = True
     eos_token: str | None = None
     pad_id: int | None = None
     format: str = "parquet"
     rows_per_shard: int | None = None
-    shuffle: bool = False
+    shuffle: bool = True  # rows in a seeded random order: the plan's order is a hidden curriculum
     seed: int = 0
     workers: int | None = None
     tokenizer_backend: str = "auto"
@@ -81,8 +85,18 @@ class PackOptions:
         """split for plain text; truncate where labels are masked (SFT, chat, ids with labels)."""
         if self.overlong:
             return self.overlong
-        masked = self.input_kind in ("prompt", "chat") or bool(self.labels_field)
-        return "truncate" if masked else "split"
+        return "truncate" if self.masked else "split"
+
+    @property
+    def masked(self) -> bool:
+        """Whether some tokens are not learned (SFT, chat, ids with labels)."""
+        return self.input_kind in ("prompt", "chat") or bool(self.labels_field)
+
+    @property
+    def resolved_truncation_side(self) -> str:
+        """left (keep the completion, cut the prompt's start) where labels are masked; right
+        (keep the start) for plain text."""
+        return self.truncation_side or ("left" if self.masked else "right")
 
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
@@ -106,6 +120,8 @@ class PackOptions:
         check_choice("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
         if self.overlong is not None:
             check_choice("--overlong", self.overlong, OVERLONG_POLICIES)
+        if self.truncation_side is not None:
+            check_choice("--truncation-side", self.truncation_side, TRUNCATION_SIDES)
         for flag, value in (
             ("--buffer-size", self.buffer_size),
             ("--rows-per-shard", self.rows_per_shard),
@@ -116,6 +132,7 @@ class PackOptions:
         self._check_packing_extras()
         if self.pad_id is not None and self.pad_id < 0:
             raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+        check_pad_multiple(self.pad_to_multiple_of, self.seq_len, self.mode, "--pad-to-multiple-of", "--seq-len")
 
     def _check_packing_extras(self) -> None:
         """--group-by, --max-sequences-per-row and a user strategy, where they apply."""
@@ -234,6 +251,18 @@ def check_algorithm(value: str, name: str = "--algorithm") -> None:
 def check_positive(name: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise _usage(f"{name} must be at least 1, not {value}")
+
+
+def check_pad_multiple(multiple: int | None, seq_len: int, mode: str, name: str, seq_len_name: str) -> None:
+    """Padding to a multiple is for bin mode (concat rows have no room to pad), and rows
+    must hold whole padded segments."""
+    if multiple is None:
+        return
+    check_positive(name, multiple)
+    if mode != "bin":
+        raise _usage(f"{name} applies to bin mode only (concat rows are cut at exactly {seq_len_name})")
+    if seq_len % multiple:
+        raise _usage(f"{seq_len_name} {seq_len} is not a multiple of {name} {multiple}")
 
 
 def check_seq_len(value: int, name: str = "seq_len") -> None:

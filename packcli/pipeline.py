@@ -28,9 +28,10 @@ from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_w
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
+from packcli.plan import RowPlan, gather_rows, plan_padded, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
+from packcli.rows import padded_lengths
 from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
 from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
@@ -222,7 +223,16 @@ def make_segmenter(
 ) -> Segmenter:
     """The segmenter both engines run: an explicit --pad-id other than EOS/BOS is refused in data."""
     refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id) else None
-    return Segmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, counts, groups=groups)
+    return Segmenter(
+        opts.seq_len,
+        opts.mode,
+        opts.resolved_overlong,
+        refuse_pad,
+        counts,
+        groups=groups,
+        keep_unlearned=opts.keep_unlearned,
+        truncation_side=opts.resolved_truncation_side,
+    )
 
 
 def check_documents(outcome: Outcome) -> None:
@@ -303,15 +313,18 @@ def _plan_and_write(
 ) -> RowPlan:
 
     opts = job.opts
+    multiple = opts.pad_to_multiple_of or 1
     with timer.stage("plan"):
-        plan = plan_window(spill.lengths, opts.plan_settings(), index, final, groups)
+        plan = plan_padded(spill.lengths, opts.plan_settings(), index, final, multiple, groups)
     if opts.max_sequences_per_row is not None:
-        job.uncapped_rows += uncapped_rows(spill.lengths, opts.plan_settings(), groups)
+        job.uncapped_rows += uncapped_rows(padded_lengths(spill.lengths, multiple), opts.plan_settings(), groups)
     account_plan(job, outcome, plan)
     pad_id = job.setup.pad_id
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
-    built = prefetch(timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id)), depth=1)
+    built = prefetch(
+        timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
+    )
     first_row = 0
     try:
         for rows in built:
@@ -330,7 +343,8 @@ def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
     seq_len = job.opts.seq_len
     if job.opts.mode == "bin":
-        counts = np.bincount(plan.piece_len, minlength=seq_len + 1)[: seq_len + 1]
+        placed = padded_lengths(plan.piece_len, job.opts.pad_to_multiple_of or 1)  # the room each one took
+        counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens
     job.windows += 1
@@ -521,6 +535,7 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         text_field=(opts.text_field or "text") if opts.input_kind == "text" else None,
         bos=setup.add_bos,
         overlong=opts.resolved_overlong if opts.mode == "bin" else None,
+        truncation_side=opts.resolved_truncation_side,
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
     )

@@ -17,7 +17,7 @@ import numpy as np
 
 from packcli.grouping import group_slices
 from packcli.kernels import pack_lengths
-from packcli.rows import Rows, cut_pieces, fill_rows
+from packcli.rows import Rows, cut_pieces, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
 if TYPE_CHECKING:
@@ -237,7 +237,42 @@ def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSetting
     return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
 
 
-def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0) -> Iterator[Rows]:
+def plan_padded(
+    lengths: np.ndarray,
+    settings: PlanSettings,
+    index: int,
+    final: bool,
+    multiple: int,
+    groups: np.ndarray | None = None,
+) -> RowPlan:
+    """plan_window for bin mode with --pad-to-multiple-of: the kernel places every length
+    rounded up to `multiple`; the pieces gathered are the real tokens."""
+    if multiple <= 1:
+        return plan_window(lengths, settings, index, final, groups)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return _real_pieces(plan_window(padded_lengths(lengths, multiple), settings, index, final, groups), lengths)
+
+
+def plan_padded_rows(
+    lengths: np.ndarray, settings: PlanSettings, multiple: int, groups: np.ndarray | None = None
+) -> RowPlan:
+    """plan_rows (the library's plan) with every length rounded up to `multiple`."""
+    if multiple <= 1:
+        return plan_rows(lengths, settings, groups)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return _real_pieces(plan_rows(padded_lengths(lengths, multiple), settings, groups), lengths)
+
+
+def _real_pieces(plan: RowPlan, lengths: np.ndarray) -> RowPlan:
+    """The plan placed padded lengths; the pieces to gather are each segment's real tokens."""
+    plan.piece_len = lengths[plan.source]
+    plan.piece_start = (np.cumsum(lengths) - lengths)[plan.source]
+    return plan
+
+
+def gather_rows(
+    spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0, multiple: int = 1
+) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
     for first, last, pick in plan.row_blocks(block, first_row):
@@ -254,4 +289,5 @@ def gather_rows(spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_ro
             last - first,
             seq_len,
             pad_id,
+            multiple,
         )

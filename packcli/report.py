@@ -79,11 +79,13 @@ class RowStats:
 
 
 def _real_segment_lengths(rows: Rows) -> np.ndarray:
-    """Lengths of the real segments of every row (the padding segment left out)."""
+    """Real lengths of the real segments of every row (the padding segment left out; the
+    pads after each segment too, with --pad-to-multiple-of)."""
     offsets = rows.cu_offsets
     within_row = np.ones(max(len(rows.cu_seqlens) - 1, 0), dtype=bool)
     within_row[offsets[1:-1] - 1] = False  # a diff across two rows is no segment
-    lengths = np.diff(rows.cu_seqlens.astype(np.int64))[within_row]
+    cu = rows.cu_seqlens if rows.cu_seqlens_unpadded is None else rows.cu_seqlens_unpadded
+    lengths = np.diff(cu.astype(np.int64))[within_row]
     segments = np.diff(offsets) - 1
     first = np.cumsum(segments) - segments
     row = np.repeat(np.arange(len(rows)), segments)

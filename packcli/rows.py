@@ -20,7 +20,13 @@ IGNORE_INDEX = -100
 
 @dataclass
 class Rows:
-    """A block of packed rows; cu_seqlens is CSR (values + row offsets) as on disk."""
+    """A block of packed rows; cu_seqlens is CSR (values + row offsets) as on disk.
+
+    `max_seqlen` is the longest segment of each row's cu_seqlens (padding included);
+    computed from cu_seqlens when not given (outputs of format 2 and before).
+    `cu_seqlens_unpadded` (with --pad-to-multiple-of) has the entries of cu_seqlens, at the
+    offsets of cu_offsets, counting only real tokens; the row's final padding segment
+    counts as its own length, so the last entry is the padded tail after the real tokens."""
 
     input_ids: np.ndarray  # int32 [rows, seq_len]
     labels: np.ndarray  # int32 [rows, seq_len]
@@ -28,6 +34,12 @@ class Rows:
     cu_seqlens: np.ndarray  # int32, flat
     cu_offsets: np.ndarray  # int64 [rows + 1]
     num_segments: np.ndarray  # int32 [rows]: real segments, padding excluded
+    max_seqlen: np.ndarray | None = None  # int32 [rows]
+    cu_seqlens_unpadded: np.ndarray | None = None  # int32, flat, CSR with cu_offsets
+
+    def __post_init__(self) -> None:
+        if self.max_seqlen is None:
+            self.max_seqlen = longest_segments(self.cu_seqlens, self.cu_offsets)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -36,8 +48,12 @@ class Rows:
     def seq_len(self) -> int:
         return self.input_ids.shape[1]
 
+    def _unpadded(self, pick) -> np.ndarray | None:
+        return None if self.cu_seqlens_unpadded is None else self.cu_seqlens_unpadded[pick]
+
     def slice(self, start: int, stop: int) -> Rows:
         lo, hi = self.cu_offsets[start], self.cu_offsets[stop]
+        assert self.max_seqlen is not None  # filled by __post_init__
         return Rows(
             self.input_ids[start:stop],
             self.labels[start:stop],
@@ -45,6 +61,8 @@ class Rows:
             self.cu_seqlens[lo:hi],
             self.cu_offsets[start : stop + 1] - lo,
             self.num_segments[start:stop],
+            self.max_seqlen[start:stop],
+            self._unpadded(slice(lo, hi)),
         )
 
     def take(self, order: np.ndarray) -> Rows:
@@ -53,6 +71,7 @@ class Rows:
         offsets = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         gather = np.repeat(self.cu_offsets[:-1][order] - offsets[:-1], counts) + np.arange(offsets[-1])
+        assert self.max_seqlen is not None  # filled by __post_init__
         return Rows(
             self.input_ids[order],
             self.labels[order],
@@ -60,6 +79,8 @@ class Rows:
             self.cu_seqlens[gather],
             offsets,
             self.num_segments[order],
+            self.max_seqlen[order],
+            self._unpadded(gather),
         )
 
     @staticmethod
@@ -71,6 +92,7 @@ class Rows:
         for block in blocks:
             offsets.append(block.cu_offsets[1:] + base)
             base += int(block.cu_offsets[-1])
+        unpadded = [b.cu_seqlens_unpadded for b in blocks]
         return Rows(
             np.concatenate([b.input_ids for b in blocks]),
             np.concatenate([b.labels for b in blocks]),
@@ -78,21 +100,58 @@ class Rows:
             np.concatenate([b.cu_seqlens for b in blocks]),
             np.concatenate(offsets),
             np.concatenate([b.num_segments for b in blocks]),
+            np.concatenate([b.max_seqlen for b in blocks if b.max_seqlen is not None]),
+            np.concatenate([u for u in unpadded if u is not None]) if all(u is not None for u in unpadded) else None,
         )
 
     def real_lengths(self) -> np.ndarray:
         """Real tokens per row (padding excluded)."""
         ends = self.cu_offsets[1:] - 1
         has_pad = (ends - self.cu_offsets[:-1]) > self.num_segments
-        last_real_end = np.where(has_pad, self.cu_seqlens[ends - 1], self.cu_seqlens[ends])
+        cu = self.cu_seqlens if self.cu_seqlens_unpadded is None else self.cu_seqlens_unpadded
+        last_real_end = np.where(has_pad, cu[ends - 1], cu[ends])
         return last_real_end.astype(np.int64)
 
 
+def longest_segments(cu_seqlens: np.ndarray, cu_offsets: np.ndarray) -> np.ndarray:
+    """The longest segment of every row's cu_seqlens (CSR), as int32."""
+    n = len(cu_offsets) - 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.int32)
+    values = np.asarray(cu_seqlens, dtype=np.int64)[int(cu_offsets[0]) : int(cu_offsets[-1])]
+    widths = np.diff(values)
+    offsets = np.asarray(cu_offsets, dtype=np.int64) - int(cu_offsets[0])
+    widths[offsets[1:-1] - 1] = 0  # a difference across two rows is no segment
+    return np.maximum.reduceat(widths, offsets[:-1]).astype(np.int32)
+
+
+def real_token_mask(rows: Rows) -> np.ndarray:
+    """bool [rows, seq_len]: True on real tokens, False on the padding segment and on the
+    pads after each segment (--pad-to-multiple-of)."""
+    n = len(rows)
+    offsets = rows.cu_offsets - rows.cu_offsets[0]
+    cu = np.asarray(rows.cu_seqlens, dtype=np.int64)
+    unpadded = cu if rows.cu_seqlens_unpadded is None else np.asarray(rows.cu_seqlens_unpadded, dtype=np.int64)
+    entries = np.diff(offsets)
+    entry_row = np.repeat(np.arange(n), entries)
+    k = np.arange(len(cu)) - offsets[entry_row]
+    segment = np.flatnonzero(k < entries[entry_row] - 1)
+    is_real = k[segment] < np.asarray(rows.num_segments)[entry_row[segment]]
+    real = np.where(is_real, unpadded[segment + 1] - unpadded[segment], 0)
+    per_token = np.repeat(real, cu[segment + 1] - cu[segment]).reshape(n, rows.seq_len)
+    mask: np.ndarray = np.asarray(rows.position_ids) < per_token
+    return mask
+
+
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
-def _fill_rows(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
+def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id, multiple):
+    """input_ids, labels and positions of the placed pieces; each piece's pads (to a multiple
+    of `multiple`) keep pad_id and -100 and count positions on. Returns also each row's fill
+    and, with padding, each piece's real length at its start (real_at)."""
     input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
     out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
     positions = np.zeros((n_rows, seq_len), dtype=np.int32)
+    real_at = np.zeros((n_rows if multiple > 1 else 0, seq_len), dtype=np.int32)
     fill = np.zeros(n_rows, dtype=np.int64)
     num_segments = np.zeros(n_rows, dtype=np.int32)
     for i in range(len(starts)):
@@ -109,10 +168,23 @@ def _fill_rows(tokens, starts, learned, bit_starts, masked, lengths, row_of, off
                 k = b + j
                 if not masked or (learned[k >> 3] >> (k & 7)) & 1:
                     out_labels[r, o + j] = t
+        end = n
+        if multiple > 1:
+            end = (n + multiple - 1) // multiple * multiple
+            for j in range(n, end):
+                positions[r, o + j] = j
+            real_at[r, o] = n
         num_segments[r] += 1
-        if o + n > fill[r]:
-            fill[r] = o + n
-    # Padding is one last segment; its positions restart like any other.
+        if o + end > fill[r]:
+            fill[r] = o + end
+    return input_ids, out_labels, positions, fill, num_segments, real_at
+
+
+@njit(cache=True, nogil=True)
+def _segments(positions, fill, real_at, n_rows, seq_len, multiple):
+    """cu_seqlens (CSR), max_seqlen and, with padding, cu_seqlens_unpadded. Padding is one
+    last segment whose positions restart like any other; in cu_seqlens_unpadded it
+    counts as its own length."""
     total = 0
     for r in range(n_rows):
         for j in range(fill[r], seq_len):
@@ -123,40 +195,73 @@ def _fill_rows(tokens, starts, learned, bit_starts, masked, lengths, row_of, off
         total += 1
     cu_offsets = np.zeros(n_rows + 1, dtype=np.int64)
     cu_seqlens = np.empty(total, dtype=np.int32)
+    unpadded = np.empty(total if multiple > 1 else 0, dtype=np.int32)
+    max_seqlen = np.zeros(n_rows, dtype=np.int32)
     k = 0
     for r in range(n_rows):
+        real = 0
+        previous = 0
         for j in range(seq_len):
             if positions[r, j] == 0:
                 cu_seqlens[k] = j
+                if j - previous > max_seqlen[r]:
+                    max_seqlen[r] = j - previous
+                previous = j
+                if multiple > 1:
+                    unpadded[k] = real
+                    real += real_at[r, j] if j < fill[r] else seq_len - j
                 k += 1
         cu_seqlens[k] = seq_len
+        if seq_len - previous > max_seqlen[r]:
+            max_seqlen[r] = seq_len - previous
+        if multiple > 1:
+            unpadded[k] = real
         k += 1
         cu_offsets[r + 1] = k
-    return input_ids, out_labels, positions, cu_seqlens, cu_offsets, num_segments
+    return cu_seqlens, cu_offsets, max_seqlen, unpadded
 
 
 def fill_rows(
-    tokens, starts, learned, bit_starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int
+    tokens,
+    starts,
+    learned,
+    bit_starts,
+    lengths,
+    row_of,
+    offset_of,
+    n_rows: int,
+    seq_len: int,
+    pad_id: int,
+    multiple: int = 1,
 ) -> Rows:
     """Rows from placed pieces of `tokens` (a flat id array of any integer dtype), piece i
     starting at tokens[starts[i]]; `learned` is None when every token is learned, else packed
-    bits (little bit order), piece i's first at bit bit_starts[i]."""
+    bits (little bit order), piece i's first at bit bit_starts[i]. `multiple` > 1 pads every
+    piece to a multiple of it (--pad-to-multiple-of; the offsets must leave room)."""
     masked = learned is not None
-    return Rows(
-        *_fill_rows(
-            tokens,
-            np.asarray(starts, dtype=np.int64),
-            learned if masked else np.zeros(1, dtype=np.uint8),
-            np.asarray(bit_starts, dtype=np.int64),
-            masked,
-            np.asarray(lengths, dtype=np.int64),
-            np.asarray(row_of, dtype=np.int64),
-            np.asarray(offset_of, dtype=np.int64),
-            n_rows,
-            seq_len,
-            pad_id,
-        )
+    ids, labels, positions, fill, num_segments, real_at = _place(
+        tokens,
+        np.asarray(starts, dtype=np.int64),
+        learned if masked else np.zeros(1, dtype=np.uint8),
+        np.asarray(bit_starts, dtype=np.int64),
+        masked,
+        np.asarray(lengths, dtype=np.int64),
+        np.asarray(row_of, dtype=np.int64),
+        np.asarray(offset_of, dtype=np.int64),
+        n_rows,
+        seq_len,
+        pad_id,
+        multiple,
     )
+    cu, offsets, max_seqlen, unpadded = _segments(positions, fill, real_at, n_rows, seq_len, multiple)
+    return Rows(ids, labels, positions, cu, offsets, num_segments, max_seqlen, unpadded if multiple > 1 else None)
+
+
+def padded_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """Each length rounded up to a multiple of `multiple` (what the planner places)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rounded: np.ndarray = (lengths + multiple - 1) // multiple * multiple
+    return rounded
 
 
 def learned_bits(tokens: np.ndarray, labels: np.ndarray, where=lambda i: f"token {i}") -> np.ndarray:
@@ -174,13 +279,15 @@ def learned_bits(tokens: np.ndarray, labels: np.ndarray, where=lambda i: f"token
     return learned
 
 
-def build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int) -> Rows:
+def build_rows(
+    tokens, labels, starts, lengths, row_of, offset_of, n_rows: int, seq_len: int, pad_id: int, multiple: int = 1
+) -> Rows:
     """Rows from placed pieces of `tokens`; `labels` is None for plain text, else a flat array
     aligned with `tokens` (-100 where nothing is learned)."""
     bits = None
     if labels is not None:
         bits = np.packbits(learned_bits(tokens, labels), bitorder="little")
-    return fill_rows(tokens, starts, bits, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id)
+    return fill_rows(tokens, starts, bits, starts, lengths, row_of, offset_of, n_rows, seq_len, pad_id, multiple)
 
 
 @njit(cache=True)

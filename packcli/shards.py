@@ -35,6 +35,7 @@ NPY_FILES = (
 )
 GROUP_COLUMN = "group"  # --group-by: int32 group id of each row (the manifest's `groups` table)
 GROUP_FILE = "group.npy"
+OPTIONAL_NPY_FILES = ("max_seqlen.npy", "cu_seqlens_unpadded.npy")  # format 3; the second with --pad-to-multiple-of
 ROW_GROUP_TOKENS = 1 << 20
 NPY_HEADER_BYTES = 128
 READ_BLOCK_ROWS = 4096
@@ -88,7 +89,7 @@ def checksum(path: Path) -> str:
 
 
 class _ParquetShard:
-    def __init__(self, tmp_path: Path, seq_len: int, grouped: bool = False):
+    def __init__(self, tmp_path: Path, seq_len: int, unpadded: bool = False, grouped: bool = False):
         self._pa = pa
         self.seq_len = seq_len
         self.group_rows = max(1, ROW_GROUP_TOKENS // seq_len)
@@ -97,9 +98,11 @@ class _ParquetShard:
         self.pending_rows = 0
         self.grouped = grouped
         ints = pa.list_(pa.int32())
+        self.unpadded = unpadded
         self.schema = pa.schema(
             [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")]
-            + [("num_segments", pa.int32())]
+            + [("num_segments", pa.int32()), ("max_seqlen", pa.int32())]
+            + ([("cu_seqlens_unpadded", ints)] if unpadded else [])
             + ([(GROUP_COLUMN, pa.int32())] if grouped else [])
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
@@ -135,6 +138,12 @@ class _ParquetShard:
         cu = pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens))
         arrays = [fixed(rows.input_ids), fixed(rows.labels), fixed(rows.position_ids), cu]
         arrays.append(int32_array(rows.num_segments))
+        assert rows.max_seqlen is not None  # Rows fills it
+        arrays.append(int32_array(rows.max_seqlen))
+        if self.unpadded:
+            if rows.cu_seqlens_unpadded is None:
+                raise PackcliError("rows without cu_seqlens_unpadded in a shard that has the column")
+            arrays.append(pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens_unpadded)))
         if group is not None:
             arrays.append(int32_array(group))
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
@@ -172,7 +181,7 @@ class _NpyFile:
 
 
 class _NpyShard:
-    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype, grouped: bool = False):
+    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype, unpadded: bool = False, grouped: bool = False):
         tmp_dir.mkdir()
         self.files = {
             "input_ids": _NpyFile(tmp_dir / "input_ids.npy", id_dtype, (seq_len,)),
@@ -181,9 +190,12 @@ class _NpyShard:
             "cu_seqlens": _NpyFile(tmp_dir / "cu_seqlens.npy", np.dtype(np.int32), ()),
             "cu_seqlens_offsets": _NpyFile(tmp_dir / "cu_seqlens_offsets.npy", np.dtype(np.int64), ()),
             "num_segments": _NpyFile(tmp_dir / "num_segments.npy", np.dtype(np.int32), ()),
+            "max_seqlen": _NpyFile(tmp_dir / "max_seqlen.npy", np.dtype(np.int32), ()),
         }
         if grouped:
             self.files[GROUP_COLUMN] = _NpyFile(tmp_dir / GROUP_FILE, np.dtype(np.int32), ())
+        if unpadded:
+            self.files["cu_seqlens_unpadded"] = _NpyFile(tmp_dir / "cu_seqlens_unpadded.npy", np.dtype(np.int32), ())
         self.files["cu_seqlens_offsets"].write(np.zeros(1, dtype=np.int64))
         self.cu_written = 0
 
@@ -195,6 +207,12 @@ class _NpyShard:
         self.files["cu_seqlens"].write(rows.cu_seqlens)
         self.files["cu_seqlens_offsets"].write(rows.cu_offsets[1:] + self.cu_written)
         self.files["num_segments"].write(rows.num_segments)
+        assert rows.max_seqlen is not None  # Rows fills it
+        self.files["max_seqlen"].write(rows.max_seqlen)
+        if "cu_seqlens_unpadded" in self.files:
+            if rows.cu_seqlens_unpadded is None:
+                raise PackcliError("rows without cu_seqlens_unpadded in a shard that has the column")
+            self.files["cu_seqlens_unpadded"].write(rows.cu_seqlens_unpadded)
         self.cu_written += int(rows.cu_offsets[-1])
 
     def finish(self) -> None:
@@ -245,7 +263,7 @@ class ShardWriter:
             block = rows.slice(start, start + take)
             part = None if group is None else np.asarray(group[start : start + take], dtype=np.int32)
             if not skipping:
-                self._open_shard().write(block, part)
+                self._open_shard(block.cu_seqlens_unpadded is not None).write(block, part)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
             real = block.real_lengths()
@@ -264,14 +282,15 @@ class ShardWriter:
             self.group_counts = grown
         self.group_counts += group_counts(group, num_segments, real, n_groups)
 
-    def _open_shard(self) -> _ParquetShard | _NpyShard:
-        """The shard being written, opened on its first rows."""
+    def _open_shard(self, unpadded: bool) -> _ParquetShard | _NpyShard:
+        """The shard being written, opened on its first rows (which say whether the rows
+        have cu_seqlens_unpadded)."""
         if self._current is None:
             tmp = self._tmp_path(len(self.shards))
             if self.fmt == "parquet":
-                self._current = _ParquetShard(tmp, self.seq_len, self.grouped)
+                self._current = _ParquetShard(tmp, self.seq_len, unpadded, self.grouped)
             else:
-                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype, self.grouped)
+                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype, unpadded, self.grouped)
         return self._current
 
     def _close_shard(self) -> None:
@@ -323,6 +342,7 @@ def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_RO
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
     if missing:
         raise PackcliError(f"{path.name}: missing column(s) {', '.join(missing)}")
+    columns += [c for c in ("max_seqlen", "cu_seqlens_unpadded") if c in parquet.schema_arrow.names]
     first_row = 0
     for batch in parquet.iter_batches(batch_size=block_rows, columns=columns):
         n = batch.num_rows
@@ -348,8 +368,28 @@ def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_RO
             cu_values.astype(np.int32, copy=False),
             cu_offsets - cu_offsets[0],
             batch.column("num_segments").to_numpy(zero_copy_only=False).astype(np.int32),
+            *_parquet_extras(batch, path, first_row, cu_offsets),
         )
         first_row += n
+
+
+def _parquet_extras(batch, path: Path, first_row: int, cu_offsets: np.ndarray) -> tuple:
+    """(max_seqlen, cu_seqlens_unpadded) of a batch, each None when the shard lacks it."""
+    names = batch.schema.names
+    longest = None
+    if "max_seqlen" in names:
+        longest = batch.column("max_seqlen").to_numpy(zero_copy_only=False).astype(np.int32)
+    unpadded = None
+    if "cu_seqlens_unpadded" in names:
+        column = batch.column("cu_seqlens_unpadded")
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        if (np.diff(offsets) != np.diff(cu_offsets)).any():
+            bad = int(np.argmax(np.diff(offsets) != np.diff(cu_offsets)))
+            raise PackcliError(
+                f"{path.name} row {first_row + bad}: cu_seqlens_unpadded and cu_seqlens differ in length"
+            )
+        unpadded = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]].astype(np.int32, copy=False)
+    return longest, unpadded
 
 
 def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
@@ -357,6 +397,9 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) 
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
     arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in NPY_FILES}
+    arrays.update(
+        {name[:-4]: np.load(path / name, mmap_mode="r") for name in OPTIONAL_NPY_FILES if (path / name).is_file()}
+    )
     n = len(arrays["input_ids"])
     for name in ROW_COLUMNS:
         if arrays[name].shape != (n, seq_len):
@@ -364,6 +407,10 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) 
     offsets = arrays["cu_seqlens_offsets"]
     if len(offsets) != n + 1 or len(arrays["num_segments"]) != n or offsets[-1] != len(arrays["cu_seqlens"]):
         raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
+    if len(arrays.get("max_seqlen", np.zeros(n))) != n or len(
+        arrays.get("cu_seqlens_unpadded", arrays["cu_seqlens"])
+    ) != len(arrays["cu_seqlens"]):
+        raise PackcliError(f"{path.name}: max_seqlen or cu_seqlens_unpadded do not match {n} rows")
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
         lo, hi = int(offsets[start]), int(offsets[stop])
@@ -374,6 +421,8 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) 
             np.asarray(arrays["cu_seqlens"][lo:hi]),
             np.asarray(offsets[start : stop + 1], dtype=np.int64) - lo,
             np.asarray(arrays["num_segments"][start:stop]),
+            np.asarray(arrays["max_seqlen"][start:stop]) if "max_seqlen" in arrays else None,
+            np.asarray(arrays["cu_seqlens_unpadded"][lo:hi]) if "cu_seqlens_unpadded" in arrays else None,
         )
 
 

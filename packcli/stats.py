@@ -213,7 +213,7 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
             if table is not None:
                 group_chunks.append(table.ids_of(batch.columns[table.field]))
             for seq_len in opts.seq_lens:
-                unlearnable[seq_len].append(_unlearnable_when_truncated(sequences, seq_len))
+                unlearnable[seq_len].append(_unlearnable_when_truncated(sequences, seq_len, pack_opts))
                 if seq_len not in first_longer and (lengths > seq_len).any():
                     i = int(np.argmax(lengths > seq_len))
                     first_longer[seq_len] = (batch.location(i), int(lengths[i]))
@@ -237,15 +237,21 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     )
 
 
-def _unlearnable_when_truncated(sequences, seq_len: int) -> np.ndarray:
-    """Sequences longer than seq_len whose first seq_len tokens hold no learned label:
-    --overlong truncate leaves them nothing to learn, so pack drops them."""
-    long = sequences.lengths > seq_len
-    if sequences.labels is None or not long.any():
-        return np.zeros(len(sequences.lengths), dtype=bool)
+def _unlearnable_when_truncated(sequences, seq_len: int, opts) -> np.ndarray:
+    """Per sequence, why pack drops it under --overlong truncate (int8): 0 kept, 1 it learns
+    nothing at all, 2 truncation (--truncation-side right) leaves it nothing to learn."""
+    reason = np.zeros(len(sequences.lengths), dtype=np.int8)
+    if sequences.labels is None or opts.keep_unlearned:
+        return reason
     starts = np.cumsum(sequences.lengths) - sequences.lengths
     learned = sequences.labels != IGNORE_INDEX
-    return long & ~learns_after_first(learned, starts, np.minimum(sequences.lengths, seq_len))
+    reason[~learns_after_first(learned, starts, sequences.lengths)] = 1
+    if opts.resolved_truncation_side == "right":
+        cut = (sequences.lengths > seq_len) & ~learns_after_first(
+            learned, starts, np.minimum(sequences.lengths, seq_len)
+        )
+        reason[cut & (reason == 0)] = 2
+    return reason
 
 
 def overlong_groups(
@@ -256,7 +262,7 @@ def overlong_groups(
     if not long.any():
         return groups
     if policy == "truncate":
-        return groups[~unlearnable] if unlearnable is not None and unlearnable.any() else groups
+        return groups[~unlearnable.astype(bool)] if unlearnable is not None and unlearnable.any() else groups
     if policy == "drop":
         return groups[~long]
     return np.repeat(groups, -(-lengths // seq_len))
@@ -266,15 +272,15 @@ def apply_overlong(
     lengths: np.ndarray, seq_len: int, policy: str, unlearnable: np.ndarray | None = None
 ) -> tuple[np.ndarray, int]:
     """Lengths as bin mode packs them (pieces of split sequences in place), and tokens lost.
-    `unlearnable`: the sequences truncation leaves nothing to learn, which pack drops."""
+    `unlearnable`: the sequences pack drops under truncate for having nothing to learn
+    (their tokens are counted apart from the tokens truncation cuts off)."""
     long = lengths > seq_len
     if not long.any():
         return lengths, 0
     if policy == "truncate":
         kept, lost = np.minimum(lengths, seq_len), int((lengths[long] - seq_len).sum())
         if unlearnable is not None and unlearnable.any():
-            lost += int(kept[unlearnable].sum())
-            kept = kept[~unlearnable]
+            kept = kept[~unlearnable.astype(bool)]
         return kept, lost
     if policy == "drop":
         return lengths[~long], int(lengths[long].sum())
@@ -319,7 +325,7 @@ def what_if(
         _refuse_overlong(lengths, seq_len, first_longer)
     sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
     piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups, unlearnable)
-    no_labels = int(unlearnable.sum()) if policy == "truncate" and unlearnable is not None else 0
+    no_labels = int((unlearnable == 2).sum()) if policy == "truncate" and unlearnable is not None else 0
     scale = _Scale(
         real=int(sequences.sum()),
         pad_tokens=len(sequences) * seq_len,

@@ -35,6 +35,7 @@ from packcli.rows import Rows
 from packcli.shards import read_shard
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
+OPTIONAL_COLUMNS = ("max_seqlen", "cu_seqlens_unpadded")  # format 3; the second with --pad-to-multiple-of
 
 
 @dataclass
@@ -46,6 +47,8 @@ class PackedBatch:
     `max_seqlen` is its longest segment. `row_cu_seqlens` are the per-row boundaries as
     stored on disk. Padding is one last segment of its row, with label -100 and
     `attention_mask` 0; it is a segment in `cu_seqlens` too, so it only attends to itself.
+    With `--pad-to-multiple-of`, `cu_seqlens_unpadded` holds the cumulative real lengths
+    over the batch (the pads after each segment have `attention_mask` 0 too).
     """
 
     input_ids: torch.Tensor  # int64 [rows, seq_len]
@@ -55,6 +58,7 @@ class PackedBatch:
     cu_seqlens: torch.Tensor  # int32 [segments + 1], over the flattened batch
     max_seqlen: int
     row_cu_seqlens: list[torch.Tensor]  # int32, one per row
+    cu_seqlens_unpadded: torch.Tensor | None = None  # int32, cumulative real lengths (--pad-to-multiple-of)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -73,9 +77,48 @@ class PackedBatch:
     def pin_memory(self) -> PackedBatch:
         """Lets DataLoader(pin_memory=True) pin a PackedBatch."""
         pinned = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens"):
-            pinned[name] = pinned[name].pin_memory()
+        for name in ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens", "cu_seqlens_unpadded"):
+            if pinned[name] is not None:
+                pinned[name] = pinned[name].pin_memory()
         return PackedBatch(**pinned)
+
+    @property
+    def seq_idx(self) -> torch.Tensor:
+        """int32 [rows, seq_len]: the index of each token's segment in its row, from
+        `row_cu_seqlens` (the pads after a segment belong to it; the padding segment is the
+        row's last index), as Mamba's kernels and Megatron-Core's `seq_idx` want."""
+        rows, seq_len = self.input_ids.shape
+        index = torch.empty(rows, seq_len, dtype=torch.int32, device=self.input_ids.device)
+        for r, cu in enumerate(self.row_cu_seqlens):
+            widths = cu.diff().long().to(index.device)
+            index[r] = torch.repeat_interleave(
+                torch.arange(len(widths), dtype=torch.int32, device=index.device), widths
+            )
+        return index
+
+    @property
+    def segment_ids(self) -> torch.Tensor:
+        """int32 [rows, seq_len]: `seq_idx` on real tokens and -1 on every pad (the padding
+        segment and the pads of --pad-to-multiple-of), for document masks (flex attention:
+        `segment_ids[b, q] == segment_ids[b, kv]`; LLM Foundry's `sequence_id`)."""
+        return torch.where(self.attention_mask.bool(), self.seq_idx, torch.full_like(self.seq_idx, -1))
+
+    def packed_seq_params(self):
+        """megatron-core's `PackedSeqParams` for THD attention over the flattened batch:
+        `cu_seqlens_q/kv` the real lengths, `cu_seqlens_q/kv_padded` the offsets (the same
+        without --pad-to-multiple-of), and `max_seqlen_q/kv`, all computed on the CPU."""
+        with needs_extra("megatron", "PackedBatch.packed_seq_params needs megatron-core"):
+            from megatron.core.packed_seq_params import PackedSeqParams
+        real = self.cu_seqlens if self.cu_seqlens_unpadded is None else self.cu_seqlens_unpadded
+        return PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=real,
+            cu_seqlens_kv=real,
+            cu_seqlens_q_padded=self.cu_seqlens,
+            cu_seqlens_kv_padded=self.cu_seqlens,
+            max_seqlen_q=self.max_seqlen,
+            max_seqlen_kv=self.max_seqlen,
+        )
 
     def model_inputs(self) -> dict:
         """Keyword arguments for a transformers causal LM, padding-free.
@@ -102,17 +145,21 @@ class PackedBatch:
     def from_rows(rows: Rows) -> PackedBatch:
         """A batch from NumPy rows (`packcli.pack_sequences(...).rows`, a shard block)."""
         offsets = rows.cu_offsets
-        row_cu = [
-            torch.as_tensor(np.asarray(rows.cu_seqlens[offsets[r] : offsets[r + 1]], dtype=np.int32))
-            for r in range(len(rows))
-        ]
-        real = torch.as_tensor(rows.real_lengths())
+
+        def per_row(values):
+            return [
+                torch.as_tensor(np.asarray(values[offsets[r] : offsets[r + 1]], dtype=np.int32))
+                for r in range(len(rows))
+            ]
+
+        unpadded = None if rows.cu_seqlens_unpadded is None else per_row(rows.cu_seqlens_unpadded)
         return _batch(
             _long(rows.input_ids),
             _long(rows.labels),
             _long(rows.position_ids),
-            row_cu,
-            real,
+            per_row(rows.cu_seqlens),
+            torch.as_tensor(np.asarray(rows.num_segments, dtype=np.int64)),
+            unpadded,
         )
 
 
@@ -137,24 +184,43 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
     if stacked["input_ids"].dim() != 2:
         raise PackcliError("each example must be one row: input_ids of shape [seq_len]")
     seq_len = stacked["input_ids"].shape[1]
-    row_cu, real = [], []
+    row_cu, counts, unpadded = [], [], []
     for r, example in enumerate(examples):
         if "cu_seqlens" in example:
-            cu = torch.as_tensor(np.asarray(example["cu_seqlens"]), dtype=torch.int32)
+            cu = _entries(example, "cu_seqlens")
         else:
             starts = torch.nonzero(stacked["position_ids"][r] == 0).flatten()
             cu = torch.cat([starts, torch.tensor([seq_len])]).to(torch.int32)
         if cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != seq_len:
             raise PackcliError(f"row {r}: cu_seqlens must run from 0 to seq_len {seq_len}")
         row_cu.append(cu)
+        if "cu_seqlens_unpadded" in example:
+            unpadded.append(_entries(example, "cu_seqlens_unpadded"))
         if "num_segments" in example:
-            count = int(example["num_segments"])
-            real.append(int(cu[count]) if cu.numel() - 1 > count else seq_len)
-        elif "attention_mask" in example:
-            real.append(int(_long(example["attention_mask"]).sum()))
+            counts.append(int(example["num_segments"]))
+        elif "attention_mask" in example:  # padding is the row's tail: the segments that end before it are real
+            real = int(_long(example["attention_mask"]).sum())
+            counts.append(int((cu[1:] <= real).sum()))
         else:
-            real.append(seq_len)
-    return _batch(stacked["input_ids"], stacked["labels"], stacked["position_ids"], row_cu, torch.tensor(real))
+            counts.append(cu.numel() - 1)
+    if unpadded and len(unpadded) != len(examples):
+        raise PackcliError("some rows have cu_seqlens_unpadded and others not")
+    return _batch(
+        stacked["input_ids"],
+        stacked["labels"],
+        stacked["position_ids"],
+        row_cu,
+        torch.tensor(counts),
+        unpadded or None,
+    )
+
+
+def _entries(example: Mapping, name: str) -> torch.Tensor:
+    """A row's cu_seqlens (or cu_seqlens_unpadded), without the -1 that pad it to a fixed
+    length (`PackedDataset(cu_seqlens_len=K)`)."""
+    values = torch.as_tensor(np.asarray(example[name]), dtype=torch.int32)
+    argmin = example.get(f"{name}_argmin")
+    return values[: int(argmin)] if argmin is not None else values[values >= 0]
 
 
 class PackingCollator:
@@ -198,14 +264,25 @@ class PackedDataset(torch.utils.data.Dataset):
     stacks the batch, the one copy). Parquet shards are compressed, so each is decoded
     into memory when first touched (per DataLoader worker); use `--format npy` for
     corpora larger than memory. Items are dicts of `input_ids`, `labels`,
-    `position_ids`, `cu_seqlens` (this row's, int32) and `num_segments`.
+    `position_ids`, `cu_seqlens` (this row's, int32), `num_segments`, `max_seqlen` (int)
+    and, with --pad-to-multiple-of, `cu_seqlens_unpadded`.
+
+    `cu_seqlens_len=K` gives every row's cu_seqlens (and cu_seqlens_unpadded) exactly K
+    entries, so batches have one shape (CUDA graphs, torch.compile): the real entries,
+    then -1, as Megatron-Bridge / NeMo pad them, with `cu_seqlens_argmin` (and
+    `cu_seqlens_unpadded_argmin`) the number of real entries, so `cu[:argmin]` needs no
+    device sync. A row with more than K entries is an error naming it; `collate_rows` strips
+    the -1 again.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, cu_seqlens_len: int | None = None):
         self.path = Path(path)
         self.manifest = load_manifest(self.path)
         self.seq_len = self.manifest["seq_len"]
         self.format = self.manifest["format"]
+        self.cu_seqlens_len = cu_seqlens_len
+        if cu_seqlens_len is not None and cu_seqlens_len < 2:
+            raise PackcliError(f"cu_seqlens_len must be at least 2, not {cu_seqlens_len}")
         self._shards = self.manifest["shards"]
         self._starts = np.concatenate([[0], np.cumsum([s["rows"] for s in self._shards])]).astype(np.int64)
         self._open: dict[int, dict] = {}
@@ -222,13 +299,30 @@ class PackedDataset(torch.utils.data.Dataset):
         arrays = self._shard(shard)
         r = index - int(self._starts[shard])
         lo, hi = int(arrays["cu_seqlens_offsets"][r]), int(arrays["cu_seqlens_offsets"][r + 1])
-        return {
+        cu = arrays["cu_seqlens"][lo:hi]
+        item = {
             "input_ids": torch.from_numpy(arrays["input_ids"][r]),
             "labels": torch.from_numpy(arrays["labels"][r]),
             "position_ids": torch.from_numpy(arrays["position_ids"][r]),
-            "cu_seqlens": torch.from_numpy(arrays["cu_seqlens"][lo:hi]),
             "num_segments": int(arrays["num_segments"][r]),
+            "max_seqlen": int(arrays["max_seqlen"][r]) if "max_seqlen" in arrays else int(np.diff(cu).max()),
         }
+        item.update(self._boundaries("cu_seqlens", cu, index))
+        if "cu_seqlens_unpadded" in arrays:
+            item.update(self._boundaries("cu_seqlens_unpadded", arrays["cu_seqlens_unpadded"][lo:hi], index))
+        return item
+
+    def _boundaries(self, name: str, values: np.ndarray, index: int) -> dict:
+        """{name: the row's entries} or, with cu_seqlens_len, padded with -1 and their count."""
+        if self.cu_seqlens_len is None:
+            return {name: torch.from_numpy(values)}
+        if len(values) > self.cu_seqlens_len:
+            raise PackcliError(
+                f"row {index}: {name} has {len(values)} entries, more than cu_seqlens_len {self.cu_seqlens_len}"
+            )
+        fixed = np.full(self.cu_seqlens_len, -1, dtype=np.int32)
+        fixed[: len(values)] = values
+        return {name: torch.from_numpy(fixed), f"{name}_argmin": len(values)}
 
     def _shard(self, index: int) -> dict:
         if index not in self._open:
@@ -313,15 +407,29 @@ def _flash_varlen():
     return flash_attn_varlen_func
 
 
-def _batch(input_ids, labels, position_ids, row_cu: list, real: torch.Tensor) -> PackedBatch:
+def _batch(input_ids, labels, position_ids, row_cu: list, counts: torch.Tensor, row_unpadded: list | None = None):
+    """A PackedBatch; `counts`: the real segments of each row; `row_unpadded`: each row's
+    cu_seqlens_unpadded, or None."""
     seq_len = input_ids.shape[1]
     pieces = [torch.zeros(1, dtype=torch.int32)]
     for r, cu in enumerate(row_cu):
         pieces.append(cu[1:].to(torch.int32) + r * seq_len)
     flat = torch.cat(pieces)
     max_seqlen = int(flat.diff().max()) if flat.numel() > 1 else 0
-    attention_mask = (torch.arange(seq_len)[None, :] < real.reshape(-1, 1)).long()
-    return PackedBatch(input_ids, labels, position_ids, attention_mask, flat, max_seqlen, list(row_cu))
+    flat_unpadded = None
+    if row_unpadded is not None:
+        parts, base = [torch.zeros(1, dtype=torch.int64)], 0
+        for unpadded in row_unpadded:
+            parts.append(unpadded[1:].to(torch.int64) + base)
+            base += int(unpadded[-1])
+        flat_unpadded = torch.cat(parts).to(torch.int32)
+    attention_mask = torch.zeros_like(input_ids)
+    for r, cu in enumerate(row_cu):
+        widths = cu.diff().long()
+        segment = torch.repeat_interleave(torch.arange(len(widths)), widths)
+        real_width = widths if row_unpadded is None else row_unpadded[r].diff().long()
+        attention_mask[r] = ((segment < counts[r]) & (position_ids[r] < real_width[segment])).long()
+    return PackedBatch(input_ids, labels, position_ids, attention_mask, flat, max_seqlen, list(row_cu), flat_unpadded)
 
 
 def _long(values) -> torch.Tensor:
@@ -344,8 +452,9 @@ def _npy_shard_private_maps(path: Path) -> dict:
     missing = [name for name in NPY_COLUMNS if not (path / f"{name}.npy").is_file()]
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
+    names = [*NPY_COLUMNS, *(name for name in OPTIONAL_COLUMNS if (path / f"{name}.npy").is_file())]
     try:
-        return {name: np.load(path / f"{name}.npy", mmap_mode="c") for name in NPY_COLUMNS}
+        return {name: np.load(path / f"{name}.npy", mmap_mode="c") for name in names}
     except Exception as exc:
         raise PackcliError(
             f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
@@ -377,6 +486,8 @@ def _decode_parquet(path: Path, seq_len: int) -> dict:
         "cu_seqlens": own(rows.cu_seqlens),
         "cu_seqlens_offsets": rows.cu_offsets,
         "num_segments": rows.num_segments,
+        "max_seqlen": rows.max_seqlen,
+        **({} if rows.cu_seqlens_unpadded is None else {"cu_seqlens_unpadded": own(rows.cu_seqlens_unpadded)}),
     }
 
 

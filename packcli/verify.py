@@ -17,18 +17,20 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 from numba import njit
 
 from packcli.errors import PackcliError
 from packcli.grouping import group_counts, row_token_hashes
 from packcli.manifest import Manifest, ShardEntry, load_manifest
-from packcli.rows import IGNORE_INDEX, Rows
-from packcli.shards import NPY_FILES, read_group_column, read_shard
+from packcli.rows import IGNORE_INDEX, Rows, longest_segments
+from packcli.shards import NPY_FILES, OPTIONAL_NPY_FILES, read_group_column, read_shard
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -65,6 +67,7 @@ def check_rows(
         where=where,
         first_row=first_row,
     )
+    check_max_seqlen(rows.cu_seqlens, rows.cu_offsets, rows.max_seqlen, where=where, first_row=first_row)
 
 
 def _check_arrays(
@@ -268,7 +271,20 @@ def _row_rules(manifest: Manifest) -> dict[str, Any]:
         "pad_id": tokenizer["pad_id"],
         "vocab_size": tokenizer.get("vocab_size"),
         "labels_follow_ids": manifest.get("labels", "text") == "text",
+        **_column_rules(manifest),
     }
+
+
+def _column_rules(manifest: Manifest) -> dict[str, Any]:
+    """What the manifest says of the columns of format 3: max_seqlen, and the multiple of
+    --pad-to-multiple-of when cu_seqlens_unpadded is there. Inner pads carry label -100, so
+    the row kernel checks such rows with loose labels and `check_padded_segments` checks
+    labels on the real tokens."""
+    columns = manifest.get("columns", {})
+    multiple = (
+        int(manifest.get("options", {}).get("pad_to_multiple_of") or 1) if "cu_seqlens_unpadded" in columns else 0
+    )
+    return {"max_seqlen_column": "max_seqlen" in columns, "pad_multiple": multiple}
 
 
 def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], int]:
@@ -350,37 +366,166 @@ def _sha256(path: Path, stop: threading.Event) -> tuple[str | None, int]:
 def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading.Event | None = None) -> dict:
     """Rows, sequences and real tokens of one shard, checking every row on the way."""
     counted = {"rows": 0, "sequences": 0, "real_tokens": 0}
+    options = dict(options)
+    has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_multiple", 0)
+    follow = options["labels_follow_ids"]
+    if multiple:
+        options["labels_follow_ids"] = False  # inner pads: check_padded_segments checks the labels
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
-    if fmt == "npy":
-        arrays = _npy_shard_maps(path, seq_len)
-        n = len(arrays["input_ids"])
-        offsets = arrays["cu_seqlens_offsets"]
-        blocks = (
-            (
-                arrays["input_ids"][start:stop],
-                arrays["labels"][start:stop],
-                arrays["position_ids"][start:stop],
-                arrays["cu_seqlens"][offsets[start] : offsets[stop]],
-                offsets[start : stop + 1],
-                arrays["num_segments"][start:stop],
-            )
-            for start in range(0, n, block_rows)
-            for stop in [min(start + block_rows, n)]
-        )
-    else:
-        blocks = (
-            (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
-            for rows in read_shard(path, fmt, seq_len, block_rows=block_rows)
-        )
-    for block in blocks:
+    for block, extra in _shard_blocks(path, fmt, seq_len, block_rows):
         if stop is not None and stop.is_set():
             break
-        sequences, real = _check_arrays(*block, **options, where=f"{name} row", first_row=counted["rows"])
+        where = f"{name} row"
+        sequences, real = _check_arrays(*block, **options, where=where, first_row=counted["rows"])
+        if has_max:
+            check_max_seqlen(block[3], block[4], extra[0], where=where, first_row=counted["rows"])
+        if multiple:
+            rules = {"multiple": multiple, "pad_id": options["pad_id"], "labels_follow_ids": follow}
+            ids, labels, positions, cu, offsets, num_segments = block
+            real = check_padded_segments(
+                ids,
+                labels,
+                positions,
+                cu,
+                offsets,
+                num_segments,
+                extra[1],
+                **rules,
+                where=where,
+                first_row=counted["rows"],
+            )
         counted["rows"] += len(block[0])
         counted["sequences"] += sequences
         counted["real_tokens"] += real
     return counted
+
+
+def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[tuple[tuple, tuple]]:
+    """((ids, labels, positions, cu, offsets, num_segments), (max_seqlen, cu_seqlens_unpadded))
+    per block of rows; an extra column a shard lacks is None."""
+    if fmt == "npy":
+        arrays = _npy_shard_maps(path, seq_len)
+        n = len(arrays["input_ids"])
+        offsets = arrays["cu_seqlens_offsets"]
+        for start in range(0, n, block_rows):
+            stop = min(start + block_rows, n)
+            lo, hi = offsets[start], offsets[stop]
+            yield (
+                (
+                    arrays["input_ids"][start:stop],
+                    arrays["labels"][start:stop],
+                    arrays["position_ids"][start:stop],
+                    arrays["cu_seqlens"][lo:hi],
+                    offsets[start : stop + 1],
+                    arrays["num_segments"][start:stop],
+                ),
+                (
+                    arrays["max_seqlen"][start:stop] if "max_seqlen" in arrays else None,
+                    arrays["cu_seqlens_unpadded"][lo:hi] if "cu_seqlens_unpadded" in arrays else None,
+                ),
+            )
+        return
+    names = _parquet_columns(path)
+    for rows in read_shard(path, fmt, seq_len, block_rows=block_rows):
+        block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
+        yield block, (rows.max_seqlen if "max_seqlen" in names else None, rows.cu_seqlens_unpadded)
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    """The columns a Parquet shard holds (readers compute max_seqlen where it is missing)."""
+    try:
+        return list(pq.read_schema(str(path)).names)
+    except Exception:
+        return []  # read_shard names the damage
+
+
+def check_max_seqlen(cu, offsets, max_seqlen, *, where: str = "row", first_row: int = 0) -> None:
+    """max_seqlen is the longest segment of each row's cu_seqlens, padding included."""
+    n = len(offsets) - 1
+    if max_seqlen is None or len(max_seqlen) != n:
+        raise PackcliError(f"{where} {first_row}: the max_seqlen column is missing or does not match the rows")
+    local = np.asarray(offsets, dtype=np.int64) - int(offsets[0])  # npy blocks: global offsets, cu sliced
+    expected = longest_segments(np.asarray(cu), local)
+    wrong = np.flatnonzero(np.asarray(max_seqlen) != expected)
+    if len(wrong):
+        r = int(wrong[0])
+        raise PackcliError(
+            f"{where} {first_row + r}: max_seqlen is {int(max_seqlen[r])}, the longest segment of cu_seqlens is {int(expected[r])}"
+        )
+
+
+def check_padded_segments(
+    ids,
+    labels,
+    positions,
+    cu,
+    offsets,
+    num_segments,
+    unpadded,
+    *,
+    multiple: int,
+    pad_id: int,
+    labels_follow_ids: bool,
+    where: str = "row",
+    first_row: int = 0,
+) -> int:
+    """--pad-to-multiple-of: every real segment is its real tokens then fewer than `multiple`
+    pads (pad id, label -100) up to a multiple of it; cu_seqlens_unpadded counts the real
+    tokens (the final padding segment as its own length). Returns the real tokens."""
+    off = np.asarray(offsets, dtype=np.int64) - int(offsets[0])
+    cu = np.asarray(cu, dtype=np.int64)
+    if unpadded is None or len(unpadded) != len(cu):
+        raise PackcliError(f"{where} {first_row}: cu_seqlens_unpadded is missing or does not match cu_seqlens")
+    un = np.asarray(unpadded, dtype=np.int64)
+    entries = np.diff(off)
+    entry_row = np.repeat(np.arange(len(entries)), entries)
+    k = np.arange(len(cu)) - off[entry_row]
+    if (un[off[:-1]] != 0).any():
+        raise PackcliError(
+            f"{where} {first_row + int(np.argmax(un[off[:-1]] != 0))}: cu_seqlens_unpadded does not start at 0"
+        )
+    seg = np.flatnonzero(k < entries[entry_row] - 1)
+    row, padded, real = entry_row[seg], cu[seg + 1] - cu[seg], un[seg + 1] - un[seg]
+    is_real = k[seg] < np.asarray(num_segments)[row]
+    bad = np.where(
+        is_real, (real < 1) | (real > padded) | (padded % multiple != 0) | (padded - real >= multiple), real != padded
+    )
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise PackcliError(
+            f"{where} {first_row + int(row[i])}: segment {int(k[seg[i]])} has {int(real[i])} real tokens in "
+            f"{int(padded[i])} (cu_seqlens_unpadded does not fit --pad-to-multiple-of {multiple})"
+        )
+    seq_len = ids.shape[1]
+    starts = (row * seq_len + cu[seg])[is_real]
+    real, padded, row = real[is_real], padded[is_real], row[is_real]
+    pads = _spans(starts + real, padded - real)
+    flat_ids, flat_labels = np.asarray(ids).reshape(-1), np.asarray(labels).reshape(-1)
+    wrong = (flat_ids[pads] != pad_id) | (flat_labels[pads] != IGNORE_INDEX)
+    if wrong.any():
+        at = int(pads[np.argmax(wrong)])
+        raise PackcliError(
+            f"{where} {first_row + at // seq_len}: the pad at position {at % seq_len} is not pad id {pad_id} with label -100"
+        )
+    if labels_follow_ids:
+        inside = _spans(starts + 1, real - 1)
+        wrong = flat_labels[inside] != flat_ids[inside]
+        if wrong.any():
+            at = int(inside[np.argmax(wrong)])
+            raise PackcliError(
+                f"{where} {first_row + at // seq_len}: label at position {at % seq_len} is not its input id"
+            )
+    return int(real.sum())
+
+
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of spans [start, start + length) one after another."""
+    lengths = np.maximum(lengths, 0)
+    total = int(lengths.sum())
+    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    spans: np.ndarray = shift + np.arange(total)
+    return spans
 
 
 def _npy_shard_maps(path: Path, seq_len: int) -> dict:
@@ -389,7 +534,8 @@ def _npy_shard_maps(path: Path, seq_len: int) -> dict:
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
     try:
-        arrays = {name[:-4]: np.asarray(np.load(path / name, mmap_mode="r")) for name in NPY_FILES}
+        names = [*NPY_FILES, *(name for name in OPTIONAL_NPY_FILES if (path / name).is_file())]
+        arrays = {name[:-4]: np.asarray(np.load(path / name, mmap_mode="r")) for name in names}
     except Exception as exc:
         raise PackcliError(
             f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"

@@ -53,6 +53,57 @@ def test_library_equals_cli(tmp_path, packed):
             )
 
 
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Rank correlation, ties given their average rank."""
+
+    def ranks(a: np.ndarray) -> np.ndarray:
+        _, inverse = np.unique(a, return_inverse=True)
+        order = np.argsort(a, kind="stable")
+        position = np.empty(len(a))
+        position[order] = np.arange(len(a))
+        return (np.bincount(inverse, weights=position) / np.bincount(inverse))[inverse]
+
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+
+
+def test_rows_are_shuffled_by_default_in_cli_and_library(tmp_path, packed):
+    rng = np.random.default_rng(1)
+    sizes = np.concatenate([rng.integers(40, 64, size=300), rng.integers(1, 12, size=900)])
+    sequences = [rng.integers(4, 300, size=int(n)).tolist() for n in sizes]
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": s} for s in sequences])
+    cli_rows, _ = load_rows(packed(path, "--ids-field", "ids", "--no-eos", "--pad-id", 0, "--seq-len", 64))
+    lib = packcli.pack_sequences(sequences, 64, pad_id=0)
+    np.testing.assert_array_equal(lib.rows.input_ids, cli_rows.input_ids)
+    plan = packcli.pack_sequences(sequences, 64, pad_id=0, shuffle=False)
+    assert sorted(lib.input_ids.tolist()) == sorted(plan.input_ids.tolist())
+    # the plan's order is a curriculum (one long sequence per row first); the default order is not
+    index = np.arange(plan.num_rows)
+    assert abs(spearman(index, plan.rows.num_segments)) > 0.5
+    assert abs(spearman(index, lib.rows.num_segments)) < 0.1
+
+
+def test_padding_places_padded_lengths_and_counts_real_tokens(tmp_path, packed):
+    from packcli.kernels import pack_lengths
+
+    rng = np.random.default_rng(2)
+    sequences = [rng.integers(4, 300, size=int(n)).tolist() for n in rng.integers(1, 65, size=150)]
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": s} for s in sequences])
+    options = ("--ids-field", "ids", "--no-eos", "--pad-id", 0, "--seq-len", 64, "--pad-to-multiple-of", 8)
+    out = packed(path, *options)
+    cli_rows, _ = load_rows(out)
+    lib = packcli.pack_sequences(sequences, 64, pad_id=0, pad_to_multiple_of=8)
+    for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_unpadded", "max_seqlen"):
+        np.testing.assert_array_equal(getattr(lib.rows, name), getattr(cli_rows, name), err_msg=name)
+    lengths = np.array([len(s) for s in sequences])
+    assert lib.num_rows == pack_lengths(-(-lengths // 8) * 8, 64, algorithm="bfd").n_rows
+    assert lib.report["real_tokens"] == lengths.sum()
+    assert lib.efficiency == pytest.approx(lengths.sum() / (lib.num_rows * 64))
+    assert lib.report["sequence_length"]["max"] == lengths.max()
+    check_rows(lib.rows, seq_len=64, pad_id=0, labels_follow_ids=False)
+    with pytest.raises(PackcliError, match="pad_to_multiple_of applies to bin mode only"):
+        packcli.pack_sequences(sequences, 64, mode="concat", pad_to_multiple_of=8)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=40), min_size=1, max_size=30),

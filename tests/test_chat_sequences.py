@@ -52,6 +52,20 @@ def test_chat_learns_only_assistant_turns(tmp_path, packed, demo, template):
         assert "Hi?" not in text and "Be brief" not in text and "please" not in text
 
 
+def test_conversation_without_a_learned_turn_is_dropped(tmp_path, packed, demo):
+    unanswered = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": unanswered}, {"messages": CONVERSATIONS[1]}])
+    options = ("--tokenizer", "packcli:demo", "--seq-len", 512, "--messages-field", "messages")
+    out = packed(path, *options)
+    rows, _ = load_rows(out)
+    assert learned_text_per_segment(rows, demo) == ["No.<|im_end|>"]
+    report = report_of(out)
+    dropped = report["unlearned"]["by_cause"]["no_labels"]
+    assert dropped["sequences"] == 1 and report["tokens_read"] == report["real_tokens"] + dropped["tokens"]
+    kept = load_rows(packed(path, *options, "--keep-unlearned"))[0]
+    assert int(kept.num_segments.sum()) == 2
+
+
 def test_chat_train_on_user_too(tmp_path, packed, demo):
     (tmp_path / "t.jinja").write_text(NO_MARKER_TEMPLATE)
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])

@@ -53,6 +53,7 @@ PACK_ONLY = {
     "remainder",
     "shuffle",
     "seed",
+    "pad_to_multiple_of",
     "format",
     "rows_per_shard",
     "overwrite",
@@ -263,6 +264,10 @@ def test_a_directory_that_is_no_tokenizer(cli, doc, tmp_path):
         (("--buffer-size", "0"), "--buffer-size must be at least 1"),
         (("--rows-per-shard", "0"), "--rows-per-shard must be at least 1"),
         (("--on-bad-record", "ignore"), "--on-bad-record must be one of"),
+        (("--truncation-side", "middle"), "--truncation-side must be one of left, right"),
+        (("--pad-to-multiple-of", "3"), "--seq-len 8 is not a multiple of --pad-to-multiple-of 3"),
+        (("--pad-to-multiple-of", "0"), "--pad-to-multiple-of must be at least 1"),
+        (("--pad-to-multiple-of", "4", "--mode", "concat"), "--pad-to-multiple-of applies to bin mode only"),
     ],
 )
 def test_bad_usage_exits_2(cli, doc, tmp_path, word_tokenizer, option, message):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
@@ -99,3 +101,19 @@ def test_load_equals_the_shards(tmp_path, packed, word_tokenizer, fmt):
 def test_load_needs_a_finished_output(tmp_path):
     with pytest.raises(PackcliError, match="no manifest.json"):
         hf.load(tmp_path)
+
+
+def test_padded_output_loads_with_its_boundary_columns(tmp_path, packed, word_tokenizer):
+    from packcli.torch_data import collate_rows
+
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(40, seed=8)])
+    for fmt in ("parquet", "npy"):
+        options = ("--seq-len", 64, "--pad-to-multiple-of", 8, "--format", fmt)
+        out = packed(path, "--tokenizer", word_tokenizer, *options)
+        report = json.loads((out / "report.json").read_text())
+        dataset = hf.load(out, cu_seqlens=True, attention_mask=True)
+        assert {"max_seqlen", "cu_seqlens_unpadded"} <= set(dataset.column_names)
+        assert sum(map(sum, dataset["attention_mask"])) == report["real_tokens"]
+        batch = collate_rows([dataset[i] for i in range(len(dataset))])
+        assert int(batch.attention_mask.sum()) == report["real_tokens"]
+        assert batch.max_seqlen == max(dataset["max_seqlen"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from helpers import random_texts, write_jsonl
 
@@ -12,6 +14,7 @@ from packcli import hf
 from packcli.errors import PackcliError
 from packcli.manifest import FORMAT_VERSION, load_manifest
 from packcli.megatron import export_megatron
+from packcli.shards import checksum
 from packcli.stats import stats_dir
 from packcli.torch_data import PackedDataset
 from packcli.verify import verify_dir
@@ -97,6 +100,31 @@ def test_format_1_reads_as_it_is(output):
     assert len(hf.load(output)) == rows
     assert len(PackedDataset(output)) == rows
     assert export_megatron(output, output.parent / "mega")["tokens"] == stats_dir(output)["real_tokens"]
+
+
+def test_format_2_without_max_seqlen_reads_as_it_is(output):
+    """Format 2 had no max_seqlen column: readers compute it from cu_seqlens."""
+    rows = verify_dir(output)["rows"]
+    shard = output / "shard-00000.parquet"
+    if shard.exists():
+        table = pq.read_table(shard)
+        pq.write_table(table.drop_columns(["max_seqlen"]), shard)
+    else:
+        shard = output / "shard-00000"
+        (shard / "max_seqlen.npy").unlink()
+
+    def to_format_2(manifest):
+        manifest["format_version"] = 2
+        del manifest["columns"]["max_seqlen"]
+        manifest["shards"][0]["checksum"] = checksum(shard)
+
+    rewrite_manifest(output, to_format_2)
+    assert verify_dir(output)["rows"] == rows
+    assert stats_dir(output)["rows"] == rows
+    assert len(hf.load(output)) == rows
+    dataset = PackedDataset(output)
+    item = dataset[0]
+    assert item["max_seqlen"] == int(np.diff(item["cu_seqlens"].numpy()).max())
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,7 @@ def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer
             fmt,
             "--rows-per-shard",
             7,
+            "--no-shuffle",  # documents are rebuilt across rows in stream order
         )
         summary, stderr = export(cli, out, tmp_path / f"mega-{fmt}")
         data = read_megatron(tmp_path / f"mega-{fmt}")
@@ -70,7 +71,8 @@ def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer
 def test_concat_mode_with_bos_and_no_eos(tmp_path, packed, cli, bos_tokenizer):
     texts = random_texts(60, seed=3, max_words=30)
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
-    out = packed(path, "--tokenizer", bos_tokenizer, "--seq-len", 8, "--mode", "concat", "--bos", "--no-eos")
+    options = ("--mode", "concat", "--bos", "--no-eos", "--no-shuffle")
+    out = packed(path, "--tokenizer", bos_tokenizer, "--seq-len", 8, *options)
     summary, _ = export(cli, out, tmp_path / "mega")
     assert summary["rule"] == "bos"
     assert as_lists(read_megatron(tmp_path / "mega")) == [[BOS] + word_ids(t) for t in texts]
@@ -79,7 +81,7 @@ def test_concat_mode_with_bos_and_no_eos(tmp_path, packed, cli, bos_tokenizer):
 def test_concat_mode_without_boundary_tokens_exports_segments(tmp_path, packed, cli, word_tokenizer):
     texts = random_texts(40, seed=4, max_words=30)
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
-    for options in (["--no-eos"], ["--shuffle"]):
+    for options in (["--no-eos", "--no-shuffle"], []):  # no boundary token; rows shuffled (the default)
         out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8, "--mode", "concat", *options)
         summary, stderr = export(cli, out, tmp_path / "mega")
         assert summary["rule"] == "segment" and "note: " in stderr

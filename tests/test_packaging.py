@@ -259,6 +259,12 @@ def _hf_rows_to_dataset(parquet_out, monkeypatch):
     hf.rows_to_dataset(_rows())
 
 
+def _packed_seq_params(parquet_out, monkeypatch):
+    from packcli.torch_data import PackedBatch
+
+    PackedBatch.from_rows(_rows()).packed_seq_params()
+
+
 def _plot(parquet_out, monkeypatch):
     from packcli import render
 
@@ -302,6 +308,7 @@ TRIGGERS = {
     ("export_energon", "_prepare"): _export_energon,
     ("storage", "filesystem"): _remote_url,
     ("engine_ray", "connect"): _ray_engine,
+    ("torch_data", "packed_seq_params"): _packed_seq_params,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

@@ -47,7 +47,7 @@ def test_bin_mode_loses_and_duplicates_nothing(corpus, packed, word_tokenizer, a
 
 def test_nf_keeps_document_order(corpus, packed, word_tokenizer):
     texts, path = corpus
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64, "--algorithm", "nf")
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64, "--algorithm", "nf", "--no-shuffle")
     rows, _ = load_rows(out)
     assert real_segments(rows) == expected_pieces(texts, 64)
 
@@ -68,7 +68,18 @@ def test_bfd_beats_nf_and_reports_efficiency(corpus, packed, word_tokenizer, cli
 @pytest.mark.parametrize("remainder", ["pad", "drop"])
 def test_concat_mode_token_stream_equals_input(corpus, packed, word_tokenizer, remainder):
     texts, path = corpus
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 100, "--mode", "concat", "--remainder", remainder)
+    out = packed(
+        path,
+        "--tokenizer",
+        word_tokenizer,
+        "--seq-len",
+        100,
+        "--mode",
+        "concat",
+        "--remainder",
+        remainder,
+        "--no-shuffle",
+    )
     rows, manifest = load_rows(out)
     got = [t for seg in real_segments(rows) for t in seg]
     want = stream(texts)
@@ -84,7 +95,7 @@ def test_concat_mode_token_stream_equals_input(corpus, packed, word_tokenizer, r
 
 def test_concat_mode_segments_follow_documents(tmp_path, packed, word_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2 w3"}, {"text": "w4 w5"}, {"text": "w6"}])
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 4, "--mode", "concat")
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 4, "--mode", "concat", "--no-shuffle")
     rows, _ = load_rows(out)
     # stream: 5 6 7 EOS | 8 9 EOS 10 | EOS + padding
     assert rows.input_ids.tolist() == [[5, 6, 7, 1], [8, 9, 1, 10], [1, 1, 1, 1]]
@@ -107,7 +118,7 @@ def test_bin_row_layout_by_hand(tmp_path, packed, word_tokenizer):
 def test_overlong_policies(tmp_path, packed, word_tokenizer, cli):
     texts = ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10", "w11 w12"]  # 11 and 3 tokens with EOS
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in texts])
-    options = ("--tokenizer", word_tokenizer, "--seq-len", 4, "--algorithm", "nf")
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 4, "--algorithm", "nf", "--no-shuffle")
 
     out = packed(path, *options, "--overlong", "split")
     rows, _ = load_rows(out)
@@ -221,8 +232,8 @@ def test_same_options_give_identical_bytes(corpus, packed, word_tokenizer):
 def test_shuffle_reorders_rows_only(corpus, packed, word_tokenizer):
     _, path = corpus
     options = ("--tokenizer", word_tokenizer, "--seq-len", 64)
-    plain, _ = load_rows(packed(path, *options))
-    shuffled, _ = load_rows(packed(path, *options, "--shuffle"))
+    plain, _ = load_rows(packed(path, *options, "--no-shuffle"))
+    shuffled, _ = load_rows(packed(path, *options))  # shuffled by default
     assert plain.input_ids.tolist() != shuffled.input_ids.tolist()
     assert sorted(plain.input_ids.tolist()) == sorted(shuffled.input_ids.tolist())
 
@@ -230,7 +241,7 @@ def test_shuffle_reorders_rows_only(corpus, packed, word_tokenizer):
 def test_concat_shuffle_keeps_every_row(corpus, packed, word_tokenizer):
     _, path = corpus
     options = ("--tokenizer", word_tokenizer, "--seq-len", 50, "--mode", "concat")
-    plain, _ = load_rows(packed(path, *options))
+    plain, _ = load_rows(packed(path, *options, "--no-shuffle"))
     shuffled, _ = load_rows(packed(path, *options, "--shuffle", "--buffer-size", 16))
     assert plain.input_ids.tolist() != shuffled.input_ids.tolist()
     assert sorted(plain.input_ids.tolist()) == sorted(shuffled.input_ids.tolist())

@@ -78,6 +78,32 @@ def test_fixed_row_layout():
     assert rows.real_lengths().tolist() == [5, 5]
 
 
+def test_padded_row_layout():
+    """--pad-to-multiple-of 4: each segment's pads keep pad id and -100 and count positions on;
+    cu_seqlens are the padded offsets, cu_seqlens_unpadded the real lengths (the final
+    padding segment counts as its own length)."""
+    tokens = np.arange(10, 20, dtype=np.int32)
+    rows = build_rows(tokens, None, [0, 3, 5], [3, 2, 5], [0, 0, 1], [0, 4, 0], 2, 12, 0, multiple=4)
+    assert rows.input_ids[0].tolist() == [10, 11, 12, 0, 13, 14, 0, 0, 0, 0, 0, 0]
+    assert rows.labels[0].tolist() == [-100, 11, 12, -100, -100, 14] + [-100] * 6
+    assert rows.position_ids[0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
+    assert rows.cu_seqlens.tolist() == [0, 4, 8, 12, 0, 8, 12]
+    assert rows.cu_seqlens_unpadded.tolist() == [0, 3, 5, 9, 0, 5, 9]
+    assert rows.max_seqlen.tolist() == [4, 8] and rows.num_segments.tolist() == [2, 1]
+    assert rows.real_lengths().tolist() == [5, 5]
+    again = Rows.concat([rows.slice(0, 1), rows.slice(1, 2)]).take(np.array([1, 0]))
+    assert again.cu_seqlens_unpadded.tolist() == [0, 5, 9, 0, 3, 5, 9] and again.max_seqlen.tolist() == [8, 4]
+
+
+def test_max_seqlen_is_the_longest_segment_padding_included():
+    rows = _sample_rows()
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        assert rows.max_seqlen[r] == np.diff(cu).max()
+    bare = Rows(rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
+    assert bare.max_seqlen.tolist() == rows.max_seqlen.tolist() and bare.cu_seqlens_unpadded is None
+
+
 def _sample_rows() -> Rows:
     tokens = np.arange(1, 31, dtype=np.int32)
     lengths = [4, 2, 6, 1, 3, 5, 6, 3]

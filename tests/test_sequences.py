@@ -107,6 +107,7 @@ def test_ids_input_without_a_tokenizer(tmp_path, packed):
         "2",
         "--format",
         "npy",
+        "--keep-unlearned",  # the second record learns nothing
     )
     rows, manifest = load_rows(out)
     segments = real_segments(rows)
@@ -126,32 +127,87 @@ def test_ids_input_plain_labels(tmp_path, packed):
     assert manifest["labels"] == "text"
 
 
-def test_sft_overlong_truncates_and_counts_unlearnable(tmp_path, packed, word_tokenizer):
-    records = [
-        {"p": "w1 w2", "c": "w3 w4 w5 w6 w7 w8"},  # 2 + 6 + EOS = 9 > 6: truncated, keeps learned tokens
-        {"p": "w1 w2 w3 w4 w5 w6 w7", "c": "w8"},  # the prompt alone fills the row: nothing left to learn
-        {"p": "w9", "c": "w10"},
-    ]
-    path = write_jsonl(tmp_path / "sft.jsonl", records)
-    out = packed(
-        path,
-        "--tokenizer",
-        word_tokenizer,
-        "--seq-len",
-        6,
-        "--algorithm",
-        "nf",
-        "--prompt-field",
-        "p",
-        "--completion-field",
-        "c",
-    )
-    rows, manifest = load_rows(out)
-    assert real_segments(rows) == [[5, 6, 7, 8, 9, 10], [13, 14, 1]]
+def _sft_report(out):
     report = json.loads((out / "report.json").read_text())
+    lost = report["overlong"]["tokens_lost"] + (
+        report["unlearned"]["tokens"] if report["unlearned"]["policy"] == "drop" else 0
+    )
+    assert report["tokens_read"] == report["real_tokens"] + lost  # nothing vanishes
+    return report
+
+
+TRUNCATED = [
+    {"p": "w1 w2", "c": "w3 w4 w5 w6 w7 w8"},  # 2 + 6 + EOS = 9 > 6: the completion alone is longer than a row
+    {"p": "w1 w2 w3 w4 w5 w6 w7", "c": "w8"},  # the prompt alone fills the row
+    {"p": "w9", "c": "w10"},
+]
+
+
+def test_sft_truncation_keeps_the_completion_and_cuts_the_prompt(tmp_path, packed, word_tokenizer):
+    path = write_jsonl(tmp_path / "sft.jsonl", TRUNCATED)
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 6, "--algorithm", "nf", "--no-shuffle")
+    out = packed(path, *options, "--prompt-field", "p", "--completion-field", "c")
+    rows, manifest = load_rows(out)
+    # left: the prompt's start goes, the token before the completion stays (its label is masked);
+    # a completion longer than the row keeps its start
+    assert real_segments(rows) == [[6, 7, 8, 9, 10, 11], [8, 9, 10, 11, 12, 1], [13, 14, 1]]
+    assert rows.labels[1].tolist() == [-100, -100, -100, -100, 12, 1]
+    report = _sft_report(out)
     assert report["overlong"]["policy"] == "truncate" and manifest["options"]["overlong"] == "truncate"
-    assert report["overlong"]["count"] == 2 and report["overlong"]["dropped_without_labels"] == 1
-    assert report["overlong"]["tokens_lost"] == 3 + 9  # the dropped one loses all 9 of its tokens
+    assert manifest["options"]["truncation_side"] == "left"
+    assert report["overlong"]["count"] == 2 and report["overlong"]["tokens_lost"] == 3 + 3
+    assert report["unlearned"]["sequences"] == 0 and report["overlong"]["dropped_without_labels"] == 0
+
+
+def test_sft_right_truncation_drops_what_learns_nothing(tmp_path, packed, word_tokenizer):
+    path = write_jsonl(tmp_path / "sft.jsonl", TRUNCATED)
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 6, "--algorithm", "nf", "--no-shuffle")
+    fields = ("--prompt-field", "p", "--completion-field", "c", "--truncation-side", "right")
+    out = packed(path, *options, *fields)
+    assert real_segments(load_rows(out)[0]) == [[5, 6, 7, 8, 9, 10], [13, 14, 1]]
+    report = _sft_report(out)
+    assert report["overlong"]["dropped_without_labels"] == 1 and report["overlong"]["tokens_lost"] == 3 + 3
+    assert report["unlearned"]["by_cause"]["truncated"] == {"sequences": 1, "tokens": 6}
+    kept = packed(path, *options, *fields, "--keep-unlearned")
+    assert real_segments(load_rows(kept)[0]) == [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10], [13, 14, 1]]
+    assert _sft_report(kept)["unlearned"]["policy"] == "keep"
+
+
+def test_long_prompt_never_makes_rows_without_labels(tmp_path, packed, word_tokenizer):
+    """A 530-token prompt at --seq-len 128: split leaves no row that learns nothing, and
+    truncate keeps the completion; every token is accounted for."""
+    record = {"p": " ".join(f"w{k % 50 + 1}" for k in range(530)), "c": "w60 w61 w62"}
+    path = write_jsonl(tmp_path / "sft.jsonl", [record])
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 128, "--prompt-field", "p", "--completion-field", "c")
+    for overlong in ("split", "truncate"):
+        out = packed(path, *options, "--overlong", overlong)
+        rows, _ = load_rows(out)
+        assert len(rows) == 1 and ((rows.labels != -100).sum(axis=1) > 0).all()
+        assert [int(t) for t in rows.labels[0] if t != -100] == [64, 65, 66, 1]
+        report = _sft_report(out)
+        if overlong == "split":
+            assert report["unlearned"]["by_cause"]["split_pieces"] == {"sequences": 4, "tokens": 512}
+        else:
+            assert report["overlong"]["tokens_lost"] == 534 - 128 and report["unlearned"]["tokens"] == 0
+
+
+def test_sequences_with_no_label_are_dropped_and_counted(tmp_path, packed):
+    records = [{"ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"ids": [8, 9], "labels": [-100, -100]}]
+    path = write_jsonl(tmp_path / "ids.jsonl", records)
+    options = ("--ids-field", "ids", "--labels-field", "labels", "--seq-len", 8, "--eos-token", "2", "--no-shuffle")
+    out = packed(path, *options)
+    assert real_segments(load_rows(out)[0]) == [[5, 6, 7, 2]]
+    report = _sft_report(out)
+    assert report["unlearned"] == {
+        "policy": "drop",
+        "sequences": 1,
+        "tokens": 3,
+        "by_cause": {
+            "no_labels": {"sequences": 1, "tokens": 3},
+            "split_pieces": {"sequences": 0, "tokens": 0},
+            "truncated": {"sequences": 0, "tokens": 0},
+        },
+    }
 
 
 @pytest.mark.parametrize(

@@ -176,7 +176,7 @@ def test_overlong_policies_and_baselines():
     assert apply_overlong(lengths, 4, "drop") == (pytest.approx(np.array([3])), 26)
     nothing_to_learn = np.array([False, True, False, False])
     assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[0].tolist() == [4, 3, 4]
-    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[1] == 1 + 8 + 5 + 4
+    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[1] == 1 + 8 + 5
     assert pad_to_longest_tokens(lengths, 3) == 3 * 12 + 9 and pad_to_longest_tokens(lengths, 1) == 29
     from packcli.errors import PackcliError
 
@@ -296,6 +296,9 @@ def test_stats_raw_prompt_completion_truncates_and_drops_as_pack(tmp_path, cli, 
     options = ("--tokenizer", word_tokenizer, "--prompt-field", "q", "--completion-field", "a")
     what, report = stats_and_pack(cli, packed, path, 24, *options)
     assert what["overlong"]["policy"] == "truncate"  # pack's default for SFT, not split
+    assert what["overlong"]["dropped_without_labels"] == report["overlong"]["dropped_without_labels"] == 0
+    assert_same_sequences(what, report)
+    what, report = stats_and_pack(cli, packed, path, 24, *options, "--truncation-side", "right")
     assert what["overlong"]["dropped_without_labels"] == report["overlong"]["dropped_without_labels"] > 0
     assert_same_sequences(what, report)
     long_enough, _ = stats_and_pack(cli, packed, path, 64, *options)

@@ -287,3 +287,77 @@ def test_clear_error_without_torch():
     code = "import sys; sys.modules['torch'] = None\nimport packcli.torch_data"
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert result.returncode != 0 and "packcli.torch_data needs PyTorch" in result.stderr
+
+
+def losses_by_sequence(packed, model):
+    """Per sequence, the losses of its learned tokens as a packed batch's model inputs give them."""
+    batch = PackedBatch.from_rows(packed.rows)
+    with torch.no_grad():
+        losses = per_token_loss(model(**batch.model_inputs()).logits, batch.labels)
+    by_sequence = {}
+    for seq, row, offset, length in zip(*(packed.placement[k] for k in ("sequence", "row", "offset", "length"))):
+        by_sequence[int(seq)] = losses[row, offset : offset + length - 1]
+    return by_sequence, batch
+
+
+def test_padding_to_a_multiple_leaves_every_loss_as_it_was():
+    rng = np.random.default_rng(4)
+    sequences = [rng.integers(3, 300, size=int(n)).tolist() for n in (7, 12, 1, 5, 9, 16, 2, 3)]
+    model = tiny_llama("sdpa")
+    plain, plain_batch = losses_by_sequence(packcli.pack_sequences(sequences, 32, pad_id=0), model)
+    packed = packcli.pack_sequences(sequences, 32, pad_id=0, pad_to_multiple_of=8)
+    padded, batch = losses_by_sequence(packed, model)
+    assert (np.diff(packed.rows.cu_seqlens) % 8 == 0)[np.diff(packed.rows.cu_seqlens) > 0].all()
+    assert set(plain) == set(padded) == set(range(len(sequences)))
+    for seq in plain:
+        torch.testing.assert_close(padded[seq], plain[seq], rtol=0, atol=1e-10)
+    with torch.no_grad():
+        loss_plain = model(**plain_batch.model_inputs()).loss
+        loss_padded = model(**batch.model_inputs()).loss
+    assert abs(loss_plain.item() - loss_padded.item()) < 1e-6
+    assert int(batch.attention_mask.sum()) == sum(len(s) for s in sequences)
+
+
+def test_batch_boundaries_for_thd_mamba_and_flex():
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    packed = packcli.pack_sequences(
+        [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]], 16, pad_id=0, pad_to_multiple_of=4, shuffle=False
+    )
+    batch = PackedBatch.from_rows(packed.rows)
+    params = batch.packed_seq_params()
+    assert type(params) is PackedSeqParams and params.qkv_format == "thd"
+    cu, real = batch.cu_seqlens.tolist(), batch.cu_seqlens_unpadded.tolist()
+    assert params.cu_seqlens_q_padded.tolist() == params.cu_seqlens_kv_padded.tolist() == cu
+    assert params.cu_seqlens_q.tolist() == params.cu_seqlens_kv.tolist() == real
+    assert len(cu) == len(real) and all(b - a <= d - c for a, b, c, d in zip(real, real[1:], cu, cu[1:]))
+    assert params.max_seqlen_q == params.max_seqlen_kv == batch.max_seqlen == int(packed.rows.max_seqlen.max())
+    for r in range(len(batch)):
+        row_cu = batch.row_cu_seqlens[r]
+        expected = np.repeat(np.arange(len(row_cu) - 1), np.diff(row_cu.numpy()))
+        assert batch.seq_idx[r].tolist() == expected.tolist()
+        real_tokens = batch.input_ids[r][batch.segment_ids[r] >= 0]
+        assert (batch.segment_ids[r] == -1).sum() == 16 - len(real_tokens)
+    assert sorted(batch.input_ids[batch.segment_ids >= 0].tolist()) == list(range(5, 15))
+
+
+def test_fixed_length_cu_seqlens_pad_with_minus_one(tmp_path, packed, word_tokenizer):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(40, seed=6)])
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64, "--pad-to-multiple-of", 8, "--format", "npy")
+    plain, fixed = PackedDataset(out), PackedDataset(out, cu_seqlens_len=16)
+    item = fixed[0]
+    n = item["cu_seqlens_argmin"]
+    assert item["cu_seqlens"].shape == (16,) and (item["cu_seqlens"][n:] == -1).all()
+    assert item["cu_seqlens"][:n].tolist() == plain[0]["cu_seqlens"].tolist()
+    assert (
+        item["cu_seqlens_unpadded"][: item["cu_seqlens_unpadded_argmin"]].tolist()
+        == plain[0]["cu_seqlens_unpadded"].tolist()
+    )
+    assert item["max_seqlen"] == int(np.diff(plain[0]["cu_seqlens"].numpy()).max())
+    a, b = collate_rows([fixed[i] for i in range(4)]), collate_rows([plain[i] for i in range(4)])
+    assert (
+        a.cu_seqlens.tolist() == b.cu_seqlens.tolist()
+        and a.cu_seqlens_unpadded.tolist() == b.cu_seqlens_unpadded.tolist()
+    )
+    with pytest.raises(PackcliError, match="more than cu_seqlens_len 2"):
+        PackedDataset(out, cu_seqlens_len=2)[0]

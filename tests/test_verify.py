@@ -335,3 +335,46 @@ def test_shards_read_in_small_blocks_keep_row_numbers(output, monkeypatch, fmt):
         manifest["shards"][1]["checksum"] = checksum(path)
         (out / "manifest.json").write_text(json.dumps(manifest))
         expect_failure(out, "shard-00001.parquet row 7: position_ids do not restart")
+
+
+@pytest.fixture
+def padded(tmp_path, packed, word_tokenizer):
+    def make(fmt):
+        path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(60, seed=5)])
+        options = ("--seq-len", 32, "--rows-per-shard", 10, "--format", fmt, "--pad-to-multiple-of", 8)
+        return packed(path, "--tokenizer", word_tokenizer, *options)
+
+    return make
+
+
+def test_padded_output_is_checked(padded):
+    out = padded("npy")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format_version"] == 3 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
+    report = json.loads((out / "report.json").read_text())
+    assert manifest["totals"]["real_tokens"] == report["real_tokens"] == report["tokens_read"]
+
+    def lengthen_first_segment(a):
+        a[1] += 8  # more real tokens than the padded segment holds
+
+    tamper_npy(out, "shard-00000", "cu_seqlens_unpadded", lengthen_first_segment)
+    expect_failure(out, "shard-00000 row 0", "cu_seqlens_unpadded does not fit --pad-to-multiple-of 8")
+
+
+def test_padded_parquet_inner_pad_and_max_seqlen(padded):
+    out = padded("parquet")
+
+    table = pq.read_table(out / "shard-00000.parquet")
+    columns = (table.column(c).to_pylist() for c in ("cu_seqlens", "cu_seqlens_unpadded", "num_segments"))
+    row, position = next(
+        (r, cu[k] + real[k + 1] - real[k])  # the first pad after segment k's real tokens
+        for r, (cu, real, n) in enumerate(zip(*columns))
+        for k in range(n)
+        if real[k + 1] - real[k] < cu[k + 1] - cu[k]
+    )
+    pad = table.column("input_ids").to_pylist()[row][position]  # a label equal to its id, but on a pad
+    tamper_parquet(out, "shard-00000.parquet", "labels", lambda rows: rows[row].__setitem__(position, pad))
+    expect_failure(out, f"shard-00000.parquet row {row}: the pad at position {position}")
+    out = padded("npy")
+    tamper_npy(out, "shard-00001", "max_seqlen", lambda a: a.__setitem__(3, a[3] + 1))
+    expect_failure(out, "shard-00001 row 3", "max_seqlen is")
