@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packcli.kernels import pack_lengths
+from packcli.kernels import plan_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _plan_bin(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_wi
     size = s.window or max(1, len(lengths))
     rows, offsets, base = [], [], 0
     for window, first in enumerate(range(0, len(lengths), size), first_window):
-        placed = pack_lengths(lengths[first : first + size], s.seq_len, algorithm=s.algorithm, seed=s.seed)
+        placed = plan_lengths(lengths[first : first + size], s.seq_len, algorithm=s.algorithm, seed=s.seed)
         row_of = placed.row.astype(np.int64)  # the base is added below: no int32 wrap
         if s.shuffle:
             row_of = window_rng(s.seed, window).permutation(placed.n_rows)[row_of]

@@ -21,7 +21,7 @@ from packcli.choices import DEFAULT_BATCH_SIZE
 from packcli.errors import PackcliError
 from packcli.flow import Timer
 from packcli.ingest import TokenStream, learns_after_first, use_workers
-from packcli.kernels import ALGORITHMS, pack_lengths
+from packcli.kernels import ALGORITHMS, pack_lengths, plan_lengths
 from packcli.manifest import NoPacking, RowSummary, load_manifest
 from packcli.options import PackOptions, check_positive
 from packcli.report import RowStats, no_packing_baseline
@@ -315,7 +315,7 @@ def _packer_entries(scale: _Scale, sequences: np.ndarray, seq_len: int, buffer_s
         started, rows = time.perf_counter(), 0
         window = buffer_size or max(1, len(sequences))
         for start in range(0, len(sequences), window):
-            rows += pack_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
+            rows += plan_lengths(sequences[start : start + window], seq_len, algorithm).n_rows
         entries.append(scale.entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin"))
     return entries
 
