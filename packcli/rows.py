@@ -88,50 +88,75 @@ class Rows:
         return last_real_end.astype(np.int64)
 
 
+@njit(cache=True, nogil=True)
+def _pieces_by_row(row_of, offset_of, n_rows):
+    """(first, order): the pieces of row r are order[first[r]:first[r + 1]], by offset."""
+    first = np.zeros(n_rows + 1, dtype=np.int64)
+    for i in range(len(row_of)):
+        first[row_of[i] + 1] += 1
+    for r in range(n_rows):
+        first[r + 1] += first[r]
+    order = np.empty(len(row_of), dtype=np.int64)
+    cursor = first[:-1].copy()
+    for i in range(len(row_of)):
+        order[cursor[row_of[i]]] = i
+        cursor[row_of[i]] += 1
+    for r in range(n_rows):  # insertion sort: a row holds few pieces
+        for a in range(first[r] + 1, first[r + 1]):
+            piece, b = order[a], a
+            while b > first[r] and offset_of[order[b - 1]] > offset_of[piece]:
+                order[b] = order[b - 1]
+                b -= 1
+            order[b] = piece
+    return first, order
+
+
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
 def _fill_rows(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id):
-    input_ids = np.full((n_rows, seq_len), pad_id, dtype=np.int32)
-    out_labels = np.full((n_rows, seq_len), -100, dtype=np.int32)
-    positions = np.zeros((n_rows, seq_len), dtype=np.int32)
+    """Every cell written once, row by row, pieces in offset order (they sit back to back
+    from offset 0): a segment starts at each piece and at the padding, if any."""
+    first, order = _pieces_by_row(row_of, offset_of, n_rows)
     fill = np.zeros(n_rows, dtype=np.int64)
-    num_segments = np.zeros(n_rows, dtype=np.int32)
-    for i in range(len(starts)):
-        r = row_of[i]
-        o = offset_of[i]
-        s = starts[i]
-        b = bit_starts[i]
-        n = lengths[i]
-        for j in range(n):
-            t = np.int32(tokens[s + j])
-            input_ids[r, o + j] = t
-            positions[r, o + j] = j
-            if j > 0:
-                k = b + j
-                if not masked or (learned[k >> 3] >> (k & 7)) & 1:
-                    out_labels[r, o + j] = t
-        num_segments[r] += 1
-        if o + n > fill[r]:
-            fill[r] = o + n
-    # Padding is one last segment; its positions restart like any other.
-    total = 0
-    for r in range(n_rows):
-        for j in range(fill[r], seq_len):
-            positions[r, j] = j - fill[r]
-        for j in range(seq_len):
-            if positions[r, j] == 0:
-                total += 1
-        total += 1
     cu_offsets = np.zeros(n_rows + 1, dtype=np.int64)
-    cu_seqlens = np.empty(total, dtype=np.int32)
-    k = 0
     for r in range(n_rows):
-        for j in range(seq_len):
-            if positions[r, j] == 0:
-                cu_seqlens[k] = j
-                k += 1
+        if first[r + 1] > first[r]:
+            last = order[first[r + 1] - 1]
+            fill[r] = offset_of[last] + lengths[last]
+        cu_offsets[r + 1] = cu_offsets[r] + first[r + 1] - first[r] + (2 if fill[r] < seq_len else 1)
+    input_ids = np.empty((n_rows, seq_len), dtype=np.int32)
+    out_labels = np.empty((n_rows, seq_len), dtype=np.int32)
+    positions = np.empty((n_rows, seq_len), dtype=np.int32)
+    cu_seqlens = np.empty(cu_offsets[n_rows], dtype=np.int32)
+    num_segments = np.empty(n_rows, dtype=np.int32)
+    for r in range(n_rows):
+        k = cu_offsets[r]
+        for a in range(first[r], first[r + 1]):
+            i = order[a]
+            o, s, n = offset_of[i], starts[i], lengths[i]
+            cu_seqlens[k] = o
+            k += 1
+            ids, labels, pos = input_ids[r, o : o + n], out_labels[r, o : o + n], positions[r, o : o + n]
+            for j in range(n):
+                ids[j] = np.int32(tokens[s + j])
+                pos[j] = j
+            labels[0] = -100
+            if masked:
+                b = bit_starts[i]
+                for j in range(1, n):
+                    bit = b + j
+                    labels[j] = ids[j] if (learned[bit >> 3] >> (bit & 7)) & 1 else -100
+            else:
+                labels[1:] = ids[1:]
+        f = fill[r]
+        if f < seq_len:  # padding is one last segment; its positions restart like any other
+            cu_seqlens[k] = f
+            k += 1
+            input_ids[r, f:] = pad_id
+            out_labels[r, f:] = -100
+            for j in range(f, seq_len):
+                positions[r, j] = j - f
         cu_seqlens[k] = seq_len
-        k += 1
-        cu_offsets[r + 1] = k
+        num_segments[r] = first[r + 1] - first[r]
     return input_ids, out_labels, positions, cu_seqlens, cu_offsets, num_segments
 
 
