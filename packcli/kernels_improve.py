@@ -20,7 +20,7 @@ While there are more rows than ceil(tokens / capacity):
 2. Concentrate (after a failed dissolve): rows with room, least room first (ties: lowest
    row), each swap a sequence x of theirs for a longer y = x + d (d <= their room) from
    another row whose room plus d exceeds their own room, while one exists: the largest
-   d, then the most room at the other row, the lowest x, the lowest y. The sum of
+   d, then the lowest x, then the lowest y. The sum of
    squared rooms grows with every such swap, so room gathers in fewer rows and the
    sweep ends. Then step 1 again; a sweep without a swap ends the pass.
 
@@ -71,13 +71,18 @@ def _room_add(r, room, head, row_next, row_prev, words, level_starts):
 
 @njit(cache=True)
 def _by_length_link(i, length, in_room):
+    """Insert sequence i in the list of its length, which is kept in index order."""
     head, after, before = in_room
-    first = head[length]
-    if first >= 0:
-        before[first] = i
-    after[i] = first
-    before[i] = -1
-    head[length] = i
+    previous, current = -1, head[length]
+    while current >= 0 and current < i:
+        previous, current = current, after[current]
+    after[i], before[i] = current, previous
+    if current >= 0:
+        before[current] = i
+    if previous >= 0:
+        after[previous] = i
+    else:
+        head[length] = i
 
 
 @njit(cache=True)
@@ -304,29 +309,28 @@ def _relayout(lengths, row, offset, before, dissolved, n_rows):
 def _best_transfer(r1, room1, lengths, capacity, row, fill, item_head, item_next, in_room, rooms):
     """(x, y, work): the swap that moves the most room, d <= room1, out of row r1 into a row
     that then has more room than r1 had: x (in r1) for y (elsewhere), lengths[y] =
-    lengths[x] + d. The sum of squared rooms grows with every such swap, so they end.
-    Ties: the most room at the receiving row, then the lowest x, then the lowest y."""
+    lengths[x] + d; ties: the lowest x, then the lowest y. The sum of squared rooms grows
+    with every such swap, so they end. The by-length lists are in index order, so the
+    first y that qualifies is the lowest."""
     head, row_next, _, words, level_starts = rooms
     other = _bitset_prev(words, level_starts, capacity)  # the most room in a row besides r1
     if other == room1 and head[other] == r1 and row_next[r1] < 0:
         other = _bitset_prev(words, level_starts, room1 - 1)
     work = 0
     for d in range(room1, max(0, room1 - other), -1):  # d > room1 - room2 for some row
-        best_x, best_y, best_room = -1, -1, -1
+        best_x, best_y = -1, -1
         x = item_head[r1]
         while x >= 0:
             v = lengths[x] + d
             work += 1
-            if v <= capacity:
+            if (best_x < 0 or x < best_x) and v <= capacity:
                 y = in_room[0][v]
                 while y >= 0:
                     work += 1
                     r2 = row[y]
-                    room2 = capacity - fill[r2]
-                    if (r2 != r1 and room2 + d > room1) and (
-                        room2 > best_room or (room2 == best_room and (x < best_x or (x == best_x and y < best_y)))
-                    ):
-                        best_x, best_y, best_room = x, y, room2
+                    if r2 != r1 and capacity - fill[r2] + d > room1:
+                        best_x, best_y = x, y
+                        break
                     y = in_room[1][y]
             x = item_next[x]
         if best_x >= 0:

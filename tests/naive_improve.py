@@ -82,7 +82,7 @@ def _concentrate(s):
             best = None
             for d in range(room1, 0, -1):
                 found = [
-                    (-s.room(s.row[y]), x, y)
+                    (x, y)
                     for x in s.members(r1)
                     for y in range(len(s.lengths))
                     if s.lengths[y] == s.lengths[x] + d and s.row[y] not in (POOL, r1) and s.room(s.row[y]) + d > room1
@@ -92,7 +92,7 @@ def _concentrate(s):
                     break
             if best is None:
                 break
-            _, x, y = best
+            x, y = best
             r2 = s.row[y]
             s.move(x, r2)
             s.move(y, r1)
