@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from packcli.grouping import group_slices
-from packcli.kernels import pack_lengths
+from packcli.kernels import plan_lengths
 from packcli.rows import Rows, cut_pieces, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
@@ -147,13 +147,13 @@ def place(
         return place_custom(s.algorithm, lengths, s.seq_len, groups, s.max_per_row)
     algorithm = str(s.algorithm)
     if groups is None:
-        placed = pack_lengths(lengths, s.seq_len, algorithm, s.seed, s.max_per_row)
+        placed = plan_lengths(lengths, s.seq_len, algorithm, s.seed, s.max_per_row)
         return placed.row.astype(np.int64), placed.offset.astype(np.int64), placed.n_rows, None
     row = np.empty(len(lengths), dtype=np.int64)
     offset = np.empty(len(lengths), dtype=np.int64)
     row_group, base = [], 0
     for group, members in group_slices(groups):
-        placed = pack_lengths(lengths[members], s.seq_len, algorithm, s.seed, s.max_per_row)
+        placed = plan_lengths(lengths[members], s.seq_len, algorithm, s.seed, s.max_per_row)
         row[members] = placed.row + base  # int64 + int32: no wrap
         offset[members] = placed.offset
         row_group.append(np.full(placed.n_rows, group, dtype=np.int32))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,6 +248,10 @@ class ShardWriter:
         self.id_dtype = ids_dtype(vocab_size)
         self.done_shards = done_shards
         self.shards: list[ShardInfo] = []
+        # Finished shards are hashed on a thread while the next one is written (sha256
+        # releases the GIL); close() collects the digests.
+        self._hashing: ThreadPoolExecutor | None = None
+        self._digests: list[Future[str]] = []
         self._current: _ParquetShard | _NpyShard | None = None
         self._rows = self._sequences = self._tokens = 0
 
@@ -299,13 +304,18 @@ class ShardWriter:
         if self._current is not None:
             self._current.finish()
             os.replace(self._tmp_path(index), final)
-        self.shards.append(ShardInfo(final.name, self._rows, self._sequences, self._tokens, checksum(final)))
+        if self._hashing is None:
+            self._hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-sha256")
+        digest = self._hashing.submit(checksum, final)
+        self.shards.append(ShardInfo(final.name, self._rows, self._sequences, self._tokens, ""))
+        self._digests.append(digest)
         self._current = None
         self._rows = self._sequences = self._tokens = 0
 
     def close(self) -> list[ShardInfo]:
         if self._rows:
             self._close_shard()
+        self._collect_digests()
         if len(self.shards) < self.done_shards:
             raise PackcliError(
                 f"resume found {self.done_shards} finished shards but the run makes only {len(self.shards)}; "
@@ -313,8 +323,18 @@ class ShardWriter:
             )
         return self.shards
 
+    def _collect_digests(self) -> None:
+        for shard, digest in zip(self.shards, self._digests):
+            shard.checksum = digest.result()
+        if self._hashing is not None:
+            self._hashing.shutdown()
+            self._hashing = None
+
     def abort(self) -> None:
         """Leave no temporary shard behind; finished shards stay (they are complete)."""
+        if self._hashing is not None:
+            self._hashing.shutdown(cancel_futures=True)
+            self._hashing = None
         if self._current is not None:
             self._current.abort()
             self._current = None

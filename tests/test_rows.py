@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_layout import naive_cut_pieces, naive_rows
 
+from packcli.kernels import pack_lengths
 from packcli.rows import Rows, build_rows, cut_pieces
 from packcli.verify import check_rows
 
@@ -51,6 +52,37 @@ def test_build_rows_matches_reference(case, pad_id):
         "cu_seqlens"
     ]
     check_rows(rows, seq_len=seq_len, pad_id=pad_id, labels_follow_ids=labels is None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(placed_sequences(), st.randoms(use_true_random=False))
+def test_pieces_in_any_order_give_the_same_rows(case, rng):
+    # The kernel lays each row out in offset order, whatever order the pieces come in
+    # (bfd places the longest first; a block's pieces come in plan order).
+    seq_len, lengths, tokens, labels = case
+    starts = np.cumsum([0] + lengths[:-1]) if lengths else np.zeros(0, dtype=np.int64)
+    placed = pack_lengths(np.asarray(lengths, dtype=np.int64), seq_len, "bfd")
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    pick = np.asarray(order, dtype=np.int64)
+    lengths_arr = np.asarray(lengths, dtype=np.int64)
+    rows = build_rows(
+        tokens,
+        labels,
+        np.asarray(starts, dtype=np.int64)[pick] if lengths else starts,
+        lengths_arr[pick],
+        placed.row[pick],
+        placed.offset[pick],
+        placed.n_rows,
+        seq_len,
+        0,
+    )
+    want = naive_rows(tokens, labels, starts, lengths, placed.row, placed.offset, placed.n_rows, seq_len, 0)
+    for name in ("input_ids", "labels", "position_ids", "num_segments"):
+        assert getattr(rows, name).tolist() == want[name], name
+    assert [rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]].tolist() for r in range(placed.n_rows)] == (
+        want["cu_seqlens"]
+    )
 
 
 @settings(max_examples=150, deadline=None)
