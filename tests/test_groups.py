@@ -110,7 +110,8 @@ def test_shuffle_windows_and_workers(grouped, packed, word_tokenizer):
 
 def test_concat_mode_makes_one_stream_per_group(grouped, packed, word_tokenizer):
     path, records = grouped
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--mode", "concat", "--group-by", "source")
+    opts = ("--tokenizer", word_tokenizer, "--seq-len", 32, "--mode", "concat", "--group-by", "source", "--no-shuffle")
+    out = packed(path, *opts)  # plan order: each group's rows in stream order
     rows, manifest, groups = assert_no_row_mixes(out)
     for entry in manifest["groups"]:
         texts = [r["text"] for r in records if group_key(r["source"]) == group_key(entry["value"])]
