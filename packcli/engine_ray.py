@@ -1,11 +1,14 @@
 """`--engine ray`: the local engine's stages as Ray Core tasks, with the same plan.
 
 1. One task per input file reads, tokenizes and segments it into a spill part
-   (`<spill>/part-NNNNN`, complete when its `complete.json` is written, as a local spill).
-2. The driver reads only the parts' lengths, in input order, and calls the planner the
-   local engine calls: same lengths, same plan.
+   (`<spill>/part-NNNNN`, complete when its `complete.json` is written, as a local spill;
+   with --group-by also the part's own group table and its segments' ids in it).
+2. The driver reads only the parts' lengths (and group ids, mapped to one table merged in
+   input order), in input order, and calls the planner the local engine calls: same
+   lengths, same plan.
 3. One task per shard gathers its rows from the parts, writes the shard under a temporary
-   name and renames it (or uploads it) when complete, then records it in the ledger.
+   name and renames it (or uploads it) when complete, then records it in the ledger; it
+   returns the rows' statistics (and per-group counts) for the report.
 4. The driver writes the report and the manifest.
 
 Every name derives from a part or shard index, never from a task id, so a task that Ray
@@ -30,6 +33,7 @@ import numpy as np
 from packcli import outdir, storage
 from packcli.errors import PackcliError, needs_extra
 from packcli.flow import Timer
+from packcli.grouping import group_counts
 from packcli.plan import ROW_BLOCK_TOKENS, RowPlan
 from packcli.report import RowStats
 from packcli.rows import Rows, fill_rows
@@ -203,6 +207,7 @@ def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int,
     """Read, tokenize and segment one part of the input into one spill part; its record is
     the ledger entry."""
     from packcli import pipeline
+    from packcli.grouping import GroupTable, save_group_ids
     from packcli.ingest import IngestCounts, TokenStream, segments, use_workers
     from packcli.reading import BadRecords
     from packcli.shards import ids_dtype
@@ -220,14 +225,18 @@ def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int,
     paths = [part.path]
     stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
+    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
     try:
-        chunks = segments(stream, pipeline.make_segmenter(opts, setup, counts), paths)
-        for n, (tokens, lengths, learned) in enumerate(chunks):
+        segmenter = pipeline.make_segmenter(opts, setup, counts, groups)
+        for n, (tokens, lengths, learned) in enumerate(segments(stream, segmenter, paths)):
             with timer.stage("spill"):
                 writer.append(tokens, lengths, learned)
             if n == 0:
                 maybe_fail("spill", index)
         meta = {"run_id": run_id, "counts": counts.to_dict(), "bad": pipeline.bad_dict(bad), "timings": timer.seconds}
+        if groups is not None:  # the part's own table (first appearance in the part) and its segments' ids
+            save_group_ids(Path(part_dir), segmenter.group_ids.take(segmenter.group_ids.held))
+            meta["groups"] = groups.to_dict()
         with timer.stage("spill"):
             return writer.finish(meta).meta
     except BaseException:
@@ -312,20 +321,33 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     name = shard_name(index, job.fmt)
     ledger = Path(job.ledger) / f"shard-{index:05d}.json"
     stats = RowStats(job.seq_len)
+    row_group = job.plan.row_group
+    groups = None if row_group is None else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
     spill = PartedSpill(job.part_dirs, job.part_tokens)
     try:
         recorded = _recorded(ledger, job.output, name)
         writer = None if recorded else _task_writer(job, index)
+        at = first
         for n, rows in enumerate(gather_range(spill, job, first, end)):
             stats.add(rows)
+            group = None if row_group is None else row_group[at : at + len(rows)]
+            at += len(rows)
+            if groups is not None and group is not None:
+                groups += group_counts(group, rows.num_segments, rows.real_lengths(), len(groups))
             if writer is not None:
-                writer.add(rows)
+                writer.add(rows, group)
                 if n == 0:
                     maybe_fail("shard", index)
     finally:
         spill.close()
     info = recorded or _publish(job, writer, index, name, ledger)
-    return {"info": info, "stats": {k: v.tolist() for k, v in stats.histograms().items()}, "labels": stats.label_tokens}
+    histograms = {k: v.tolist() for k, v in stats.histograms().items()}
+    return {"info": info, "stats": histograms, "labels": stats.label_tokens, "groups": _listed(groups)}
+
+
+def _listed(counts: np.ndarray | None) -> list[list[int]] | None:
+    """Per group: rows, sequences and real tokens of a shard (--group-by), as plain lists."""
+    return None if counts is None else counts.tolist()
 
 
 def _recorded(ledger: Path, output: str, name: str) -> dict[str, Any] | None:
@@ -352,7 +374,8 @@ def _task_dir(job: ShardJob, index: int) -> Path:
 
 
 def _task_writer(job: ShardJob, index: int) -> ShardWriter:
-    return ShardWriter(_task_dir(job, index), job.fmt, job.seq_len, job.rows_per_shard, job.vocab_size)
+    grouped = job.plan.row_group is not None
+    return ShardWriter(_task_dir(job, index), job.fmt, job.seq_len, job.rows_per_shard, job.vocab_size, grouped=grouped)
 
 
 def _publish(job: ShardJob, writer: ShardWriter | None, index: int, name: str, ledger: Path) -> dict[str, Any]:
@@ -380,6 +403,15 @@ def merge_stats(seq_len: int, results: list[dict[str, Any]]) -> RowStats:
         stats.segment_lengths += np.asarray(result["stats"]["sequence_length"], dtype=np.int64)
         stats.label_tokens += int(result["labels"])
     return stats
+
+
+def merge_group_counts(results: list[dict[str, Any]]) -> np.ndarray:
+    """The shards' per-group rows, sequences and real tokens, summed ([groups, 3])."""
+    counts = [np.asarray(r["groups"], dtype=np.int64).reshape(-1, 3) for r in results if r.get("groups") is not None]
+    total = np.zeros((max((len(c) for c in counts), default=0), 3), dtype=np.int64)
+    for c in counts:
+        total[: len(c)] += c
+    return total
 
 
 def complete_parts(spill_dir: Path, count: int, run_id: str) -> dict[int, dict[str, Any]]:

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from packcli import engine_ray as tasks
+from packcli.errors import PackcliError
 from packcli.flow import Timer
+from packcli.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.ingest import IngestCounts
 from packcli.manifest import BadRecordCounts
-from packcli.pipeline import Job, Outcome, Progress, account_plan, check_documents
-from packcli.plan import plan_padded
+from packcli.pipeline import Job, Outcome, Progress, check_documents, plan_segments
 from packcli.reading import BadRecords
 from packcli.report import RowStats
 from packcli.shards import ShardInfo
@@ -53,9 +54,9 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     begin = time.perf_counter()
     with timer.stage("plan"):
-        lengths = [np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))]
-        plan = plan_padded(np.concatenate(lengths), opts.plan_settings(), 0, True, opts.pad_to_multiple_of or 1)
-    account_plan(job, outcome, plan)
+        lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
+        groups = _merged_groups(job, metas, lengths)
+    plan = plan_segments(job, outcome, timer, lengths, groups=groups)
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
@@ -64,6 +65,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     timer.seconds["write"] += wall["write"]
     outcome.stats = tasks.merge_stats(opts.seq_len, results)
     outcome.shards = [ShardInfo(**r["info"]) for r in results]
+    outcome.group_counts = tasks.merge_group_counts(results)
     attempts = tasks.count_attempts(spill_dir)
     job.engine = {
         "name": "ray",
@@ -75,6 +77,22 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
         "seconds": {k: round(v, 4) for k, v in wall.items()},
     }
     return outcome
+
+
+def _merged_groups(job: Job, metas: list[dict[str, Any]], lengths: np.ndarray) -> np.ndarray | None:
+    """--group-by: the parts' tables merged in input order into the one the local engine
+    builds (job.groups), and every segment's id in it, in input order."""
+    if job.opts.group_by is None:
+        return None
+    job.groups, remaps = merge_tables([GroupTable.from_dict(meta["groups"]) for meta in metas])
+    ids = [
+        remap[load_group_ids(tasks.part_path(job.spill_dir, i), int(meta["sequences"]))]
+        for i, (meta, remap) in enumerate(zip(metas, remaps))
+    ]
+    joined = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+    if len(joined) != len(lengths):
+        raise PackcliError(f"{job.spill_dir}: {len(joined):,} group ids for {len(lengths):,} segments")
+    return joined
 
 
 def _spill_parts(

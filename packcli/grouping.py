@@ -94,6 +94,31 @@ class GroupTable:
         return table
 
 
+def merge_tables(tables: list[GroupTable]) -> tuple[GroupTable, list[np.ndarray]]:
+    """Tables of consecutive parts of the input, in input order, as one: the ids a single
+    table over the whole input gives (first appearance), and per part the map from its ids
+    to those. Documents add up; token hashes add up (mod 2^64) as they do token by token."""
+    merged = GroupTable(tables[0].field if tables else "")
+    remaps = []
+    for table in tables:
+        remap = np.empty(len(table.values), dtype=np.int32)
+        for local, value in enumerate(table.values):
+            key = group_key(value)
+            group = merged.ids.get(key)
+            if group is None:
+                group = merged.ids[key] = len(merged.values)
+                merged.values.append(value)
+                merged.documents.append(0)
+            merged.documents[group] += table.documents[local]
+            remap[local] = group
+        hashes = np.zeros(len(merged.values), dtype=np.uint64)
+        hashes[: len(merged.hashes)] = merged.hashes
+        np.add.at(hashes, remap[: len(table.hashes)], table.hashes)
+        merged.hashes = hashes
+        remaps.append(remap)
+    return merged, remaps
+
+
 class GroupIds:
     """Group ids of segments as they are made, handed out in input order (all at once, or
     window by window so that memory stays bounded)."""

@@ -193,8 +193,6 @@ class PackOptions:
             raise _usage("--ray-address goes with --engine ray")
         if self.engine == "ray" and self.buffer_size is not None:
             raise _usage("--buffer-size runs on --engine local only (windows are planned one after another)")
-        if self.engine == "ray" and self.group_by is not None:
-            raise _usage("--group-by runs on --engine local only")
         if self.engine == "ray" and STDIN in self.inputs:
             raise _usage("--engine ray reads files, not stdin")
         if self.tmp_dir is not None and "://" in self.tmp_dir and not self.tmp_dir.startswith("file://"):

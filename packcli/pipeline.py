@@ -314,11 +314,7 @@ def _plan_and_write(
 
     opts = job.opts
     multiple = opts.pad_to_multiple_of or 1
-    with timer.stage("plan"):
-        plan = plan_padded(spill.lengths, opts.plan_settings(), index, final, multiple, groups)
-    if opts.max_sequences_per_row is not None:
-        job.uncapped_rows += uncapped_rows(padded_lengths(spill.lengths, multiple), opts.plan_settings(), groups)
-    account_plan(job, outcome, plan)
+    plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
     pad_id = job.setup.pad_id
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
@@ -336,6 +332,27 @@ def _plan_and_write(
                 publish(job, writer.shards)
     finally:
         built.close()
+    return plan
+
+
+def plan_segments(
+    job: Job,
+    outcome: Outcome,
+    timer: Timer,
+    lengths: np.ndarray,
+    index: int = 0,
+    final: bool = True,
+    groups: np.ndarray | None = None,
+) -> RowPlan:
+    """The plan both engines make of a window's segment lengths (the whole input without
+    --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
+    opts = job.opts
+    multiple = opts.pad_to_multiple_of or 1
+    with timer.stage("plan"):
+        plan = plan_padded(lengths, opts.plan_settings(), index, final, multiple, groups)
+    if opts.max_sequences_per_row is not None:
+        job.uncapped_rows += uncapped_rows(padded_lengths(lengths, multiple), opts.plan_settings(), groups)
+    account_plan(job, outcome, plan)
     return plan
 
 

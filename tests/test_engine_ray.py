@@ -97,7 +97,7 @@ def test_ray_output_is_byte_identical_to_local(cluster, corpus, word_tokenizer, 
     _assert_same(tmp_path / "local", tmp_path / "ray")
     for key in ("rows", "sequences_packed", "real_tokens", "label_tokens", "efficiency", "documents", "overlong"):
         assert report[key] == local[key], key
-    shards = {name.split("/")[0] for name in _files(tmp_path / "ray") if name.startswith("shard-")}
+    shards = {name.split("/")[0] for name in _files(tmp_path / "ray")}  # an npy shard is a directory of files
     assert report["engine"]["name"] == "ray" and report["engine"]["tasks"] == 4 + len(shards)
     assert report["workers"] == {"kind": "ray", "count": 2, "nodes": 1}
     assert local["engine"] == {"name": "local"}
@@ -228,3 +228,76 @@ def test_a_large_jsonl_file_is_read_by_several_tasks(cluster, word_tokenizer, tm
     (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(PackcliError, match=rf"^{tmp_path / 'bad.jsonl'}:241: "):
         _pack([tmp_path / "bad.jsonl"], tmp_path / "bad", word_tokenizer, engine="ray")
+
+
+@pytest.fixture(scope="module")
+def grouped_corpus(tmp_path_factory) -> Path:
+    """Records with a `source` field whose values first appear in different files (a value
+    new in the third file, null, and 1 beside "1"), so the parts' own group ids differ from
+    the ids over the whole input."""
+    root = tmp_path_factory.mktemp("grouped")
+    texts = random_texts(360, seed=23, max_words=80)
+    sources: list = ["web", "code", 1, "1", None]
+    for n in range(3):
+        records = [{"text": t, "source": sources[(i * (n + 2)) % (3 + n)]} for i, t in enumerate(texts[n * 90 :][:90])]
+        write_jsonl(root / f"{n}.jsonl", records)
+    rest = texts[270:]
+    names = ["books", "code", None, "web"]
+    pq.write_table(pa.table({"text": rest, "source": [names[i % 4] for i in range(len(rest))]}), root / "3.parquet")
+    return root
+
+
+GROUPED = [
+    ("bin", "parquet", {"shuffle": True, "seed": 5}),
+    ("concat", "npy", {"shuffle": True}),
+    ("bin", "npy", {"algorithm": "spfhp", "max_sequences_per_row": 2}),
+    ("concat", "parquet", {"remainder": "drop"}),
+]
+
+
+@pytest.mark.parametrize(("mode", "fmt", "extra"), GROUPED, ids=[f"{m}-{f}-{sorted(e)[-1]}" for m, f, e in GROUPED])
+def test_group_by_on_ray_is_byte_identical_to_local(
+    cluster, grouped_corpus, word_tokenizer, tmp_path, mode, fmt, extra
+):
+    from packcli.verify import verify_dir
+
+    common = {"mode": mode, "format": fmt, "rows_per_shard": 20, "group_by": "source", **extra}
+    local = _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([grouped_corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    assert [g["value"] for g in report["groups"]] == ["web", 1, "code", "1", None, "books"]
+    assert report["groups"] == local["groups"]
+    assert report.get("max_sequences_per_row") == local.get("max_sequences_per_row")
+    assert verify_dir(tmp_path / "ray")["groups"] == 6
+
+
+def test_max_sequences_per_row_on_ray_is_byte_identical_to_local(cluster, corpus, word_tokenizer, tmp_path):
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "max_sequences_per_row": 1}
+    local = _pack([corpus], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    assert report["max_sequences_per_row"] == local["max_sequences_per_row"]
+    assert report["max_sequences_per_row"]["extra_rows"] > 0
+
+
+def test_a_resumed_grouped_run_keeps_its_parts(cluster, grouped_corpus, word_tokenizer, tmp_path, monkeypatch):
+    """A driver stopped before the manifest: --resume takes the group tables and ids from
+    the complete parts (no part task runs) and writes the same output."""
+    from packcli import engine_ray
+
+    common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "group_by": "source", "shuffle": True}
+    spill, out = tmp_path / "spill", tmp_path / "ray"
+    _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
+
+    def stop(stage: str, index: int) -> None:
+        if stage == "driver":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_ray, "maybe_fail", stop)  # the driver only: the tasks import their own
+    with pytest.raises(KeyboardInterrupt):
+        _pack([grouped_corpus], out, word_tokenizer, engine="ray", tmp_dir=str(spill), **common)
+    monkeypatch.undo()
+    assert not (out / "manifest.json").exists()
+    report = _pack([grouped_corpus], out, word_tokenizer, engine="ray", resume=True, tmp_dir=str(spill), **common)
+    assert report["engine"]["parts_reused"] == 4
+    _assert_same(tmp_path / "local", out)

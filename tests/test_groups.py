@@ -12,7 +12,7 @@ import pytest
 from helpers import load_rows, real_segments, write_jsonl
 
 from packcli.errors import PackcliError
-from packcli.grouping import GroupTable, group_key, group_slices
+from packcli.grouping import GroupTable, group_key, group_slices, merge_tables
 from packcli.shards import read_group_column
 from packcli.verify import verify_dir
 
@@ -110,7 +110,8 @@ def test_shuffle_windows_and_workers(grouped, packed, word_tokenizer):
 
 def test_concat_mode_makes_one_stream_per_group(grouped, packed, word_tokenizer):
     path, records = grouped
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--mode", "concat", "--group-by", "source")
+    opts = ("--tokenizer", word_tokenizer, "--seq-len", 32, "--mode", "concat", "--group-by", "source", "--no-shuffle")
+    out = packed(path, *opts)  # plan order: each group's rows in stream order
     rows, manifest, groups = assert_no_row_mixes(out)
     for entry in manifest["groups"]:
         texts = [r["text"] for r in records if group_key(r["source"]) == group_key(entry["value"])]
@@ -233,6 +234,26 @@ def test_group_ids_and_slices():
     assert again.ids_of([None, "1"]).tolist() == [4, 5]
     slices = [(g, m.tolist()) for g, m in group_slices(np.array([2, 0, 2, 1, 0], dtype=np.int32))]
     assert slices == [(0, [1, 4]), (1, [3]), (2, [0, 2])]
+
+
+def test_tables_of_parts_merge_into_the_table_of_the_whole():
+    """Parts read on their own, merged in input order: the ids, documents and token hashes
+    of one table over the whole input (--engine ray)."""
+    rng = np.random.default_rng(4)
+    values = [["b", 2, None, "b"], [], [None, "a", 2, 2.0], ["c", "b"]]
+    whole = GroupTable("g")
+    parts = []
+    for part_values in values:
+        part = GroupTable("g")
+        lengths = rng.integers(1, 6, size=len(part_values))
+        tokens = rng.integers(0, 1 << 20, size=int(lengths.sum()))
+        for table in (whole, part):
+            table.add_tokens(tokens, lengths, table.ids_of(part_values))
+        parts.append(part)
+    merged, remaps = merge_tables(parts)
+    assert merged.values == whole.values == ["b", 2, None, "a", 2.0, "c"]
+    assert merged.documents == whole.documents and merged.hashes.tolist() == whole.hashes.tolist()
+    assert [r.tolist() for r in remaps] == [[0, 1, 2], [], [2, 3, 1, 4], [5, 0]]
 
 
 def test_resume_reuses_the_spill_with_its_group_ids(grouped, packed, cli, word_tokenizer, tmp_path, monkeypatch):
