@@ -1,19 +1,21 @@
 """`packcli stats`: the padding packing saved, measured; and what it would save, before packing.
 
-On a packed output every figure is measured again from the rows (nothing is copied from
-report.json), so stats also checks what pack claimed. On raw input it tokenizes the way
+On a packed output every figure of the rows is measured again from them, so stats also
+checks what pack claimed; only what left before the rows (the `unlearned` count, which no
+row can show) is taken from report.json. On raw input it tokenizes the way
 pack does, then runs every packer and the no-packing baselines on the sequence lengths:
 a what-if table. Nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NotRequired
+from typing import NotRequired, cast
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from packcli.flow import Timer
 from packcli.grouping import GroupTable, group_counts
 from packcli.ingest import TokenStream, learns_after_first, use_workers
 from packcli.kernels import ALGORITHMS, pack_lengths
-from packcli.manifest import Manifest, NoPacking, RowSummary, load_manifest
+from packcli.manifest import Manifest, NoPacking, RowSummary, Unlearned, load_manifest
 from packcli.options import PackOptions, check_positive
 from packcli.plan import PlanSettings, place, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
@@ -56,6 +58,7 @@ class OutputStats(RowSummary):
     format: str
     distributions: dict[str, list[dict[str, int]]]
     groups: NotRequired[list[dict]]  # a --group-by output: per group, measured from its rows
+    unlearned: NotRequired[Unlearned]  # from report.json: segments dropped before the rows
 
 
 def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
@@ -80,7 +83,20 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
     }
     if groups is not None:
         report["groups"] = groups
+    unlearned = _reported_unlearned(out_dir)
+    if unlearned is not None:
+        report["unlearned"] = unlearned
     return report, histograms
+
+
+def _reported_unlearned(out_dir: Path) -> Unlearned | None:
+    """pack's count of segments with nothing to learn: dropped ones left no trace in the rows."""
+    try:
+        report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    unlearned = report.get("unlearned") if isinstance(report, dict) else None
+    return cast(Unlearned, unlearned) if isinstance(unlearned, dict) else None
 
 
 def _measured_groups(out_dir: Path, manifest: Manifest) -> list[dict] | None:
