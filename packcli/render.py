@@ -303,9 +303,15 @@ def render_what_if(console: Console, report: Mapping[str, Any]) -> None:
         title = f"what if --seq-len {result['seq_len']}: {result['sequences']:,} sequences"
         if over["count"]:
             lost = f", {over['tokens_lost']:,} tokens lost" if over["tokens_lost"] else ""
-            if over.get("dropped_without_labels"):
+            if over.get("dropped_without_labels") and "unlearned" not in result:
                 lost += f", {over['dropped_without_labels']:,} dropped with nothing to learn"
             title += f" ({over['count']:,} longer, {over['policy']}{lost})"
+        unlearned = result.get("unlearned")
+        if unlearned and unlearned["sequences"]:
+            verb = "kept" if unlearned["policy"] == "keep" else "dropped"
+            title += f", {unlearned['sequences']:,} with nothing to learn {verb} ({unlearned['tokens']:,} tokens)"
+        if result.get("pad_to_multiple_of"):
+            title += f", each padded to a multiple of {result['pad_to_multiple_of']}"
         table = Table(title=title, title_justify="left")
         table.add_column("method", no_wrap=True)
         table.add_column("rows", justify="right")
