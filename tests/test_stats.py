@@ -439,3 +439,48 @@ def test_stats_raw_drops_unlearned_split_pieces_as_pack(tmp_path, cli, packed, m
     kept, kept_report = stats_and_pack(cli, packed, path, 16, *options, "--keep-unlearned")
     assert_same_sequences(kept, kept_report)
     assert kept["sequences"] > what["sequences"] and kept["unlearned"]["policy"] == "keep"
+
+
+def tokens_that_left(report) -> int:
+    """What pack's report says left the output: cut or dropped by --overlong, segments with
+    nothing to learn (when dropped), a concat remainder (when dropped)."""
+    left = report["overlong"]["tokens_lost"]
+    left += report["unlearned"]["tokens"] if report["unlearned"]["policy"] == "drop" else 0
+    remainder = report.get("remainder")
+    return left + (remainder["tokens"] if remainder and remainder["policy"] == "drop" else 0)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("sft", ("--overlong", "split")),
+        ("sft", ("--overlong", "truncate", "--truncation-side", "right")),
+        ("sft", ("--overlong", "drop")),
+        ("chat", ("--overlong", "split")),
+        ("chat", ("--overlong", "truncate")),
+        ("sft", ("--mode", "concat", "--remainder", "drop")),
+        ("chat", ("--mode", "concat")),
+    ],
+)
+def test_every_token_that_leaves_is_counted_by_pack_and_the_what_if(
+    tmp_path, cli, packed, word_tokenizer, kind, options
+):
+    if kind == "sft":
+        records = [{"q": " ".join(["w5"] * (3 * k)), "a": " ".join(["w7"] * (k % 5 + 1))} for k in range(1, 30)]
+        fields = ("--tokenizer", word_tokenizer, "--prompt-field", "q", "--completion-field", "a")
+    else:
+        records = [
+            {"messages": [{"role": "user", "content": "hi " * (7 * k)}, {"role": "assistant", "content": "ok " * k}]}
+            for k in range(1, 20)
+        ] + [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]}]
+        fields = ("--tokenizer", "packcli:demo", "--messages-field", "messages")
+    path = write_jsonl(tmp_path / f"{kind}.jsonl", records)
+    report = json.loads((packed(path, *fields, "--seq-len", 32, *options) / "report.json").read_text())
+    assert report["tokens_read"] == report["real_tokens"] + tokens_that_left(report)
+    if report["mode"] == "bin":
+        assert report["unlearned"]["tokens"] > 0 or report["overlong"]["tokens_lost"] > 0
+        what = json.loads(cli("stats", path, *fields, "--seq-len", 32, *options, "--json").stdout)
+        result = what["what_if"][0]
+        assert what["tokens"] == report["tokens_read"]
+        assert result["real_tokens"] == report["real_tokens"]
+        assert result["overlong"]["tokens_lost"] + result["unlearned"]["tokens"] == tokens_that_left(report)
