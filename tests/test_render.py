@@ -116,6 +116,16 @@ def test_pack_and_stats_show_the_unlearned_segments_by_cause(tmp_path, cli, pack
         assert "split pieces" in text and "3 sequences, 24 tokens" in text
         assert "no labels" in text and "1 sequences, 1 tokens" in text
         assert "truncated" not in text
+    from rich.console import Console
+
+    from packcli.render import render_table
+
+    console = Console(width=80, record=True)
+    console.print(render_table(report, "packed"))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    unlearned = next(i for i, line in enumerate(lines) if "unlearned (dropped)" in line)
+    assert "no labels" in lines[unlearned + 1] and "split pieces" in lines[unlearned + 2]
     kept = packed(path, *options, "--overlong", "split", "--no-eos", "--keep-unlearned")
     assert "unlearned (kept)" in cli("stats", kept).stdout
     text_only = packed(path, "--ids-field", "ids", "--pad-id", "0", "--no-eos", "--seq-len", 8)
