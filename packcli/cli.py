@@ -321,6 +321,10 @@ def stats(
     overlong: Overlong = None,
     truncation_side: TruncationSide = None,
     keep_unlearned: KeepUnlearned = False,
+    pad_to_multiple_of: Annotated[
+        int | None,
+        option(panel=PACKING, help="Raw input: each segment padded to a multiple of N, as pack would."),
+    ] = None,
     batch_size: Annotated[
         int, option(panel=PACKING, show_default=True, help="Raw input: batch size of the pad-to-longest baseline.")
     ] = DEFAULT_BATCH_SIZE,
@@ -342,7 +346,7 @@ def stats(
     On raw input, the input options read and tokenize exactly as for pack."""
     with _errors(debug):
         arguments = locals()
-        given = [name for name in ("seq_len", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
+        given = [name for name in ("seq_len", "pad_to_multiple_of", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
         if not _is_raw_input(paths, given):
             _stats_dirs(paths, plot, json_output)
             return
@@ -350,7 +354,15 @@ def stats(
 
         seq_lens = list(seq_len or [])
         options = WhatIfOptions(
-            pack_options(paths, arguments, output="", seq_len=seq_lens[0] if seq_lens else 0), seq_lens, batch_size
+            pack_options(
+                paths,
+                arguments,
+                output="",
+                seq_len=seq_lens[0] if seq_lens else 0,
+                pad_to_multiple_of=pad_to_multiple_of,
+            ),
+            seq_lens,
+            batch_size,
         )
         _stats_raw(options, plot, json_output)
 

@@ -54,6 +54,7 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
     if "overlong" in report and report["overlong"]["count"]:
         over = report["overlong"]
         lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
+    lines += _unlearned_lines(report.get("unlearned"))
     lines += [
         ("sequences packed", f"{report['sequences_packed']:,}"),
         ("rows", f"{report['rows']:,} x {seq_len:,} tokens"),
@@ -84,6 +85,22 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
     for name, value in lines:
         table.add_row(name, value)
     return table
+
+
+UNLEARNED_CAUSES = {"no_labels": "no labels", "split_pieces": "split pieces", "truncated": "truncated"}
+
+
+def _unlearned_lines(unlearned: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Segments with nothing to learn, dropped or kept: the total, then each cause that occurred."""
+    if not unlearned or not unlearned["sequences"]:
+        return []
+    verb = "kept" if unlearned["policy"] == "keep" else "dropped"
+    lines = [(f"unlearned ({verb})", f"{unlearned['sequences']:,} sequences, {unlearned['tokens']:,} tokens")]
+    for cause, figures in unlearned["by_cause"].items():
+        if figures["sequences"]:
+            name = UNLEARNED_CAUSES.get(cause, cause.replace("_", " "))
+            lines.append((f"  {name}", f"{figures['sequences']:,} sequences, {figures['tokens']:,} tokens"))
+    return lines
 
 
 def _group_and_cap_lines(report: Mapping[str, Any], shown: int = 10) -> list[tuple[str, str]]:
@@ -286,9 +303,15 @@ def render_what_if(console: Console, report: Mapping[str, Any]) -> None:
         title = f"what if --seq-len {result['seq_len']}: {result['sequences']:,} sequences"
         if over["count"]:
             lost = f", {over['tokens_lost']:,} tokens lost" if over["tokens_lost"] else ""
-            if over.get("dropped_without_labels"):
+            if over.get("dropped_without_labels") and "unlearned" not in result:
                 lost += f", {over['dropped_without_labels']:,} dropped with nothing to learn"
             title += f" ({over['count']:,} longer, {over['policy']}{lost})"
+        unlearned = result.get("unlearned")
+        if unlearned and unlearned["sequences"]:
+            verb = "kept" if unlearned["policy"] == "keep" else "dropped"
+            title += f", {unlearned['sequences']:,} with nothing to learn {verb} ({unlearned['tokens']:,} tokens)"
+        if result.get("pad_to_multiple_of"):
+            title += f", each padded to a multiple of {result['pad_to_multiple_of']}"
         table = Table(title=title, title_justify="left")
         table.add_column("method", no_wrap=True)
         table.add_column("rows", justify="right")

@@ -1,19 +1,21 @@
 """`packcli stats`: the padding packing saved, measured; and what it would save, before packing.
 
-On a packed output every figure is measured again from the rows (nothing is copied from
-report.json), so stats also checks what pack claimed. On raw input it tokenizes the way
+On a packed output every figure of the rows is measured again from them, so stats also
+checks what pack claimed; only what left before the rows (the `unlearned` count, which no
+row can show) is taken from report.json. On raw input it tokenizes the way
 pack does, then runs every packer and the no-packing baselines on the sequence lengths:
 a what-if table. Nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NotRequired
+from typing import NotRequired, cast
 
 import numpy as np
 
@@ -22,13 +24,13 @@ from packcli.choices import DEFAULT_BATCH_SIZE
 from packcli.errors import PackcliError
 from packcli.flow import Timer
 from packcli.grouping import GroupTable, group_counts
-from packcli.ingest import TokenStream, learns_after_first, use_workers
+from packcli.ingest import IngestCounts, Segmenter, TokenStream, use_workers
 from packcli.kernels import ALGORITHMS, pack_lengths
-from packcli.manifest import Manifest, NoPacking, RowSummary, load_manifest
+from packcli.manifest import Manifest, NoPacking, RowSummary, Unlearned, load_manifest, unlearned_section
 from packcli.options import PackOptions, check_positive
 from packcli.plan import PlanSettings, place, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
-from packcli.rows import IGNORE_INDEX
+from packcli.rows import padded_lengths
 from packcli.shards import iter_output_rows, read_group_column, read_shard
 from packcli.tokensetup import setup_tokens
 
@@ -56,6 +58,7 @@ class OutputStats(RowSummary):
     format: str
     distributions: dict[str, list[dict[str, int]]]
     groups: NotRequired[list[dict]]  # a --group-by output: per group, measured from its rows
+    unlearned: NotRequired[Unlearned]  # from report.json: segments dropped before the rows
 
 
 def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
@@ -80,7 +83,20 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
     }
     if groups is not None:
         report["groups"] = groups
+    unlearned = _reported_unlearned(out_dir)
+    if unlearned is not None:
+        report["unlearned"] = unlearned
     return report, histograms
+
+
+def _reported_unlearned(out_dir: Path) -> Unlearned | None:
+    """pack's count of segments with nothing to learn: dropped ones left no trace in the rows."""
+    try:
+        report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    unlearned = report.get("unlearned") if isinstance(report, dict) else None
+    return cast(Unlearned, unlearned) if isinstance(unlearned, dict) else None
 
 
 def _measured_groups(out_dir: Path, manifest: Manifest) -> list[dict] | None:
@@ -178,6 +194,20 @@ class WhatIfOptions:
 
 
 @dataclass
+class Segmented:
+    """The segments pack's bin mode places for one seq_len: their real lengths in input
+    order, the sequence each comes from, and the ingest counts (overlong, unlearned)."""
+
+    lengths: np.ndarray
+    owners: np.ndarray
+    counts: IngestCounts
+    keep_unlearned: bool = False
+
+    def unlearned(self) -> Unlearned:
+        return unlearned_section(self.counts, self.keep_unlearned)
+
+
+@dataclass
 class Corpus:
     """Sequence lengths of the input, in input order, as pack would see them."""
 
@@ -185,7 +215,7 @@ class Corpus:
     documents_read: int
     skipped: dict
     first_longer_than: dict = field(default_factory=dict)  # seq_len -> (location, length)
-    unlearnable_when_truncated: dict = field(default_factory=dict)  # seq_len -> bool per sequence
+    segmented: dict[int, Segmented] = field(default_factory=dict)  # seq_len -> pack's segments
     seconds: float = 0.0
     bos: bool = False
     eos: bool = True
@@ -194,7 +224,8 @@ class Corpus:
 
 
 def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
-    """Read and tokenize with pack's own setup, backend choice and sequence builder."""
+    """Read and tokenize with pack's own setup, backend choice and sequence builder; then,
+    per seq_len, cut segments with pack's own segmenter (overlong policy, unlearned rule)."""
     pack_opts = opts.pack_options(opts.seq_lens[0])
     use_workers(pack_opts.workers)
     started = time.perf_counter()
@@ -202,7 +233,8 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     setup = setup_tokens(pack_opts)
     bad = reading.BadRecords()
     chunks, first_longer = [], {}
-    unlearnable: dict[int, list[np.ndarray]] = {seq_len: [] for seq_len in opts.seq_lens}
+    segmenters = _segmenters(opts)
+    pieces: dict[int, list[np.ndarray]] = {seq_len: [] for seq_len in segmenters}
     stream = TokenStream(pack_opts, setup, paths, bad, Timer())  # pack's backend choice and workers
     table = GroupTable(pack_opts.group_by) if pack_opts.group_by is not None else None
     group_chunks = []
@@ -213,10 +245,11 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
             if table is not None:
                 group_chunks.append(table.ids_of(batch.columns[table.field]))
             for seq_len in opts.seq_lens:
-                unlearnable[seq_len].append(_unlearnable_when_truncated(sequences, seq_len, pack_opts))
                 if seq_len not in first_longer and (lengths > seq_len).any():
                     i = int(np.argmax(lengths > seq_len))
                     first_longer[seq_len] = (batch.location(i), int(lengths[i]))
+            for seq_len, segmenter in segmenters.items():
+                pieces[seq_len].append(segmenter(sequences, batch.location)[1].astype(np.int64))
             if progress is not None:
                 progress(len(lengths), int(lengths.sum()))
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
@@ -228,7 +261,12 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
         documents_read=bad.records_seen,
         skipped=dict(bad.counts),
         first_longer_than=first_longer,
-        unlearnable_when_truncated={seq_len: np.concatenate(masks) for seq_len, masks in unlearnable.items()},
+        segmented={
+            seq_len: Segmented(
+                np.concatenate(pieces[seq_len]), _owners(segmenter), segmenter.counts, segmenter.keep_unlearned
+            )
+            for seq_len, segmenter in segmenters.items()
+        },
         seconds=time.perf_counter() - started,
         bos=setup.add_bos,
         eos=pack_opts.eos,
@@ -237,21 +275,30 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     )
 
 
-def _unlearnable_when_truncated(sequences, seq_len: int, opts) -> np.ndarray:
-    """Per sequence, why pack drops it under --overlong truncate (int8): 0 kept, 1 it learns
-    nothing at all, 2 truncation (--truncation-side right) leaves it nothing to learn."""
-    reason = np.zeros(len(sequences.lengths), dtype=np.int8)
-    if sequences.labels is None or opts.keep_unlearned:
-        return reason
-    starts = np.cumsum(sequences.lengths) - sequences.lengths
-    learned = sequences.labels != IGNORE_INDEX
-    reason[~learns_after_first(learned, starts, sequences.lengths)] = 1
-    if opts.resolved_truncation_side == "right":
-        cut = (sequences.lengths > seq_len) & ~learns_after_first(
-            learned, starts, np.minimum(sequences.lengths, seq_len)
+def _segmenters(opts: WhatIfOptions) -> dict[int, Segmenter]:
+    """pack's bin-mode segmenter for each seq_len; none under --overlong error, which
+    the what-if refuses itself, naming the first sequence too long."""
+    segmenters = {}
+    for seq_len in opts.seq_lens:
+        pack_opts = opts.pack_options(seq_len)
+        if pack_opts.resolved_overlong == "error":
+            continue
+        segmenters[seq_len] = Segmenter(
+            seq_len,
+            "bin",
+            pack_opts.resolved_overlong,
+            None,
+            IngestCounts(),
+            track_owners=True,
+            keep_unlearned=pack_opts.keep_unlearned,
+            truncation_side=pack_opts.resolved_truncation_side,
         )
-        reason[cut & (reason == 0)] = 2
-    return reason
+    return segmenters
+
+
+def _owners(segmenter: Segmenter) -> np.ndarray:
+    assert segmenter.owners is not None  # track_owners=True
+    return segmenter.owners
 
 
 def overlong_groups(
@@ -310,22 +357,31 @@ def what_if(
     unlearnable: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     max_per_row: int | None = None,
+    segmented: Segmented | None = None,
+    multiple: int = 1,
 ) -> dict:
     """Rows and efficiency of every packer and of no packing, for one seq_len.
 
-    Packers see what `pack` would give them: overlong sequences handled by the policy,
-    then windows of `buffer_size` sequences. Tokens processed count padding, since a
-    model computes on it; the speed-up is the ratio of tokens processed, which leaves
-    out attention's cost that grows with the square of the segment length. `groups` (a
-    group id per length): every packer plans each group alone, as `--group-by` does;
-    `max_per_row`: as --max-sequences-per-row."""
+    Packers see what `pack` would give them: `segmented` (pack's own segments), else
+    overlong sequences handled by the policy; each length rounded up to `multiple`
+    (--pad-to-multiple-of; efficiency counts real tokens), then windows of `buffer_size`
+    sequences. Tokens processed count padding, since a model computes on it; the
+    speed-up is the ratio of tokens processed, which leaves out attention's cost that
+    grows with the square of the segment length. `groups` (a group id per length):
+    every packer plans each group alone, as `--group-by` does; `max_per_row`: as
+    --max-sequences-per-row."""
     policy = overlong or "split"
     n_long = int((lengths > seq_len).sum())
     if n_long and policy == "error":
         _refuse_overlong(lengths, seq_len, first_longer)
-    sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
-    piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups, unlearnable)
-    no_labels = int((unlearnable == 2).sum()) if policy == "truncate" and unlearnable is not None else 0
+    if segmented is not None:
+        sequences, lost = segmented.lengths, segmented.counts.overlong_tokens_lost
+        piece_groups = None if groups is None else groups[segmented.owners]
+        no_labels = segmented.counts.no_labels_dropped
+    else:
+        sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
+        piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups, unlearnable)
+        no_labels = int((unlearnable == 2).sum()) if policy == "truncate" and unlearnable is not None else 0
     scale = _Scale(
         real=int(sequences.sum()),
         pad_tokens=len(sequences) * seq_len,
@@ -334,7 +390,7 @@ def what_if(
     methods = [
         scale.entry("pad to seq_len", len(sequences), scale.pad_tokens, None, "no packing"),
         scale.entry(f"pad to longest/{batch_size}", len(sequences), scale.longest_tokens, None, "no packing"),
-        *_packer_entries(scale, sequences, seq_len, buffer_size, piece_groups, max_per_row),
+        *_packer_entries(scale, padded_lengths(sequences, multiple), seq_len, buffer_size, piece_groups, max_per_row),
     ]
     # concat joins whole documents (no overlong policy) and pads the last row.
     concat_rows = -(-int(lengths.sum()) // seq_len)
@@ -345,16 +401,20 @@ def what_if(
     methods.append(concat)
     bound = -(-scale.real // seq_len)
     methods.append(scale.entry("lower bound", bound, bound * seq_len, None, "bound"))
-    return {
+    result = {
         "seq_len": seq_len,
         "sequences": len(sequences),
         "real_tokens": scale.real,
         "overlong": {"policy": policy, "count": n_long, "tokens_lost": lost, "dropped_without_labels": no_labels},
         "batch_size": batch_size,
         "buffer_size": buffer_size,
+        "pad_to_multiple_of": multiple if multiple > 1 else None,
         "lower_bound_rows": bound,
         "methods": methods,
     }
+    if segmented is not None:
+        result["unlearned"] = segmented.unlearned()
+    return result
 
 
 @dataclass
@@ -458,22 +518,24 @@ def _warm_up_packers() -> None:
 
 def _what_if_for(opts: WhatIfOptions, corpus: Corpus, seq_len: int) -> dict:
     """One seq_len's what-if with pack's options; per group too with --group-by."""
-    policy = opts.input.resolved_overlong
-    unlearnable = corpus.unlearnable_when_truncated.get(seq_len)
+    segmented = corpus.segmented.get(seq_len)
     result = what_if(
         corpus.lengths,
         seq_len,
         batch_size=opts.batch_size,
         buffer_size=opts.input.buffer_size,
-        overlong=policy,
+        overlong=opts.input.resolved_overlong,
         first_longer=corpus.first_longer_than.get(seq_len),
-        unlearnable=unlearnable,
         groups=corpus.groups,
         max_per_row=opts.input.max_sequences_per_row,
+        segmented=segmented,
+        multiple=opts.input.pad_to_multiple_of or 1,
     )
     if corpus.groups is not None and corpus.group_table is not None:
-        sequences, _ = apply_overlong(corpus.lengths, seq_len, policy, unlearnable)
-        groups = overlong_groups(corpus.lengths, seq_len, policy, corpus.groups, unlearnable)
+        if segmented is None:  # --overlong error with nothing too long: every sequence is one segment
+            sequences, groups = corpus.lengths, corpus.groups
+        else:
+            sequences, groups = segmented.lengths, corpus.groups[segmented.owners]
         result["groups"] = group_what_if(result, corpus.group_table, sequences, groups)
     return result
 

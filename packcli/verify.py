@@ -44,6 +44,7 @@ def check_rows(
     pad_id: int,
     vocab_size: int | None = None,
     labels_follow_ids: bool = True,
+    pad_to_multiple_of: int | None = None,
     where: str = "row",
     first_row: int = 0,
 ) -> None:
@@ -51,23 +52,36 @@ def check_rows(
 
     labels_follow_ids: plain text, where every label not masked by a boundary or padding
     must equal its input id (in SFT data prompt tokens are masked too, so only
-    "label is the id or -100" can be checked).
+    "label is the id or -100" can be checked). pad_to_multiple_of: rows of
+    --pad-to-multiple-of, whose segments must each be real tokens then fewer than that
+    many pads, as `cu_seqlens_unpadded` says. `output_rules(manifest)` gives all of these
+    for the rows of a packed output.
     """
-    _check_arrays(
-        rows.input_ids,
-        rows.labels,
-        rows.position_ids,
-        rows.cu_seqlens,
-        rows.cu_offsets,
-        rows.num_segments,
-        seq_len=seq_len,
-        pad_id=pad_id,
-        vocab_size=vocab_size,
-        labels_follow_ids=labels_follow_ids,
-        where=where,
-        first_row=first_row,
-    )
-    check_max_seqlen(rows.cu_seqlens, rows.cu_offsets, rows.max_seqlen, where=where, first_row=first_row)
+    block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
+    rules = {"seq_len": seq_len, "pad_id": pad_id, "vocab_size": vocab_size, "labels_follow_ids": labels_follow_ids}
+    multiple = pad_to_multiple_of or 0
+    _check_block(block, (rows.max_seqlen, rows.cu_seqlens_unpadded), rules, True, multiple, where, first_row)
+
+
+def _check_block(
+    block: tuple, extra: tuple, rules: dict[str, Any], has_max: bool, multiple: int, where: str, first_row: int
+) -> tuple[int, int]:
+    """Every rule on one block of rows: (ids, labels, positions, cu, offsets, num_segments),
+    (max_seqlen, cu_seqlens_unpadded). Returns (sequences, real tokens)."""
+    follow = rules["labels_follow_ids"]
+    # Inner pads carry -100 inside a segment: the row kernel checks such rows with loose
+    # labels and check_padded_segments checks the labels of the real tokens.
+    kernel_rules = {**rules, "labels_follow_ids": follow and not multiple}
+    sequences, real = _check_arrays(*block, **kernel_rules, where=where, first_row=first_row)
+    if has_max:
+        check_max_seqlen(block[3], block[4], extra[0], where=where, first_row=first_row)
+    if multiple:
+        padded = {"multiple": multiple, "pad_id": rules["pad_id"], "labels_follow_ids": follow}
+        ids, labels, positions, cu, offsets, num_segments = block
+        real = check_padded_segments(
+            ids, labels, positions, cu, offsets, num_segments, extra[1], **padded, where=where, first_row=first_row
+        )
+    return sequences, real
 
 
 def _check_arrays(
@@ -263,28 +277,24 @@ def verify_dir(out_dir: Path | str) -> dict[str, Any]:
     return {"shards": len(manifest["shards"]), **totals, **grouped, "bytes": size, "seconds": seconds}
 
 
-def _row_rules(manifest: Manifest) -> dict[str, Any]:
-    """The keyword arguments of `_check_arrays` that the manifest sets."""
+def output_rules(manifest: Manifest) -> dict[str, Any]:
+    """The keyword arguments of `check_rows` for the rows of a packed output, from its manifest."""
     tokenizer = manifest["tokenizer"]
     return {
         "seq_len": manifest["seq_len"],
         "pad_id": tokenizer["pad_id"],
         "vocab_size": tokenizer.get("vocab_size"),
         "labels_follow_ids": manifest.get("labels", "text") == "text",
-        **_column_rules(manifest),
+        "pad_to_multiple_of": _pad_multiple(manifest) or None,
     }
 
 
-def _column_rules(manifest: Manifest) -> dict[str, Any]:
-    """What the manifest says of the columns of format 3: max_seqlen, and the multiple of
-    --pad-to-multiple-of when cu_seqlens_unpadded is there. Inner pads carry label -100, so
-    the row kernel checks such rows with loose labels and `check_padded_segments` checks
-    labels on the real tokens."""
-    columns = manifest.get("columns", {})
-    multiple = (
-        int(manifest.get("options", {}).get("pad_to_multiple_of") or 1) if "cu_seqlens_unpadded" in columns else 0
-    )
-    return {"max_seqlen_column": "max_seqlen" in columns, "pad_multiple": multiple}
+def _pad_multiple(manifest: Manifest) -> int:
+    """The multiple of --pad-to-multiple-of (from the resolved options) when the output has
+    cu_seqlens_unpadded (format 3); 0 otherwise."""
+    if "cu_seqlens_unpadded" not in manifest.get("columns", {}):
+        return 0
+    return int(manifest.get("options", {}).get("pad_to_multiple_of") or 1)
 
 
 def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], int]:
@@ -294,7 +304,8 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
     Shards are hashed and checked as separate tasks, a few shards ahead, one thread per
     core (sha256, numba and pyarrow all release the GIL); results are taken in manifest
     order, so the error reported is the first one in that order whatever finishes first."""
-    shards, fmt, rules = manifest["shards"], manifest["format"], _row_rules(manifest)
+    shards, fmt, rules = manifest["shards"], manifest["format"], output_rules(manifest)
+    rules["max_seqlen_column"] = "max_seqlen" in manifest.get("columns", {})
     totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
     size = 0
     workers = max(1, os.cpu_count() or 1)
@@ -364,37 +375,17 @@ def _sha256(path: Path, stop: threading.Event) -> tuple[str | None, int]:
 
 
 def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading.Event | None = None) -> dict:
-    """Rows, sequences and real tokens of one shard, checking every row on the way."""
+    """Rows, sequences and real tokens of one shard, checking every row on the way.
+    `options`: output_rules, and whether the shards hold a max_seqlen column."""
     counted = {"rows": 0, "sequences": 0, "real_tokens": 0}
     options = dict(options)
-    has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_multiple", 0)
-    follow = options["labels_follow_ids"]
-    if multiple:
-        options["labels_follow_ids"] = False  # inner pads: check_padded_segments checks the labels
+    has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_to_multiple_of", None) or 0
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
     for block, extra in _shard_blocks(path, fmt, seq_len, block_rows):
         if stop is not None and stop.is_set():
             break
-        where = f"{name} row"
-        sequences, real = _check_arrays(*block, **options, where=where, first_row=counted["rows"])
-        if has_max:
-            check_max_seqlen(block[3], block[4], extra[0], where=where, first_row=counted["rows"])
-        if multiple:
-            rules = {"multiple": multiple, "pad_id": options["pad_id"], "labels_follow_ids": follow}
-            ids, labels, positions, cu, offsets, num_segments = block
-            real = check_padded_segments(
-                ids,
-                labels,
-                positions,
-                cu,
-                offsets,
-                num_segments,
-                extra[1],
-                **rules,
-                where=where,
-                first_row=counted["rows"],
-            )
+        sequences, real = _check_block(block, extra, options, has_max, multiple, f"{name} row", counted["rows"])
         counted["rows"] += len(block[0])
         counted["sequences"] += sequences
         counted["real_tokens"] += real

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from packcli.render import export_line, human_bytes, render_chart, sparkline, verify_line
@@ -87,3 +89,44 @@ def test_the_pack_table_shows_the_cap_cost_and_the_first_groups():
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if "│ groups " in line)
     assert header < next(i for i, line in enumerate(lines) if 'group "web"' in line)
+
+
+def test_pack_and_stats_show_the_unlearned_segments_by_cause(tmp_path, cli, packed):
+    from helpers import write_jsonl
+
+    prompt = list(range(10, 38))  # 28 prompt tokens, then a completion of 2: split at 8, 3 pieces learn nothing
+    records = [
+        {"ids": prompt + [40, 41], "labels": [-100] * 28 + [40, 41]},
+        {"ids": [3, 4, 9], "labels": [-100, -100, 9]},
+        {"ids": [6], "labels": [-100]},  # nothing to learn at all
+    ]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    options = ("--ids-field", "ids", "--labels-field", "labels", "--pad-id", "0", "--seq-len", 8)
+    out = tmp_path / "out"
+    result = cli("pack", path, "-o", out, *options, "--overlong", "split", "--no-eos")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    causes = report["unlearned"]["by_cause"]
+    assert causes["split_pieces"] == {"sequences": 3, "tokens": 24} and causes["no_labels"] == {
+        "sequences": 1,
+        "tokens": 1,
+    }
+    for text in (result.stdout, cli("stats", out).stdout):
+        assert "unlearned (dropped)" in text and "4 sequences, 25 tokens" in text
+        assert "split pieces" in text and "3 sequences, 24 tokens" in text
+        assert "no labels" in text and "1 sequences, 1 tokens" in text
+        assert "truncated" not in text
+    from rich.console import Console
+
+    from packcli.render import render_table
+
+    console = Console(width=80, record=True)
+    console.print(render_table(report, "packed"))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    unlearned = next(i for i, line in enumerate(lines) if "unlearned (dropped)" in line)
+    assert "no labels" in lines[unlearned + 1] and "split pieces" in lines[unlearned + 2]
+    kept = packed(path, *options, "--overlong", "split", "--no-eos", "--keep-unlearned")
+    assert "unlearned (kept)" in cli("stats", kept).stdout
+    text_only = packed(path, "--ids-field", "ids", "--pad-id", "0", "--no-eos", "--seq-len", 8)
+    assert "unlearned" not in cli("stats", text_only).stdout

@@ -288,6 +288,7 @@ def assert_same_sequences(what, report):
     assert what["sequences"] == report["sequences_packed"] and what["real_tokens"] == report["real_tokens"]
     assert what["overlong"]["count"] == report["overlong"]["count"]
     assert what["overlong"]["tokens_lost"] == report["overlong"]["tokens_lost"]
+    assert what["unlearned"] == report["unlearned"]
 
 
 def test_stats_raw_prompt_completion_truncates_and_drops_as_pack(tmp_path, cli, packed, word_tokenizer):
@@ -401,3 +402,85 @@ def test_stats_on_a_grouped_output_measures_each_group(tmp_path, packed, word_to
     keys = ("id", "value", "documents", "sequences", "rows", "real_tokens", "efficiency")
     assert report["groups"] == [{k: entry[k] for k in keys} for entry in manifest["groups"]]
     assert sum(g["rows"] for g in report["groups"]) == report["rows"]
+
+
+def test_stats_raw_pads_to_a_multiple_as_pack(tmp_path, corpus, cli, packed, word_tokenizer):
+    path, texts = corpus
+    options = ("--tokenizer", word_tokenizer, "--pad-to-multiple-of", 8)
+    what, report = stats_and_pack(cli, packed, path, 64, *options)
+    assert_same_sequences(what, report)
+    assert what["pad_to_multiple_of"] == 8 and what["real_tokens"] == sum(len(t.split()) + 1 for t in texts)
+    bfd = next(m for m in what["methods"] if m["method"] == "bfd")
+    assert bfd["efficiency"] == pytest.approx(report["efficiency"])  # real tokens, not the pads
+    pieces = apply_overlong(np.array([len(t.split()) + 1 for t in texts]), 64, "split")[0]
+    assert bfd["rows"] == pack_lengths(-(-pieces // 8) * 8, 64, "bfd").n_rows
+    assert bfd["rows"] > next(m for m in what_if(pieces, 64)["methods"] if m["method"] == "bfd")["rows"]
+    table = cli("stats", path, "--seq-len", 64, *options)
+    assert table.exit_code == 0 and "each padded to a multiple of 8" in table.stdout
+    refused = cli("stats", path, "--seq-len", 60, *options)
+    assert refused.exit_code == 2 and "--seq-len 60 is not a multiple of --pad-to-multiple-of 8" in refused.stderr
+
+
+@pytest.mark.parametrize("multiple", [None, 4])
+def test_stats_raw_drops_unlearned_split_pieces_as_pack(tmp_path, cli, packed, multiple):
+    rng = np.random.default_rng(8)
+    records = []
+    for k in rng.integers(1, 60, size=50):
+        ids = rng.integers(3, 90, size=int(k)).tolist()
+        learned = int(rng.integers(0, 4))  # some learn nothing at all; most only their last tokens
+        records.append({"ids": ids, "labels": [-100] * (len(ids) - learned) + ids[len(ids) - learned :]})
+    path = write_jsonl(tmp_path / "ids.jsonl", records)
+    options = ["--ids-field", "ids", "--labels-field", "labels", "--eos-token", "2", "--pad-id", "0"]
+    options += ["--overlong", "split", "--no-eos"] + ([] if multiple is None else ["--pad-to-multiple-of", multiple])
+    what, report = stats_and_pack(cli, packed, path, 16, *options)
+    assert_same_sequences(what, report)
+    causes = report["unlearned"]["by_cause"]
+    assert causes["split_pieces"]["sequences"] > 0 and causes["no_labels"]["sequences"] > 0
+    kept, kept_report = stats_and_pack(cli, packed, path, 16, *options, "--keep-unlearned")
+    assert_same_sequences(kept, kept_report)
+    assert kept["sequences"] > what["sequences"] and kept["unlearned"]["policy"] == "keep"
+
+
+def tokens_that_left(report) -> int:
+    """What pack's report says left the output: cut or dropped by --overlong, segments with
+    nothing to learn (when dropped), a concat remainder (when dropped)."""
+    left = report["overlong"]["tokens_lost"]
+    left += report["unlearned"]["tokens"] if report["unlearned"]["policy"] == "drop" else 0
+    remainder = report.get("remainder")
+    return left + (remainder["tokens"] if remainder and remainder["policy"] == "drop" else 0)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("sft", ("--overlong", "split")),
+        ("sft", ("--overlong", "truncate", "--truncation-side", "right")),
+        ("sft", ("--overlong", "drop")),
+        ("chat", ("--overlong", "split")),
+        ("chat", ("--overlong", "truncate")),
+        ("sft", ("--mode", "concat", "--remainder", "drop")),
+        ("chat", ("--mode", "concat")),
+    ],
+)
+def test_every_token_that_leaves_is_counted_by_pack_and_the_what_if(
+    tmp_path, cli, packed, word_tokenizer, kind, options
+):
+    if kind == "sft":
+        records = [{"q": " ".join(["w5"] * (3 * k)), "a": " ".join(["w7"] * (k % 5 + 1))} for k in range(1, 30)]
+        fields = ("--tokenizer", word_tokenizer, "--prompt-field", "q", "--completion-field", "a")
+    else:
+        records = [
+            {"messages": [{"role": "user", "content": "hi " * (7 * k)}, {"role": "assistant", "content": "ok " * k}]}
+            for k in range(1, 20)
+        ] + [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]}]
+        fields = ("--tokenizer", "packcli:demo", "--messages-field", "messages")
+    path = write_jsonl(tmp_path / f"{kind}.jsonl", records)
+    report = json.loads((packed(path, *fields, "--seq-len", 32, *options) / "report.json").read_text())
+    assert report["tokens_read"] == report["real_tokens"] + tokens_that_left(report)
+    if report["mode"] == "bin":
+        assert report["unlearned"]["tokens"] > 0 or report["overlong"]["tokens_lost"] > 0
+        what = json.loads(cli("stats", path, *fields, "--seq-len", 32, *options, "--json").stdout)
+        result = what["what_if"][0]
+        assert what["tokens"] == report["tokens_read"]
+        assert result["real_tokens"] == report["real_tokens"]
+        assert result["overlong"]["tokens_lost"] + result["unlearned"]["tokens"] == tokens_that_left(report)

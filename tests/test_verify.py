@@ -378,3 +378,50 @@ def test_padded_parquet_inner_pad_and_max_seqlen(padded):
     out = padded("npy")
     tamper_npy(out, "shard-00001", "max_seqlen", lambda a: a.__setitem__(3, a[3] + 1))
     expect_failure(out, "shard-00001 row 3", "max_seqlen is")
+
+
+def test_check_rows_takes_the_multiple_and_checks_padded_segments():
+    import packcli
+
+    sequences = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
+    rows = packcli.pack_sequences(sequences, 16, pad_id=0, pad_to_multiple_of=4, shuffle=False).rows
+    check_rows(rows, seq_len=16, pad_id=0, vocab_size=300, pad_to_multiple_of=4)  # plain-text labels hold
+    with pytest.raises(PackcliError, match="cu_seqlens_unpadded does not fit --pad-to-multiple-of 8"):
+        check_rows(rows, seq_len=16, pad_id=0, pad_to_multiple_of=8)
+    row, position = _first_inner_pad(rows)
+    rows.input_ids[row, position] = 7
+    check_rows(rows, seq_len=16, pad_id=0, labels_follow_ids=False)  # without the multiple a pad is a masked token
+    with pytest.raises(PackcliError, match=rf"^row {row}: the pad at position {position} is not pad id 0"):
+        check_rows(rows, seq_len=16, pad_id=0, pad_to_multiple_of=4)
+    bare = packcli.pack_sequences(sequences, 16, pad_id=0).rows
+    with pytest.raises(PackcliError, match="cu_seqlens_unpadded is missing"):
+        check_rows(bare, seq_len=16, pad_id=0, pad_to_multiple_of=4)
+
+
+def _first_inner_pad(rows) -> tuple[int, int]:
+    for r in range(len(rows)):
+        lo, hi = rows.cu_offsets[r], rows.cu_offsets[r + 1]
+        cu, real = rows.cu_seqlens[lo:hi], rows.cu_seqlens_unpadded[lo:hi]
+        for k in range(int(rows.num_segments[r])):
+            if real[k + 1] - real[k] < cu[k + 1] - cu[k]:
+                return r, int(cu[k] + real[k + 1] - real[k])
+    raise AssertionError("no inner pad")
+
+
+def test_output_rules_give_check_rows_the_multiple_of_an_output(padded, output):
+    from helpers import load_rows
+
+    from packcli.verify import output_rules
+
+    out = padded("parquet")
+    rows, manifest = load_rows(out)
+    rules = output_rules(manifest)
+    assert rules["pad_to_multiple_of"] == 8 and rules["labels_follow_ids"] is True
+    check_rows(rows, **rules)
+    row, position = _first_inner_pad(rows)
+    rows.labels[row, position] = rows.input_ids[row, position]
+    with pytest.raises(PackcliError, match=f"row {row}: the pad at position {position}"):
+        check_rows(rows, **rules)
+    plain_rows, plain_manifest = load_rows(output("npy"))
+    assert output_rules(plain_manifest)["pad_to_multiple_of"] is None
+    check_rows(plain_rows, **output_rules(plain_manifest))
