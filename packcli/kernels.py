@@ -52,10 +52,11 @@ from numba import njit
 
 from packcli.choices import ALGORITHMS
 from packcli.errors import PackcliError
-from packcli.kernels_cap import _bfd_capped_kernel, _ff_capped_kernel, _ffd_capped_kernel, _nf_capped_kernel
 from packcli.kernels_fit import _bfd_kernel, _bfd_plan, _ff_kernel, _ffd_kernel, _nf_kernel
-from packcli.kernels_histogram import _histogram_kernel
 from packcli.kernels_improve import _improve_kernel
+
+# kernels_cap and kernels_histogram are imported where a call needs them: a run of the
+# default algorithm without a cap then defines none of their dispatchers.
 
 DEFAULT_ALGORITHM = "bfd"
 
@@ -166,6 +167,8 @@ def pack_lengths(
     elif algorithm == "bfd":
         n_rows = _bfd_kernel(lengths, capacity, row, offset)
     else:
+        from packcli.kernels_histogram import _histogram_kernel
+
         longest_first = algorithm == "lpfhp"
         n_rows = _histogram_kernel(lengths, capacity, longest_first, HISTOGRAM_MAX_SEQUENCES_PER_ROW, row, offset)
     return PackedLengths(row=row, offset=offset, n_rows=int(n_rows))
@@ -181,6 +184,9 @@ def _as_cap(cap) -> int:
 
 
 def _capped(algorithm: str, lengths: np.ndarray, capacity: int, cap: int, row: np.ndarray, offset: np.ndarray) -> int:
+    from packcli.kernels_cap import _bfd_capped_kernel, _ff_capped_kernel, _ffd_capped_kernel, _nf_capped_kernel
+    from packcli.kernels_histogram import _histogram_kernel
+
     if algorithm == "nf":
         return int(_nf_capped_kernel(lengths, capacity, cap, row, offset))
     if algorithm == "ff":

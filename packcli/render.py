@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.stats import binned
 
 CHART_WIDTH = 40  # widest bar; narrower when the terminal is
 PLOT_BINS = 64
@@ -360,6 +359,8 @@ def plot_dirs(
     file: str, paths: list[str], histograms: list[dict[str, np.ndarray]], reports: Sequence[Mapping[str, Any]]
 ) -> None:
     """The three distributions of one or several outputs, as shares so sizes compare."""
+    from packcli.stats import binned  # here, so that pack's summary table does not load stats
+
     Figure = matplotlib_figure()
     fig = Figure(figsize=(13, 4), layout="constrained")
     axes = fig.subplots(1, 3)
@@ -404,6 +405,8 @@ def plot_dirs(
 
 def plot_what_if(file: str, report: Mapping[str, Any]) -> None:
     """Sequence lengths against each seq_len, and efficiency of every method."""
+    from packcli.stats import binned
+
     Figure = matplotlib_figure()
     fig = Figure(figsize=(13, 4.5), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.4])

@@ -11,15 +11,23 @@ Times, in the same run and interleaved (the machine may be shared), the best of
   cache filled by one run before;
 - cold: the same with `--no-cache`,
 
-and prints warm / baseline and cold / baseline. Then `python -X importtime` of one warm
-run, summed by top-level package, shows where the import time goes.
+and prints warm / baseline and cold / baseline, by wall time and by CPU time (user +
+system of the child; steadier on a shared machine). Then `python -X importtime` of one
+warm run, summed by top-level package, shows where the import time goes, and numba's
+cache log (`NUMBA_DEBUG_CACHE`) counts the compiled kernels one warm run loads.
+
+The children run with bytecode caching on (`PYTHONDONTWRITEBYTECODE` removed, packcli
+compiled first), as an installed package runs: without it every packcli module is
+compiled from source on each start, about 0.4 s on a loaded 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,10 +51,23 @@ def five_documents(path: Path) -> Path:
     return path
 
 
-def timed(cmd: list[str], env: dict) -> float:
+def timed(cmd: list[str], env: dict) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one run of cmd."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def kernels_loaded(cmd: list[str], env: dict) -> list[str]:
+    """The compiled kernels (cache entries) one run loads, from numba's cache log."""
+    result = subprocess.run(
+        cmd, env={**env, "NUMBA_DEBUG_CACHE": "1"}, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    lines = result.stdout.decode(errors="replace").splitlines()
+    return [line.rsplit("/", 1)[-1].rstrip("'") for line in lines if line.startswith("[cache] data loaded")]
 
 
 def import_breakdown(cmd: list[str], env: dict, top: int) -> list[tuple[str, float]]:
@@ -72,18 +93,25 @@ def main() -> None:
         work = Path(tmp)
         corpus = five_documents(work / "five.jsonl")
         env = {**os.environ, "PACKCLI_CACHE_DIR": str(work / "cache"), "PYTHONPATH": str(ROOT)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        compileall.compile_dir(str(ROOT / "packcli"), quiet=1)
         pack = [sys.executable, "-m", "packcli", "pack", str(corpus), "--tokenizer", args.tokenizer]
         pack += ["--seq-len", "512", "-o", str(work / "out"), "--overwrite"]
         commands = {"baseline": [sys.executable, "-c", BASELINE], "warm": pack, "cold": [*pack, "--no-cache"]}
         timed(pack, env)  # fills the cache (and numba's)
-        best = dict.fromkeys(commands, float("inf"))
+        best = {name: [float("inf"), float("inf")] for name in commands}
         for _ in range(args.repeats):
             for name, cmd in commands.items():
-                best[name] = min(best[name], timed(cmd, env))
-        print(f"# {os.cpu_count()} cores, best of {args.repeats}, tokenizer {args.tokenizer}")
-        print(f'baseline `python -c "{BASELINE}"`: {best["baseline"]:.2f} s')
+                best[name] = [min(old, new) for old, new in zip(best[name], timed(cmd, env))]
+        load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+        print(f"# {os.cpu_count()} cores, best of {args.repeats}, tokenizer {args.tokenizer}, load average {load}")
+        wall, cpu = best["baseline"]
+        print(f'baseline `python -c "{BASELINE}"`: {wall:.2f} s wall, {cpu:.2f} s CPU')
         for name in ("warm", "cold"):
-            print(f"pack, {name} cache: {best[name]:.2f} s = {best[name] / best['baseline']:.2f}x the baseline")
+            w, c = best[name]
+            print(f"pack, {name} cache: {w:.2f} s wall = {w / wall:.2f}x, {c:.2f} s CPU = {c / cpu:.2f}x the baseline")
+        loaded = kernels_loaded(pack, env)
+        print(f"compiled kernels loaded by one warm run: {len(loaded)} ({', '.join(loaded)})")
         print("import time of one warm run, by top-level package (self times summed):")
         for package, seconds in import_breakdown(pack, env, 12):
             print(f"  {package:24} {seconds:.3f} s")
