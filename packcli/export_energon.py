@@ -101,9 +101,16 @@ def _prepare(directory: Path, tars: list[str]) -> None:
     """Energon's own index of the shards (`.nv-meta/`), every sample in the train split."""
     with needs_extra("energon", "packcli export energon needs megatron-energon"):
         from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+
+    class Preparator(WebdatasetPreparator):
+        """Energon's preparation with its tar scan replaced by `scan_tar_items`, which
+        yields the same index items (tested against energon's own) at a fraction of the cost."""
+
+        _preprocess_tar = staticmethod(scan_tar_items)
+
     # Energon reports on stdout, which belongs to --json.
     with contextlib.redirect_stdout(io.StringIO()):
-        WebdatasetPreparator.prepare_dataset(
+        Preparator.prepare_dataset(
             directory,
             tars,
             split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
@@ -111,6 +118,84 @@ def _prepare(directory: Path, tars: list[str]) -> None:
             workers=max(1, min(len(tars), os.cpu_count() or 1)),
         )
     (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
+
+
+def _ustar_members(path: Any) -> list[tuple[int, str, int]] | None:
+    """(header offset, name, size) of every member of a plain ustar tar as `_TarShard`
+    writes it; None for anything else (long names, links, other formats, damage)."""
+    members: list[tuple[int, str, int]] = []
+    with open(str(path), "rb") as f:
+        offset = 0
+        while True:
+            f.seek(offset)
+            header = f.read(tarfile.BLOCKSIZE)
+            if len(header) < tarfile.BLOCKSIZE:
+                return None
+            if header == bytes(tarfile.BLOCKSIZE):
+                return members
+            if header[257:265] != b"ustar\x0000" or header[156:157] not in (b"0", b"\0") or header[345:346] != b"\0":
+                return None
+            try:
+                checksum = int(header[148:156].strip(b"\0 ") or b"-1", 8)
+                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
+            except ValueError:
+                return None
+            if checksum != sum(header[:148]) + 256 + sum(header[156:]):
+                return None
+            members.append((offset, header[:100].split(b"\0", 1)[0].decode("utf-8"), size))
+            offset += tarfile.BLOCKSIZE + size + (-size % tarfile.BLOCKSIZE)
+
+
+def scan_tar_items(path: str, shard_to_idx: dict, parent_path: Any, max_parts: int, media_filter: Any = None):
+    """`WebdatasetPreparator._preprocess_tar` for the tars this export writes: the same
+    items (samples, parts, shard info) and the same `.tar.idx`, from the member headers
+    alone. Energon's own reads every member through `tarfile`, most of the export's time;
+    any tar it does not recognise (and media filters) goes to energon's own."""
+    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
+    from megatron.energon.flavors.webdataset.itar import TarIndexWriter
+    from megatron.energon.flavors.webdataset.prepare import (
+        IndexSample,
+        IndexSamplePart,
+        IndexShardInfo,
+        WebdatasetPreparator,
+    )
+    from megatron.energon.flavors.webdataset.structs import ShardInfo
+
+    shard_info = ShardInfo(name=path, path=parent_path / path, count=0)
+    members = _ustar_members(shard_info.path) if media_filter is None else None
+    if members is None:
+        yield from WebdatasetPreparator._preprocess_tar(path, shard_to_idx, parent_path, max_parts, media_filter)
+        return
+    tar_id, count = shard_to_idx[path], 0
+    parts: set[str] = set()
+    sample: dict[str, Any] | None = None
+    end = members[-1][0] + tarfile.BLOCKSIZE + members[-1][2] + (-members[-1][2] % tarfile.BLOCKSIZE) if members else 0
+    with TarIndexWriter(shard_info.path) as index:
+        for offset, name, size in members:
+            match = None if skip_meta_re.match(name) else split_name_re.match(name)
+            if match is None:
+                continue
+            base_name, part_name = match.group(1), match.group(2)
+            if len(parts) < max_parts:
+                parts.add(part_name)
+            if sample is None or sample["sample_key"] != base_name:
+                index.append(offset)
+                if sample is not None:
+                    yield IndexSample(**sample, byte_size=offset - sample["byte_offset"])
+                sample = {"tar_file_id": tar_id, "sample_key": base_name, "sample_index": count, "byte_offset": offset}
+                count += 1
+            yield IndexSamplePart(
+                tar_file_id=tar_id,
+                sample_index=count - 1,
+                part_name=part_name,
+                content_byte_offset=offset + tarfile.BLOCKSIZE,
+                content_byte_size=size,
+            )
+        shard_info.count = count
+        index.append(end)
+        if sample is not None:
+            yield IndexSample(**sample, byte_size=end - sample["byte_offset"])
+    yield IndexShardInfo(shard_info=shard_info, parts=parts)
 
 
 def export_energon(
