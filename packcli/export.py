@@ -81,18 +81,22 @@ def row_prefixes(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     return [values[i, :length] for i, length in enumerate(lengths.tolist())]
 
 
-def write_views(fd: int, views: list[np.ndarray]) -> None:
-    """Every view's bytes to the file, in order, in a few `writev` calls: the kernel
-    gathers them, so the rows' bytes are copied once (into the file), not joined first."""
+def write_views(fd: int, views: list[Any]) -> None:
+    """Every view's bytes (C-contiguous arrays, bytes) to the file, in order, in a few
+    `writev` calls: the kernel gathers them, so the rows' bytes are copied once (into the
+    file), not joined first."""
     step = max(1, min(_IOV_MAX, 1024))
     for start in range(0, len(views), step):
-        chunk = [v.data.cast("B") for v in views[start : start + step]]
+        chunk = views[start : start + step]
         written = os.writev(fd, chunk)
-        for view in chunk:  # a short write (a full disk raises; huge calls can return short)
-            if written >= view.nbytes:
-                written -= view.nbytes
+        sizes = [v.nbytes if isinstance(v, np.ndarray) else len(v) for v in chunk]
+        if written == sum(sizes):
+            continue
+        for view, size in zip(chunk, sizes, strict=True):  # a short write: the rest one by one
+            if written >= size:
+                written -= size
                 continue
-            rest = view[written:]
+            rest = memoryview(view).cast("B")[written:]
             written = 0
             while rest.nbytes:
                 rest = rest[os.write(fd, rest) :]

@@ -47,7 +47,8 @@ def run_export(kind: str, source: str, out: str) -> dict:
 
         call = lambda: export_nanotron(source, out, overwrite=True)  # noqa: E731
     elif kind == "energon":
-        from packcli.export_energon import _prepare as load_energon  # noqa: F401 (imports before the clock)
+        import megatron.energon.flavors.webdataset.prepare  # noqa: F401 (imports before the clock)
+
         from packcli.export_energon import export_energon
 
         call = lambda: export_energon(source, out, overwrite=True)  # noqa: E731

@@ -104,3 +104,14 @@ def test_write_views_writes_every_byte_in_order(tmp_path):
         write_views(f.fileno(), row_prefixes(values, lengths))
     expected = values[np.arange(7)[None, :] < lengths[:, None]]
     assert np.fromfile(tmp_path / "f", dtype=np.uint16).tolist() == expected.tolist()
+
+
+def test_write_views_finishes_a_short_write(tmp_path, monkeypatch):
+    import os
+
+    views = [np.arange(5, dtype=np.int32), b"xyz", np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
+    real_writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, chunk: real_writev(fd, [memoryview(chunk[0]).cast("B")[:7]]))
+    with open(tmp_path / "f", "wb", buffering=0) as f:
+        write_views(f.fileno(), views)
+    assert (tmp_path / "f").read_bytes() == b"".join(bytes(memoryview(v).cast("B")) for v in views)
