@@ -75,22 +75,24 @@ def mds_columns(manifest: Manifest) -> dict[str, str]:
 @dataclass
 class EncodedBlock:
     """A block of rows encoded as `MDSWriter.encode_sample` encodes them for `mds_columns`:
-    sample i is `heads[head_offsets[i]:head_offsets[i + 1]]` followed by `tails[i]`."""
+    sample i is `heads[head_offsets[i]:head_offsets[i + 1]]` followed by row i of each of
+    `columns`, the fixed-size columns as bytes (views of the source where its dtype is
+    the column's: nothing copied)."""
 
     heads: np.ndarray  # uint8, flat: each row's variable-size part
     head_offsets: np.ndarray  # int64 [rows + 1]
-    tails: np.ndarray  # uint8 [rows, fixed size]: each row's fixed-size columns
+    columns: list[np.ndarray]  # uint8 [rows, column bytes] each, in name order
 
     def sizes(self) -> np.ndarray:
-        return np.diff(self.head_offsets) + self.tails.shape[1]
+        return np.diff(self.head_offsets) + sum(column.shape[1] for column in self.columns)
 
     def parts(self, start: int, stop: int) -> list[np.ndarray]:
-        """Samples start..stop-1 as byte views, two per sample (nothing copied)."""
+        """Samples start..stop-1 as byte views (nothing copied)."""
         offsets = self.head_offsets.tolist()
         out: list[np.ndarray] = []
         for i in range(start, stop):
             out.append(self.heads[offsets[i] : offsets[i + 1]])
-            out.append(self.tails[i])
+            out.extend(column[i] for column in self.columns)
         return out
 
     def sample(self, i: int) -> bytes:
@@ -105,19 +107,15 @@ def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
     is [ndim << 2 | shape dtype code][shape][values], an int is int64."""
     rows = block.rows
     n = len(rows)
-    fixed = [
-        np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<")).view(np.uint8).reshape(n, -1),
-        np.ascontiguousarray(rows.labels, dtype="<i4").view(np.uint8).reshape(n, -1),
-        rows.num_segments.astype("<i8").view(np.uint8).reshape(n, 8),
-        np.ascontiguousarray(rows.position_ids, dtype="<i4").view(np.uint8).reshape(n, -1),
+    columns = [
+        np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<")).view(np.uint8),
+        np.ascontiguousarray(rows.labels, dtype="<i4").view(np.uint8),
+        rows.num_segments.astype("<i8").view(np.uint8),
+        np.ascontiguousarray(rows.position_ids, dtype="<i4").view(np.uint8),
     ]
-    tails = np.empty((n, sum(part.shape[1] for part in fixed)), dtype=np.uint8)
-    column = 0
-    for part in fixed:
-        tails[:, column : column + part.shape[1]] = part
-        column += part.shape[1]
+    columns = [column.reshape(n, column.size // n if n else 0) for column in columns]
     heads, head_offsets = _encode_cu_seqlens(rows.cu_seqlens, rows.cu_offsets)
-    return EncodedBlock(heads, head_offsets, tails)
+    return EncodedBlock(heads, head_offsets, columns)
 
 
 def _encode_cu_seqlens(cu: np.ndarray, cu_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
