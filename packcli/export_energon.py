@@ -220,15 +220,16 @@ def scan_tar_items(path: str, shard_to_idx: dict, parent_path: Any, max_parts: i
     items (samples, parts, shard info) and the same `.tar.idx`, from the member headers
     alone. Energon's own reads every member through `tarfile`, most of the export's time;
     any tar it does not recognise (and media filters) goes to energon's own."""
-    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-    from megatron.energon.flavors.webdataset.itar import TarIndexWriter
-    from megatron.energon.flavors.webdataset.prepare import (
-        IndexSample,
-        IndexSamplePart,
-        IndexShardInfo,
-        WebdatasetPreparator,
-    )
-    from megatron.energon.flavors.webdataset.structs import ShardInfo
+    with needs_extra("energon", "packcli export energon needs megatron-energon"):
+        from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
+        from megatron.energon.flavors.webdataset.itar import TarIndexWriter
+        from megatron.energon.flavors.webdataset.prepare import (
+            IndexSample,
+            IndexSamplePart,
+            IndexShardInfo,
+            WebdatasetPreparator,
+        )
+        from megatron.energon.flavors.webdataset.structs import ShardInfo
 
     shard_info = ShardInfo(name=path, path=parent_path / path, count=0)
     members = _ustar_members(shard_info.path) if media_filter is None else None

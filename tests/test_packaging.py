@@ -280,6 +280,15 @@ def _export_energon(parquet_out, monkeypatch):
     export_energon(parquet_out, parquet_out.parent / "energon")
 
 
+def _scan_energon_tar(parquet_out, monkeypatch):
+    from packcli.export_energon import scan_tar_items
+
+    for name in [name for name in sys.modules if name.startswith("megatron.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+    list(scan_tar_items("shard-00000.tar", {}, parquet_out, 50))
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
@@ -288,6 +297,7 @@ TRIGGERS = {
     ("render", "matplotlib_figure"): _plot,
     ("export_mds", "streaming_base"): _export_mds,
     ("export_energon", "_prepare"): _export_energon,
+    ("export_energon", "scan_tar_items"): _scan_energon_tar,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 
