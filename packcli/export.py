@@ -20,7 +20,9 @@ from packcli.errors import PackcliError
 from packcli.manifest import Manifest, load_manifest
 from packcli.outdir import remove_path
 from packcli.rows import Rows
-from packcli.shards import ids_dtype, iter_output_rows
+from packcli.shards import ids_dtype, iter_output_rows_stored
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 # (rows, real tokens, rows done, rows in all): the CLI's progress bar, or None
 Progress = Callable[[int, int, int, int | None], None]
@@ -46,11 +48,12 @@ def token_dtype(manifest: Manifest) -> np.dtype:
 
 
 def blocks(out_dir: Path | str, manifest: Manifest, progress: Progress | None = None) -> Iterator[Block]:
-    """Every row of a packed output, in order, a bounded block at a time."""
+    """Every row of a packed output, in order, a bounded block at a time, the columns in
+    their stored dtype (npy: views of the memory-mapped files)."""
     total = manifest.get("totals", {}).get("rows")
     index = {entry["path"]: i for i, entry in enumerate(manifest["shards"])}
     done = 0
-    for entry, rows in iter_output_rows(out_dir, manifest):
+    for entry, rows in iter_output_rows_stored(out_dir, manifest):
         real = rows.real_lengths()
         yield Block(index[entry["path"]], done, rows, real)
         done += len(rows)
@@ -71,6 +74,32 @@ def real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
     starts_row = np.zeros(len(lengths), dtype=bool)
     starts_row[np.cumsum(counts) - counts] = True
     return lengths, starts_row
+
+
+def row_prefixes(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """The first `lengths[i]` values of each row `i`, as views (nothing copied)."""
+    return [values[i, :length] for i, length in enumerate(lengths.tolist())]
+
+
+def write_views(fd: int, views: list[Any]) -> None:
+    """Every view's bytes (C-contiguous arrays, bytes) to the file, in order, in a few
+    `writev` calls: the kernel gathers them, so the rows' bytes are copied once (into the
+    file), not joined first."""
+    step = max(1, min(_IOV_MAX, 1024))
+    for start in range(0, len(views), step):
+        chunk = views[start : start + step]
+        written = os.writev(fd, chunk)
+        sizes = [v.nbytes if isinstance(v, np.ndarray) else len(v) for v in chunk]
+        if written == sum(sizes):
+            continue
+        for view, size in zip(chunk, sizes, strict=True):  # a short write: the rest one by one
+            if written >= size:
+                written -= size
+                continue
+            rest = memoryview(view).cast("B")[written:]
+            written = 0
+            while rest.nbytes:
+                rest = rest[os.write(fd, rest) :]
 
 
 class ExportDir:

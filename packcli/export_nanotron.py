@@ -15,7 +15,17 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.export import Block, ExportDir, Progress, blocks, read_source, real_segments, token_dtype
+from packcli.export import (
+    Block,
+    ExportDir,
+    Progress,
+    blocks,
+    read_source,
+    real_segments,
+    row_prefixes,
+    token_dtype,
+    write_views,
+)
 from packcli.rows import IGNORE_INDEX
 
 
@@ -23,9 +33,9 @@ class _TokenFile:
     """One `.ds` file with its index (and loss mask), appended block by block."""
 
     def __init__(self, path: Path, with_loss: bool):
-        self.tokens: BinaryIO = open(path, "wb")
+        self.tokens: BinaryIO = open(path, "wb", buffering=0)
         self.index: BinaryIO = open(f"{path}.index", "wb")
-        self.loss: BinaryIO | None = open(f"{path}.loss", "wb") if with_loss else None
+        self.loss: BinaryIO | None = open(f"{path}.loss", "wb", buffering=0) if with_loss else None
         self.written = 0
 
     def add(self, block: Block, dtype: np.dtype) -> tuple[int, int]:
@@ -33,11 +43,10 @@ class _TokenFile:
         (documents, tokens) written."""
         rows = block.rows
         ids = rows.input_ids.astype(dtype.newbyteorder("<"), copy=False)
-        learned = (rows.labels != IGNORE_INDEX).view(np.uint8) if self.loss is not None else None
-        for i, real in enumerate(block.real.tolist()):
-            self.tokens.write(ids[i, :real].data)
-            if learned is not None and self.loss is not None:
-                self.loss.write(learned[i, :real].data)
+        write_views(self.tokens.fileno(), row_prefixes(ids, block.real))
+        if self.loss is not None:
+            learned = (rows.labels != IGNORE_INDEX).view(np.uint8)
+            write_views(self.loss.fileno(), row_prefixes(learned, block.real))
         lengths, _ = real_segments(rows, block.first_row)
         ends = np.cumsum(lengths, dtype=np.int64) + self.written
         self.index.write(ends.astype("<u8").data)

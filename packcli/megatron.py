@@ -27,14 +27,14 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.export import real_segments
+from packcli.export import real_segments, row_prefixes, write_views
 from packcli.manifest import Manifest, load_manifest
-from packcli.shards import iter_output_rows
+from packcli.shards import iter_output_rows_stored
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -76,8 +76,8 @@ def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | Non
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
     bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
     try:
-        with open(bin_tmp, "wb") as data:
-            lengths, tokens = _write_tokens(data, out_dir, manifest, token_dtype, rule, token)
+        with open(bin_tmp, "wb", buffering=0) as data:
+            lengths, tokens = _write_tokens(data.fileno(), out_dir, manifest, token_dtype, rule, token)
         if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
             raise PackcliError("a document is longer than 2^31 tokens, more than the .idx format holds")
         _write_index(idx_tmp, lengths, token_dtype)
@@ -102,29 +102,39 @@ def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | Non
 
 
 def _write_tokens(
-    data: BinaryIO, out_dir: Path, manifest: Manifest, token_dtype: np.dtype, rule: str, token: int | None
+    data: int, out_dir: Path, manifest: Manifest, token_dtype: np.dtype, rule: str, token: int | None
 ) -> tuple[np.ndarray, int]:
-    """The real tokens of every row into `data`, in order; (document lengths, tokens written)."""
+    """The real tokens of every row into the file `data`, in order; (document lengths, tokens written)."""
     seq_len = manifest["seq_len"]
-    max_id = np.iinfo(token_dtype).max
     documents = _Documents()
     tokens = 0
     carry = False  # may the previous row's last segment go on in the next row?
     seen = 0
-    for _, rows in iter_output_rows(out_dir, manifest):
+    for _, rows in iter_output_rows_stored(out_dir, manifest):
         lengths, starts_row = real_segments(rows, first_row=seen)
         seen += len(rows)
         real = rows.real_lengths()
         joins = np.zeros(len(lengths), dtype=bool)
         joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
         documents.add(lengths, joins)
-
-        ids = rows.input_ids[np.arange(seq_len)[None, :] < real[:, None]]
-        if len(ids) and int(ids.max()) > max_id:
-            raise PackcliError(f"token id {int(ids.max())} does not fit {token_dtype.name}: pass dtype int32")
-        data.write(ids.astype(token_dtype).tobytes())
-        tokens += len(ids)
+        ids = _as_token_dtype(rows.input_ids, real, token_dtype)
+        write_views(data, row_prefixes(ids, real))
+        tokens += int(real.sum())
     return documents.finish(), tokens
+
+
+def _as_token_dtype(ids: np.ndarray, real: np.ndarray, token_dtype: np.dtype) -> np.ndarray:
+    """The block's ids in the `.bin` dtype (little endian), after checking that every real
+    one fits; the stored array itself when it already has that dtype."""
+    target = token_dtype.newbyteorder("<")
+    if ids.dtype == target:
+        return ids
+    max_id = np.iinfo(token_dtype).max
+    if np.iinfo(ids.dtype).max > max_id and len(ids) and int(ids.max()) > max_id:
+        real_ids = ids[np.arange(ids.shape[1])[None, :] < real[:, None]]  # padding may not fit; it is not written
+        if len(real_ids) and int(real_ids.max()) > max_id:
+            raise PackcliError(f"token id {int(real_ids.max())} does not fit {token_dtype.name}: pass dtype int32")
+    return ids.astype(target)
 
 
 def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:

@@ -471,3 +471,52 @@ def read_group_column(path: Path, fmt: str, block_rows: int = READ_BLOCK_ROWS) -
     groups = np.load(path / GROUP_FILE, mmap_mode="r")
     for start in range(0, len(groups), block_rows):
         yield np.asarray(groups[start : start + block_rows])
+
+
+def iter_output_rows_stored(
+    out_dir: Path | str, manifest: Manifest, block_rows: int = READ_BLOCK_ROWS
+) -> Iterator[tuple[ShardEntry, Rows]]:
+    """As `iter_output_rows`, but the columns keep the dtype they are stored in: npy
+    columns are views of the files' memory maps (no copy), Parquet's are Arrow's int32
+    buffers. For exports, which write the bytes out again: widening the ids to int32 and
+    narrowing them back cost more than writing them."""
+    for shard in manifest["shards"]:
+        path = Path(out_dir) / shard["path"]
+        if not path.exists():
+            raise PackcliError(f"{shard['path']}: listed in the manifest but missing")
+        if manifest["format"] == "parquet":
+            blocks = read_shard(path, "parquet", manifest["seq_len"], block_rows)
+        else:
+            blocks = _read_shard_npy_stored(path, manifest["seq_len"], block_rows)
+        for rows in blocks:
+            yield shard, rows
+
+
+def _read_shard_npy_stored(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
+    missing = [name for name in NPY_FILES if not (path / name).is_file()]
+    if missing:
+        raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
+    try:
+        arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in NPY_FILES}
+    except Exception as exc:
+        raise PackcliError(
+            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from exc
+    n = len(arrays["input_ids"])
+    for name in ROW_COLUMNS:
+        if arrays[name].shape != (n, seq_len):
+            raise PackcliError(f"{path.name}: {name}.npy has shape {arrays[name].shape}, expected ({n}, {seq_len})")
+    offsets = np.asarray(arrays["cu_seqlens_offsets"], dtype=np.int64)
+    if len(offsets) != n + 1 or len(arrays["num_segments"]) != n or offsets[-1] != len(arrays["cu_seqlens"]):
+        raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
+    for start in range(0, n, block_rows):
+        stop = min(start + block_rows, n)
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        yield Rows(
+            np.asarray(arrays["input_ids"][start:stop]),
+            np.asarray(arrays["labels"][start:stop]),
+            np.asarray(arrays["position_ids"][start:stop]),
+            np.asarray(arrays["cu_seqlens"][lo:hi], dtype=np.int32),
+            offsets[start : stop + 1] - lo,
+            np.asarray(arrays["num_segments"][start:stop], dtype=np.int32),
+        )

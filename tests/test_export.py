@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
 
 from packcli.errors import PackcliError
-from packcli.export import ExportDir
+from packcli.export import ExportDir, blocks, read_source, row_prefixes, write_views
 from packcli.export_nanotron import export_nanotron
+from packcli.rows import Rows
 
 
 @pytest.fixture
@@ -78,3 +80,38 @@ def test_export_dir_removes_its_work_when_the_body_fails(tmp_path):
         (work / "part").write_text("half")
         raise RuntimeError("stop")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_blocks_keep_the_stored_dtype_and_every_value(tmp_path, packed, word_tokenizer, fmt):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(90, seed=3, max_words=30)])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20, "--format", fmt)
+    manifest = read_source(source)
+    got = list(blocks(source, manifest))
+    assert {b.rows.input_ids.dtype for b in got} == {np.dtype(np.uint16 if fmt == "npy" else np.int32)}
+    assert [b.first_row for b in got] == [20 * i for i in range(len(got))]
+    rows, _ = load_rows(source)
+    joined = Rows.concat([b.rows for b in got])
+    for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments"):
+        assert np.array_equal(getattr(joined, name), getattr(rows, name)), name
+    assert np.array_equal(np.concatenate([b.real for b in got]), rows.real_lengths())
+
+
+def test_write_views_writes_every_byte_in_order(tmp_path):
+    values = np.arange(3000 * 7, dtype=np.uint16).reshape(3000, 7)
+    lengths = np.arange(3000) % 8
+    with open(tmp_path / "f", "wb", buffering=0) as f:
+        write_views(f.fileno(), row_prefixes(values, lengths))
+    expected = values[np.arange(7)[None, :] < lengths[:, None]]
+    assert np.fromfile(tmp_path / "f", dtype=np.uint16).tolist() == expected.tolist()
+
+
+def test_write_views_finishes_a_short_write(tmp_path, monkeypatch):
+    import os
+
+    views = [np.arange(5, dtype=np.int32), b"xyz", np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
+    real_writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, chunk: real_writev(fd, [memoryview(chunk[0]).cast("B")[:7]]))
+    with open(tmp_path / "f", "wb", buffering=0) as f:
+        write_views(f.fileno(), views)
+    assert (tmp_path / "f").read_bytes() == b"".join(bytes(memoryview(v).cast("B")) for v in views)

@@ -102,3 +102,69 @@ def test_sft_rows_with_a_large_vocabulary(tmp_path, packed, cli, big_tokenizer):
     samples = read_back(tmp_path / "energon")
     assert_same_rows(samples, source, np.uint32)
     assert any(((s["labels"] == -100) & (s["position_ids"] > 0)).any() for s in samples)  # prompt masks kept
+
+
+def test_tar_scan_gives_what_energon_preparation_gives(tmp_path, packed, word_tokenizer):
+    """The export's tar scan against energon's own (`_preprocess_tar`, tarfile): the same
+    items per tar, the same `.tar.idx`; and the whole `.nv-meta/` against energon's own
+    preparation of the same tars (its random index.uuid apart; index.sqlite by content,
+    as energon's own row order follows its workers)."""
+    import shutil
+    import sqlite3
+
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+
+    from packcli.export_energon import _ustar_members, export_energon, scan_tar_items
+
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(90, seed=12, max_words=30)])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20)
+    ours = tmp_path / "ours"
+    export_energon(source, ours)
+    tars = sorted(p.name for p in ours.glob("*.tar"))
+    assert len(tars) > 2
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    for name in tars:
+        shutil.copyfile(ours / name, theirs / name)
+    index = {name: i for i, name in enumerate(tars)}
+    for name in tars:
+        assert _ustar_members(theirs / name) is not None  # read by the scan, not handed to energon's
+        scanned = list(scan_tar_items(name, index, EPath(theirs), 50))
+        ours_idx = (theirs / name).with_suffix(".tar.idx").read_bytes()
+        stock = list(WebdatasetPreparator._preprocess_tar(name, index, EPath(theirs), 50))
+        assert [repr(item) for item in scanned] == [repr(item) for item in stock]
+        assert ours_idx == (theirs / name).with_suffix(".tar.idx").read_bytes()
+    for name in tars:
+        (theirs / name).with_suffix(".tar.idx").unlink()
+
+    import contextlib
+    import io
+    import os
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        WebdatasetPreparator.prepare_dataset(
+            EPath(theirs),
+            tars,
+            split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
+            shuffle_seed=None,
+            workers=max(1, min(len(tars), os.cpu_count() or 1)),
+        )
+    (theirs / ".nv-meta" / "dataset.yaml").write_text((ours / ".nv-meta" / "dataset.yaml").read_text())
+
+    def files(root):
+        return {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in root.rglob("*")
+            if p.is_file() and p.name not in ("index.uuid", "index.sqlite")
+        }
+
+    def tables(root):
+        with contextlib.closing(sqlite3.connect(root / ".nv-meta" / "index.sqlite")) as db:
+            names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+            schema = sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall(), key=repr)
+            return schema, {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
+
+    assert files(ours) == files(theirs)
+    assert tables(ours) == tables(theirs)
+    assert len((ours / ".nv-meta" / "index.uuid").read_text()) == len((theirs / ".nv-meta" / "index.uuid").read_text())

@@ -87,7 +87,7 @@ def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_toke
     """The export's direct encoding against MDSWriter.encode_sample, row by row, including
     rows with 256 or more cu_seqlens entries (a wider shape dtype)."""
     from packcli.export import blocks, read_source, token_dtype
-    from packcli.export_mds import encoded_rows, mds_columns
+    from packcli.export_mds import encode_block, mds_columns
 
     texts = ["w1"] * 600 + random_texts(100, seed=9, max_words=20)
     source = packed(
@@ -102,7 +102,9 @@ def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_toke
     widths = []
     for block in blocks(source, manifest):
         rows = block.rows
-        for i, encoded in enumerate(encoded_rows(block, token_dtype(manifest))):
+        encoded = encode_block(block, token_dtype(manifest))
+        assert len(encoded.sizes()) == len(rows)
+        for i in range(len(rows)):
             lo, hi = rows.cu_offsets[i], rows.cu_offsets[i + 1]
             sample = {
                 "input_ids": rows.input_ids[i].astype(np.uint16),
@@ -111,7 +113,55 @@ def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_toke
                 "cu_seqlens": rows.cu_seqlens[lo:hi],
                 "num_segments": int(rows.num_segments[i]),
             }
-            assert encoded == writer.encode_sample(sample)
+            assert encoded.sample(i) == writer.encode_sample(sample)
             widths.append(hi - lo)
     writer.finish()
     assert max(widths) >= 256 and min(widths) < 256
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_shards_and_index_are_the_bytes_mds_writer_writes(tmp_path, packed, big_tokenizer, compression):
+    """The whole output against MDSWriter given the same samples one by one: shard cuts
+    (a small size limit, so there are several), shard files and index.json."""
+    from packcli.export import read_source, token_dtype
+    from packcli.export_mds import export_mds, mds_columns
+
+    records = [
+        {"p": t, "c": " ".join(reversed(t.split()))} for t in random_texts(60, seed=4, max_words=20, vocab=69_990)
+    ]
+    source = packed(
+        write_jsonl(tmp_path / "in.jsonl", records),
+        "--tokenizer",
+        big_tokenizer,
+        "--seq-len",
+        64,
+        "--prompt-field",
+        "p",
+        "--completion-field",
+        "c",
+        "--rows-per-shard",
+        7,
+    )
+    manifest = read_source(source)
+    limit = 4000
+    export_mds(source, tmp_path / "ours", compression=compression, size_limit=limit)
+    rows, _ = load_rows(source)
+    columns = mds_columns(manifest)
+    base = streaming_base()
+    with base.MDSWriter(
+        out=str(tmp_path / "theirs"), columns=columns, compression=compression, size_limit=limit, progress_bar=False
+    ) as writer:
+        for r in range(len(rows)):
+            lo, hi = rows.cu_offsets[r], rows.cu_offsets[r + 1]
+            writer.write(
+                {
+                    "input_ids": rows.input_ids[r].astype(token_dtype(manifest)),
+                    "labels": rows.labels[r],
+                    "position_ids": rows.position_ids[r],
+                    "cu_seqlens": rows.cu_seqlens[lo:hi],
+                    "num_segments": int(rows.num_segments[r]),
+                }
+            )
+    ours = {p.name: p.read_bytes() for p in (tmp_path / "ours").iterdir()}
+    theirs = {p.name: p.read_bytes() for p in (tmp_path / "theirs").iterdir()}
+    assert len(theirs) > 4 and ours == theirs
