@@ -119,7 +119,18 @@ def test_hf_backend_on_a_unigram_tokenizer_is_the_same_for_any_number_of_workers
     records = _records("text", 2600)
     tokenizer = unigram_tokenizer(tmp_path / "unigram", [r["text"] for r in records])
     path = write_jsonl(tmp_path / "in.jsonl", records)
-    common = ("--tokenizer", tokenizer, "--seq-len", 256, "--buffer-size", 500, "--mode", "concat", "--no-eos")
+    common = (
+        "--tokenizer",
+        tokenizer,
+        "--seq-len",
+        256,
+        "--buffer-size",
+        500,
+        "--mode",
+        "concat",
+        "--no-eos",
+        "--no-shuffle",
+    )
     outs = {w: packed(path, *common, "--workers", w) for w in (1, 2, 3)}
     for w in (2, 3):
         assert_same_files(outs[1], outs[w], ignore=("report.json",))
