@@ -329,7 +329,8 @@ def _plan_and_write(
                 row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
                 outdir.guarded(job.out_dir, writer.add, rows, row_group)
                 first_row += len(rows)
-                publish(job, writer.shards)
+                if job.remote is not None:
+                    publish(job, writer.hashed_shards())
     finally:
         built.close()
     return plan

@@ -323,9 +323,15 @@ class ShardWriter:
             )
         return self.shards
 
-    def _collect_digests(self) -> None:
+    def hashed_shards(self) -> list[ShardInfo]:
+        """The closed shards, each with its checksum in: a shard's file may be moved away
+        (uploaded to a remote output) only once it is hashed."""
         for shard, digest in zip(self.shards, self._digests):
             shard.checksum = digest.result()
+        return self.shards
+
+    def _collect_digests(self) -> None:
+        self.hashed_shards()
         if self._hashing is not None:
             self._hashing.shutdown()
             self._hashing = None
