@@ -23,7 +23,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,8 @@ from packcli import outdir, storage
 from packcli.errors import PackcliError, needs_extra
 from packcli.flow import Timer
 from packcli.grouping import group_counts
-from packcli.plan import ROW_BLOCK_TOKENS, RowPlan
+from packcli.plan import RowPlan, gather_rows
 from packcli.report import RowStats
-from packcli.rows import Rows, fill_rows
 from packcli.shards import ShardInfo, ShardWriter, shard_name
 from packcli.spill import Block, Spill, open_complete, remove_spill
 
@@ -64,7 +62,7 @@ class ShardJob:
     part_dirs: list[str]
     part_tokens: list[int]
     plan: RowPlan
-    order: np.ndarray  # pieces sorted by row (stable)
+    order: tuple[np.ndarray, np.ndarray]  # plan.row_order(), computed once on the driver
     fmt: str
     seq_len: int
     rows_per_shard: int
@@ -282,33 +280,6 @@ class PartedSpill:
             part.close()
 
 
-def gather_range(spill: PartedSpill, job: ShardJob, first: int, end: int) -> Iterator[Rows]:
-    """Rows [first, end) in output order, block by block, as `plan.gather_rows` builds them."""
-    plan, seq_len = job.plan, job.seq_len
-    sorted_rows = plan.row[job.order]
-    step = max(1, ROW_BLOCK_TOKENS // seq_len)
-    for lo_row in range(first, end, step):
-        hi_row = min(lo_row + step, end)
-        lo, hi = np.searchsorted(sorted_rows, [lo_row, hi_row])
-        pick = job.order[lo:hi]
-        lengths = plan.piece_len[pick]
-        data = spill.read_block(plan.piece_start[pick], lengths)
-        rows: Rows = fill_rows(
-            data.tokens,
-            data.token_at,
-            data.learned,
-            data.bit_at,
-            lengths,
-            plan.row[pick] - lo_row,
-            plan.offset[pick],
-            hi_row - lo_row,
-            seq_len,
-            job.pad_id,
-            job.multiple,
-        )
-        yield rows
-
-
 # ----------------------------------------------------------------------------- shards
 
 
@@ -328,7 +299,9 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         recorded = _recorded(ledger, job.output, name)
         writer = None if recorded else _task_writer(job, index)
         at = first
-        for n, rows in enumerate(gather_range(spill, job, first, end)):
+        for n, rows in enumerate(
+            gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
+        ):
             stats.add(rows)
             group = None if row_group is None else row_group[at : at + len(rows)]
             at += len(rows)

@@ -136,7 +136,7 @@ def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list
         part_dirs=[str(tasks.part_path(job.spill_dir, i)) for i in range(len(part_tokens))],
         part_tokens=part_tokens,
         plan=plan,
-        order=np.argsort(plan.row, kind="stable"),
+        order=plan.row_order(),
         fmt=opts.format,
         seq_len=opts.seq_len,
         rows_per_shard=rows,

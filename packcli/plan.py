@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -21,7 +21,14 @@ from packcli.rows import Rows, cut_pieces, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
 if TYPE_CHECKING:
-    from packcli.spill import Spill
+    from packcli.spill import Block
+
+
+class BlockReader(Protocol):
+    """Where rows are gathered from: a spill, or the parts of one (the Ray engine)."""
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block: ...
+
 
 ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) this many tokens at a time
 
@@ -52,14 +59,26 @@ class RowPlan:
     remainder_tokens: int = 0  # concat: tokens of the last, partial row (padded or dropped)
     row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
 
-    def row_blocks(self, block_rows: int, first_row: int = 0) -> Iterator[tuple[int, int, np.ndarray]]:
-        """(first row, end row, indices of the pieces in those rows) for consecutive blocks."""
+    def row_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """(pieces sorted by row, stable; their rows): what row_blocks searches."""
         order = np.argsort(self.row, kind="stable")
-        sorted_rows = self.row[order]
-        for first in range(first_row, self.n_rows, block_rows):
-            last = min(first + block_rows, self.n_rows)
+        return order, self.row[order]
+
+    def row_blocks(
+        self,
+        block_rows: int,
+        first_row: int = 0,
+        end_row: int | None = None,
+        order: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(first row, end row, indices of the pieces in those rows) for consecutive blocks
+        of rows [first_row, end_row); `order`: row_order(), when the caller has it already."""
+        pieces, sorted_rows = order if order is not None else self.row_order()
+        end = self.n_rows if end_row is None else end_row
+        for first in range(first_row, end, block_rows):
+            last = min(first + block_rows, end)
             lo, hi = np.searchsorted(sorted_rows, [first, last])
-            yield first, last, order[lo:hi]
+            yield first, last, pieces[lo:hi]
 
 
 def window_rng(seed: int, window: int) -> np.random.Generator:
@@ -271,11 +290,18 @@ def _real_pieces(plan: RowPlan, lengths: np.ndarray) -> RowPlan:
 
 
 def gather_rows(
-    spill: Spill, plan: RowPlan, seq_len: int, pad_id: int, first_row: int = 0, multiple: int = 1
+    spill: BlockReader,
+    plan: RowPlan,
+    seq_len: int,
+    pad_id: int,
+    first_row: int = 0,
+    multiple: int = 1,
+    end_row: int | None = None,
+    order: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
-    for first, last, pick in plan.row_blocks(block, first_row):
+    for first, last, pick in plan.row_blocks(block, first_row, end_row, order):
         lengths = plan.piece_len[pick]
         data = spill.read_block(plan.piece_start[pick], lengths)
         yield fill_rows(
