@@ -22,7 +22,7 @@ from packcli.export import (
     blocks,
     read_source,
     real_segments,
-    row_prefixes,
+    real_tokens,
     token_dtype,
     write_views,
 )
@@ -39,14 +39,13 @@ class _TokenFile:
         self.written = 0
 
     def add(self, block: Block, dtype: np.dtype) -> tuple[int, int]:
-        """Write a block's real tokens (each row's prefix: padding is its last segment);
-        (documents, tokens) written."""
+        """Write a block's real tokens; (documents, tokens) written."""
         rows = block.rows
         ids = rows.input_ids.astype(dtype.newbyteorder("<"), copy=False)
-        write_views(self.tokens.fileno(), row_prefixes(ids, block.real))
+        write_views(self.tokens.fileno(), real_tokens(ids, rows, block.real))
         if self.loss is not None:
             learned = (rows.labels != IGNORE_INDEX).view(np.uint8)
-            write_views(self.loss.fileno(), row_prefixes(learned, block.real))
+            write_views(self.loss.fileno(), real_tokens(learned, rows, block.real))
         lengths, _ = real_segments(rows, block.first_row)
         ends = np.cumsum(lengths, dtype=np.int64) + self.written
         self.index.write(ends.astype("<u8").data)

@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.export import real_segments, row_prefixes, write_views
+from packcli.export import blocks, real_segments, real_tokens, write_views
 from packcli.manifest import Manifest, load_manifest
-from packcli.shards import iter_output_rows_stored
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -109,16 +108,14 @@ def _write_tokens(
     documents = _Documents()
     tokens = 0
     carry = False  # may the previous row's last segment go on in the next row?
-    seen = 0
-    for _, rows in iter_output_rows_stored(out_dir, manifest):
-        lengths, starts_row = real_segments(rows, first_row=seen)
-        seen += len(rows)
-        real = rows.real_lengths()
+    for block in blocks(out_dir, manifest):
+        rows, real = block.rows, block.real
+        lengths, starts_row = real_segments(rows, first_row=block.first_row)
         joins = np.zeros(len(lengths), dtype=bool)
         joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
         documents.add(lengths, joins)
         ids = _as_token_dtype(rows.input_ids, real, token_dtype)
-        write_views(data, row_prefixes(ids, real))
+        write_views(data, real_tokens(ids, rows, real))
         tokens += int(real.sum())
     return documents.finish(), tokens
 

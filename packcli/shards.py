@@ -347,13 +347,16 @@ class ShardWriter:
         remove_path(self._tmp_path(len(self.shards)))  # also when opening the shard failed
 
 
-def read_shard(path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
-    """Blocks of rows from one shard, memory bounded; damage is a PackcliError naming the shard."""
+def read_shard(
+    path: Path, fmt: str, seq_len: int, block_rows: int = READ_BLOCK_ROWS, widen: bool = True
+) -> Iterator[Rows]:
+    """Blocks of rows from one shard, memory bounded; damage is a PackcliError naming the shard.
+    `widen=False` keeps npy input_ids in their stored dtype (views of the memory map)."""
     try:
         if fmt == "parquet":
             yield from read_shard_parquet(path, seq_len, block_rows)
         else:
-            yield from read_shard_npy(path, seq_len, block_rows)
+            yield from read_shard_npy(path, seq_len, block_rows, widen)
     except PackcliError:
         raise
     except Exception as exc:
@@ -418,7 +421,7 @@ def _parquet_extras(batch, path: Path, first_row: int, cu_offsets: np.ndarray) -
     return longest, unpadded
 
 
-def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) -> Iterator[Rows]:
+def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS, widen: bool = True) -> Iterator[Rows]:
     missing = [name for name in NPY_FILES if not (path / name).is_file()]
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
@@ -441,7 +444,7 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS) 
         stop = min(start + block_rows, n)
         lo, hi = int(offsets[start]), int(offsets[stop])
         yield Rows(
-            np.asarray(arrays["input_ids"][start:stop], dtype=np.int32),
+            np.asarray(arrays["input_ids"][start:stop], dtype=np.int32 if widen else None),
             np.asarray(arrays["labels"][start:stop]),
             np.asarray(arrays["position_ids"][start:stop]),
             np.asarray(arrays["cu_seqlens"][lo:hi]),
@@ -490,39 +493,5 @@ def iter_output_rows_stored(
         path = Path(out_dir) / shard["path"]
         if not path.exists():
             raise PackcliError(f"{shard['path']}: listed in the manifest but missing")
-        if manifest["format"] == "parquet":
-            blocks = read_shard(path, "parquet", manifest["seq_len"], block_rows)
-        else:
-            blocks = _read_shard_npy_stored(path, manifest["seq_len"], block_rows)
-        for rows in blocks:
+        for rows in read_shard(path, manifest["format"], manifest["seq_len"], block_rows, widen=False):
             yield shard, rows
-
-
-def _read_shard_npy_stored(path: Path, seq_len: int, block_rows: int) -> Iterator[Rows]:
-    missing = [name for name in NPY_FILES if not (path / name).is_file()]
-    if missing:
-        raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
-    try:
-        arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in NPY_FILES}
-    except Exception as exc:
-        raise PackcliError(
-            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        ) from exc
-    n = len(arrays["input_ids"])
-    for name in ROW_COLUMNS:
-        if arrays[name].shape != (n, seq_len):
-            raise PackcliError(f"{path.name}: {name}.npy has shape {arrays[name].shape}, expected ({n}, {seq_len})")
-    offsets = np.asarray(arrays["cu_seqlens_offsets"], dtype=np.int64)
-    if len(offsets) != n + 1 or len(arrays["num_segments"]) != n or offsets[-1] != len(arrays["cu_seqlens"]):
-        raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
-    for start in range(0, n, block_rows):
-        stop = min(start + block_rows, n)
-        lo, hi = int(offsets[start]), int(offsets[stop])
-        yield Rows(
-            np.asarray(arrays["input_ids"][start:stop]),
-            np.asarray(arrays["labels"][start:stop]),
-            np.asarray(arrays["position_ids"][start:stop]),
-            np.asarray(arrays["cu_seqlens"][lo:hi], dtype=np.int32),
-            offsets[start : stop + 1] - lo,
-            np.asarray(arrays["num_segments"][start:stop], dtype=np.int32),
-        )

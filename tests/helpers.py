@@ -85,12 +85,15 @@ def load_rows(out: Path):
 
 
 def real_segments(rows) -> list[list[int]]:
-    """The token lists of every real segment, row by row (padding left out)."""
+    """The token lists of every real segment, row by row (padding, and the pads that
+    --pad-to-multiple-of puts after segments, left out)."""
     segments = []
+    unpadded = rows.cu_seqlens if rows.cu_seqlens_unpadded is None else rows.cu_seqlens_unpadded
     for r in range(len(rows)):
-        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        span = slice(rows.cu_offsets[r], rows.cu_offsets[r + 1])
+        cu, real = rows.cu_seqlens[span], np.diff(unpadded[span])
         for k in range(int(rows.num_segments[r])):
-            segments.append(rows.input_ids[r, cu[k] : cu[k + 1]].tolist())
+            segments.append(rows.input_ids[r, cu[k] : cu[k] + real[k]].tolist())
     return segments
 
 

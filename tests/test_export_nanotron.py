@@ -9,6 +9,8 @@ import pytest
 from datatrove.utils.dataset import DatatroveFileDataset, DatatroveFolderDataset
 from helpers import load_rows, random_texts, real_segments, write_jsonl
 
+from packcli.rows import real_token_mask
+
 
 def export(cli, source, out, *options):
     result = cli("export", "nanotron", source, out, "--json", *options)
@@ -19,7 +21,7 @@ def export(cli, source, out, *options):
 def real_columns(source):
     """input_ids, labels and position_ids of the real tokens, rows in order."""
     rows, _ = load_rows(source)
-    mask = np.arange(rows.seq_len)[None, :] < rows.real_lengths()[:, None]
+    mask = real_token_mask(rows)
     return rows.input_ids[mask], rows.labels[mask], rows.position_ids[mask]
 
 
@@ -55,6 +57,22 @@ def test_every_token_reads_back(tmp_path, packed, cli, word_tokenizer, fmt):
     ends = np.concatenate([np.fromfile(p, dtype="<u8") for p in sorted(out.glob("*.ds.index"))])
     assert len(ends) == summary["documents"] == len(segments)  # one document per segment
     assert summary["token_size"] == 2 and summary["real_tokens"] == sum(map(len, segments))
+    check_every_token(out, source, 2)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_pads_inside_rows_are_not_tokens(tmp_path, packed, cli, word_tokenizer, fmt):
+    """--pad-to-multiple-of puts pads after every segment: the export keeps only real tokens,
+    one document per real segment."""
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(80, seed=8, max_words=30)])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--pad-to-multiple-of", 8, "--format", fmt)
+    out = tmp_path / "nano"
+    summary = export(cli, source, out)
+    rows, _ = load_rows(source)
+    assert rows.cu_seqlens_unpadded is not None and (rows.cu_seqlens != rows.cu_seqlens_unpadded).any()
+    lengths = np.diff(np.concatenate([[0], np.fromfile(next(out.glob("*.ds.index")), dtype="<u8")]))
+    assert lengths.tolist() == [len(segment) for segment in real_segments(rows)]
+    assert summary["real_tokens"] == int(real_token_mask(rows).sum())
     check_every_token(out, source, 2)
 
 
