@@ -23,7 +23,7 @@ from packcli.grouping import GroupTable, group_counts, group_entries
 from packcli.ingest import IngestCounts, Segmenter
 from packcli.manifest import unlearned_section
 from packcli.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
-from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_padded_rows, uncapped_rows
+from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
@@ -137,8 +137,10 @@ def pack_sequences(
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
     segment_groups = None if table is None else segmenter.group_ids.take(len(seg_lengths))
-    settings = PlanSettings(seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row)
-    plan = plan_padded_rows(seg_lengths, settings, multiple, segment_groups)
+    settings = PlanSettings(
+        seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row, multiple
+    )
+    plan = plan_rows(seg_lengths, settings, segment_groups)
     blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple))
     rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
     stats = RowStats(seq_len)

@@ -223,6 +223,7 @@ class PackOptions:
             shuffle=self.shuffle,
             seed=self.seed,
             max_per_row=self.max_sequences_per_row,
+            multiple=self.pad_to_multiple_of or 1,
         )
 
 

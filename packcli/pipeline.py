@@ -28,7 +28,7 @@ from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_w
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.plan import RowPlan, gather_rows, plan_padded, uncapped_rows
+from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import padded_lengths
@@ -348,11 +348,10 @@ def plan_segments(
     """The plan both engines make of a window's segment lengths (the whole input without
     --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
     opts = job.opts
-    multiple = opts.pad_to_multiple_of or 1
     with timer.stage("plan"):
-        plan = plan_padded(lengths, opts.plan_settings(), index, final, multiple, groups)
+        plan = plan_window(lengths, opts.plan_settings(), index, final, groups)
     if opts.max_sequences_per_row is not None:
-        job.uncapped_rows += uncapped_rows(padded_lengths(lengths, multiple), opts.plan_settings(), groups)
+        job.uncapped_rows += uncapped_rows(lengths, opts.plan_settings(), groups)
     account_plan(job, outcome, plan)
     return plan
 

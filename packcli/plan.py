@@ -43,6 +43,7 @@ class PlanSettings:
     shuffle: bool = False
     seed: int = 0
     max_per_row: int | None = None  # --max-sequences-per-row (bin mode)
+    multiple: int = 1  # --pad-to-multiple-of (bin mode): each length takes its rounded-up room
 
 
 @dataclass
@@ -127,7 +128,7 @@ def _plan_bin(
     rows, offsets, row_groups, base = [], [], [], 0
     for window, first in enumerate(range(0, len(lengths), size), first_window):
         part = None if groups is None else groups[first : first + size]
-        row_of, offset, n_rows, row_group = place(lengths[first : first + size], s, part)
+        row_of, offset, n_rows, row_group = place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
         if s.shuffle:
             permutation = window_rng(s.seed, window).permutation(n_rows)
             row_of = permutation[row_of]
@@ -185,14 +186,9 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
     costs is reported against it (planning alone is cheap). 0 for a user strategy."""
     if is_custom(settings.algorithm):
         return 0
-    s = PlanSettings(**{**settings.__dict__, "max_per_row": None, "shuffle": False})
     lengths = np.asarray(lengths, dtype=np.int64)
-    size = s.window or max(1, len(lengths))
-    total = 0
-    for first in range(0, len(lengths), size):
-        part = None if groups is None else groups[first : first + size]
-        total += place(lengths[first : first + size], s, part)[2]
-    return total
+    s = PlanSettings(**{**settings.__dict__, "max_per_row": None, "shuffle": False})
+    return _plan_bin(np.cumsum(lengths) - lengths, lengths, s, groups=groups).n_rows
 
 
 def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
@@ -254,39 +250,6 @@ def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSetting
         row_group = shuffled
     piece_start, piece_len, source, row, offset = columns
     return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
-
-
-def plan_padded(
-    lengths: np.ndarray,
-    settings: PlanSettings,
-    index: int,
-    final: bool,
-    multiple: int,
-    groups: np.ndarray | None = None,
-) -> RowPlan:
-    """plan_window for bin mode with --pad-to-multiple-of: the kernel places every length
-    rounded up to `multiple`; the pieces gathered are the real tokens."""
-    if multiple <= 1:
-        return plan_window(lengths, settings, index, final, groups)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return _real_pieces(plan_window(padded_lengths(lengths, multiple), settings, index, final, groups), lengths)
-
-
-def plan_padded_rows(
-    lengths: np.ndarray, settings: PlanSettings, multiple: int, groups: np.ndarray | None = None
-) -> RowPlan:
-    """plan_rows (the library's plan) with every length rounded up to `multiple`."""
-    if multiple <= 1:
-        return plan_rows(lengths, settings, groups)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return _real_pieces(plan_rows(padded_lengths(lengths, multiple), settings, groups), lengths)
-
-
-def _real_pieces(plan: RowPlan, lengths: np.ndarray) -> RowPlan:
-    """The plan placed padded lengths; the pieces to gather are each segment's real tokens."""
-    plan.piece_len = lengths[plan.source]
-    plan.piece_start = (np.cumsum(lengths) - lengths)[plan.source]
-    return plan
 
 
 def gather_rows(

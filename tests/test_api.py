@@ -182,3 +182,13 @@ def test_groups_and_caps_keep_every_invariant(algorithm, cap, shuffle, window, d
         mine = sorted(i for i in range(len(sequences)) if repr(groups[i]) == repr(value) for _ in range(pieces[i]))
         rows = np.flatnonzero(packed.row_group == g)
         assert sorted(placement["sequence"][np.isin(placement["row"], rows)].tolist()) == mine
+
+
+def test_cap_cost_is_measured_on_the_padded_lengths_the_plan_packs():
+    """A cap that never binds costs nothing, also with --pad-to-multiple-of: the uncapped
+    plan it is compared with packs the same padded lengths."""
+    rng = np.random.default_rng(11)
+    sequences = [rng.integers(3, 50, size=int(n)).tolist() for n in rng.integers(1, 30, size=300)]
+    packed = packcli.pack_sequences(sequences, 64, pad_to_multiple_of=8, max_sequences_per_row=64)
+    cap = packed.report["max_sequences_per_row"]
+    assert cap["extra_rows"] == 0 and cap["uncapped_rows"] == packed.num_rows
