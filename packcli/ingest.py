@@ -109,10 +109,12 @@ class Segmenter:
             self.counts.overlong += int((lengths > self.seq_len).sum())
             self.counts.unpacked_rows += int(((lengths + self.seq_len - 1) // self.seq_len).sum())
         else:
-            learns = None if learned is None else learns_after_first(learned, np.cumsum(lengths) - lengths, lengths)
+            learns = None if learned is None else learns_after_first(learned, starts, lengths)
+            sequences = lengths
             tokens, lengths, learned, kept = self._overlong(tokens, lengths, learned, location)
             if learns is not None and learned is not None:
-                tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns)
+                same = lengths is sequences  # no sequence was cut: its segments are the sequences
+                tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns, same)
             self.counts.unpacked_rows += len(lengths)
         if self.owners is not None:
             owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
@@ -183,9 +185,13 @@ class Segmenter:
         learned: np.ndarray,
         kept: np.ndarray | None,
         sequence_learns: np.ndarray,
+        segments_are_sequences: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Segments with no learned token counted by cause, and dropped unless kept."""
-        learns = learns_after_first(learned, np.cumsum(lengths) - lengths, lengths)
+        if segments_are_sequences:
+            learns = sequence_learns
+        else:
+            learns = learns_after_first(learned, np.cumsum(lengths) - lengths, lengths)
         if learns.all():
             return tokens, lengths, learned, kept
         owner = np.arange(len(lengths), dtype=np.int64) if kept is None else kept

@@ -145,11 +145,19 @@ def pack_lengths(
     ``seed`` is part of the API so that a randomised packer can be added without changing
     callers; none of the current algorithms uses it.
     """
+    lengths, capacity, cap = _checked(lengths, capacity, algorithm, max_sequences_per_row)
+    return _pack(lengths, capacity, algorithm, cap)
+
+
+def _checked(lengths, capacity, algorithm: str, max_sequences_per_row) -> tuple[np.ndarray, int, int]:
     if algorithm not in ALGORITHMS:
         raise PackcliError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     capacity = _as_capacity(capacity)
-    lengths = _as_lengths(lengths, capacity)
-    cap = _as_cap(max_sequences_per_row)
+    return _as_lengths(lengths, capacity), capacity, _as_cap(max_sequences_per_row)
+
+
+def _pack(lengths: np.ndarray, capacity: int, algorithm: str, cap: int) -> PackedLengths:
+    """pack_lengths on checked input (cap 0: none)."""
     # int32 is enough (rows < MAX_SEQUENCES, offsets < MAX_CAPACITY) and halves what the
     # kernels write. Fresh output pages are faulted in on first write: ~3.4 us per 4 KB
     # page on the development machine, 6.6 ms for two 1M-element outputs, as much as a whole packer. One
@@ -218,13 +226,18 @@ def improve_rows(lengths, placed: PackedLengths, capacity: int, budget: int | No
     fills = np.bincount(row, weights=lengths, minlength=n_rows)
     if fills.max() > capacity or np.count_nonzero(fills) != n_rows:
         raise PackcliError(f"every row must hold 1 to {capacity} tokens, as pack_lengths places them")
-    if budget is None:
-        budget = IMPROVE_WORK_PER_SEQUENCE * n + IMPROVE_WORK_BASE
     new_row, new_offset = np.empty((2, n), dtype=np.int32)
     new_row[:] = row
     new_offset[:] = offset
-    n_rows = _improve_kernel(lengths, capacity, new_row, new_offset, n_rows, int(budget))
-    return PackedLengths(row=new_row, offset=new_offset, n_rows=int(n_rows))
+    return _repair(lengths, capacity, PackedLengths(new_row, new_offset, n_rows), budget)
+
+
+def _repair(lengths: np.ndarray, capacity: int, placed: PackedLengths, budget: int | None) -> PackedLengths:
+    """improve_rows on checked input; rewrites placed.row and placed.offset in place."""
+    if budget is None:
+        budget = IMPROVE_WORK_PER_SEQUENCE * len(lengths) + IMPROVE_WORK_BASE
+    n_rows = _improve_kernel(lengths, capacity, placed.row, placed.offset, placed.n_rows, int(budget))
+    return PackedLengths(row=placed.row, offset=placed.offset, n_rows=int(n_rows))
 
 
 def plan_lengths(
@@ -233,9 +246,10 @@ def plan_lengths(
     """The placement `packcli pack` uses: pack_lengths, repaired by improve_rows for the
     IMPROVED_ALGORITHMS. With a cap the repair does not run: its moves do not count
     sequences per row."""
-    placed = pack_lengths(lengths, capacity, algorithm, seed, max_sequences_per_row)
-    if max_sequences_per_row is None and algorithm in IMPROVED_ALGORITHMS and placed.n_rows > 1:
-        placed = improve_rows(lengths, placed, capacity)
+    lengths, capacity, cap = _checked(lengths, capacity, algorithm, max_sequences_per_row)
+    placed = _pack(lengths, capacity, algorithm, cap)  # fresh arrays: the repair may rewrite them
+    if not cap and algorithm in IMPROVED_ALGORITHMS and placed.n_rows > 1:
+        placed = _repair(lengths, capacity, placed, None)
     return placed
 
 
