@@ -31,7 +31,7 @@ def test_results_come_back_in_order_from_other_processes():
     assert [batch.n for batch, _, _ in out] == list(range(50))
     assert [square for _, (square, _), _ in out] == [n * n for n in range(50)]
     assert os.getpid() not in {pid for _, (_, pid), _ in out}
-    assert all(isinstance(seconds, float) for _, _, seconds in out)  # each worker's own time, summed in the report
+    assert all(isinstance(seconds, float) and seconds >= 0 for _, _, seconds in out)  # each worker's own time
 
 
 def test_an_error_in_a_worker_is_raised_here_unchanged():
