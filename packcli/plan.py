@@ -130,12 +130,7 @@ def _plan_bin(
         part = None if groups is None else groups[first : first + size]
         row_of, offset, n_rows, row_group = place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
         if s.shuffle:
-            permutation = window_rng(s.seed, window).permutation(n_rows)
-            row_of = permutation[row_of]
-            if row_group is not None:
-                shuffled = np.empty_like(row_group)
-                shuffled[permutation] = row_group
-                row_group = shuffled
+            row_of, row_group = _shuffled(row_of, row_group, n_rows, s.seed, window)
         rows.append(row_of + base)
         offsets.append(offset)
         if row_group is not None:
@@ -151,6 +146,18 @@ def _plan_bin(
         n_rows=base,
         row_group=None if groups is None else _joined_groups(row_groups),
     )
+
+
+def _shuffled(
+    row: np.ndarray, row_group: np.ndarray | None, n_rows: int, seed: int, window: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A window's rows renumbered by its seeded permutation; each row's group moves with it."""
+    permutation = window_rng(seed, window).permutation(n_rows)
+    if row_group is not None:
+        moved = np.empty_like(row_group)
+        moved[permutation] = row_group
+        row_group = moved
+    return permutation[row], row_group
 
 
 def _joined_groups(parts: list[np.ndarray]) -> np.ndarray:
@@ -241,13 +248,9 @@ def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSetting
         base += stream.n_rows
         remainder += stream.remainder_tokens
     columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)]
-    row_group = _joined_groups(row_groups)
+    row_group: np.ndarray | None = _joined_groups(row_groups)
     if s.shuffle and base:
-        permutation = window_rng(s.seed, 0).permutation(base)
-        columns[3] = permutation[columns[3]]
-        shuffled = np.empty_like(row_group)
-        shuffled[permutation] = row_group
-        row_group = shuffled
+        columns[3], row_group = _shuffled(columns[3], row_group, base, s.seed, 0)
     piece_start, piece_len, source, row, offset = columns
     return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
 
