@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.errors import needs_extra
+from packcli.errors import PackcliError, needs_extra
 from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
 
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
@@ -105,8 +105,8 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
     headers are built for the whole block at once, the data written from the columns."""
     rows = block.rows
     n, seq_len = len(rows), rows.seq_len
-    if block.first_row + n > 10**KEY_DIGITS:  # longer keys: member by member
-        return _write_block_by_member(tar, block, ids_dtype)
+    if block.first_row + n > 10**KEY_DIGITS:
+        raise PackcliError(f"energon sample keys have {KEY_DIGITS} digits: an output of more than 10^{KEY_DIGITS} rows")
     int32 = np.dtype("<i4")
     fixed = [
         (npy_header(ids_dtype, (seq_len,)), np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<"))),
@@ -135,29 +135,6 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
         views += (headers[i, 3], cu_headers[width_list[i]], cu[bounds[i] : bounds[i + 1]], zeros[: pads[i][3]])
         views += (headers[i, 4], segments_header, counts[i : i + 1], zeros[: pads[i][4]])
     tar.write(views)
-
-
-def _write_block_by_member(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
-    rows = block.rows
-    seq_len = rows.seq_len
-    fixed = {
-        "input_ids": (npy_header(ids_dtype, (seq_len,)), rows.input_ids.astype(ids_dtype, copy=False)),
-        "labels": (npy_header(np.dtype(np.int32), (seq_len,)), rows.labels.astype(np.int32, copy=False)),
-        "position_ids": (npy_header(np.dtype(np.int32), (seq_len,)), rows.position_ids.astype(np.int32, copy=False)),
-    }
-    segments_header = npy_header(np.dtype(np.int32), ())
-    cu = rows.cu_seqlens.astype(np.int32, copy=False)
-    offsets, counts = rows.cu_offsets.tolist(), rows.num_segments.astype(np.int32).tolist()
-    cu_headers: dict[int, bytes] = {}
-    for i in range(len(rows)):
-        key = f"{block.first_row + i:0{KEY_DIGITS}d}"
-        for name, (header, values) in fixed.items():
-            tar.add(f"{key}.{name}.npy", header, values[i].data)
-        width = offsets[i + 1] - offsets[i]
-        if width not in cu_headers:
-            cu_headers[width] = npy_header(np.dtype(np.int32), (width,))
-        tar.add(f"{key}.cu_seqlens.npy", cu_headers[width], cu[offsets[i] : offsets[i + 1]].data)
-        tar.add(f"{key}.num_segments.npy", segments_header, np.int32(counts[i]).tobytes())
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:

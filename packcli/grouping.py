@@ -54,19 +54,22 @@ class GroupTable:
     def ids_of(self, values: list[Any]) -> np.ndarray:
         """The group id of each record's value (int32), counting the documents."""
         out = np.empty(len(values), dtype=np.int32)
-        ids, documents = self.ids, self.documents
         for i, value in enumerate(values):
-            key = group_key(value)
-            group = ids.get(key)
-            if group is None:
-                if len(ids) >= MAX_GROUPS:
-                    raise PackcliError(f"--group-by {self.field}: more than {MAX_GROUPS:,} distinct values")
-                group = ids[key] = len(self.values)
-                self.values.append(value)
-                documents.append(0)
-            documents[group] += 1
-            out[i] = group
+            out[i] = self.add(value, 1)
         return out
+
+    def add(self, value: Any, documents: int) -> int:
+        """The id of `value` (a new one at first appearance), with `documents` more of it."""
+        key = group_key(value)
+        group = self.ids.get(key)
+        if group is None:
+            if len(self.ids) >= MAX_GROUPS:
+                raise PackcliError(f"--group-by {self.field}: more than {MAX_GROUPS:,} distinct values")
+            group = self.ids[key] = len(self.values)
+            self.values.append(value)
+            self.documents.append(0)
+        self.documents[group] += documents
+        return group
 
     def add_tokens(self, tokens: np.ndarray, lengths: np.ndarray, segment_groups: np.ndarray) -> None:
         """Fold the segments' tokens into their groups' hashes (what `verify` recomputes from rows)."""
@@ -87,9 +90,7 @@ class GroupTable:
     def from_dict(cls, record: dict[str, Any]) -> GroupTable:
         table = cls(record["field"])
         for value, documents in zip(record["values"], record["documents"]):
-            table.ids[group_key(value)] = len(table.values)
-            table.values.append(value)
-            table.documents.append(int(documents))
+            table.add(value, int(documents))
         table.hashes = np.array(record.get("hashes", []), dtype=np.uint64)
         return table
 
@@ -103,14 +104,7 @@ def merge_tables(tables: list[GroupTable]) -> tuple[GroupTable, list[np.ndarray]
     for table in tables:
         remap = np.empty(len(table.values), dtype=np.int32)
         for local, value in enumerate(table.values):
-            key = group_key(value)
-            group = merged.ids.get(key)
-            if group is None:
-                group = merged.ids[key] = len(merged.values)
-                merged.values.append(value)
-                merged.documents.append(0)
-            merged.documents[group] += table.documents[local]
-            remap[local] = group
+            remap[local] = merged.add(value, table.documents[local])
         hashes = np.zeros(len(merged.values), dtype=np.uint64)
         hashes[: len(merged.hashes)] = merged.hashes
         np.add.at(hashes, remap[: len(table.hashes)], table.hashes)
