@@ -9,8 +9,9 @@ limit).
 A packer such as bfd leaves a few tokens of room in many rows; together they can hold
 whole rows. The pass takes the sequences of a *pool* of rows out and packs them again,
 one row at a time, each row filled exactly when a subset of the pool allows it, so that
-the room gathers in the last rows built. Rounds, while there are more rows than
-ceil(tokens / capacity):
+the room gathers in the last rows built. Rounds, while there are more rows than the
+bound: ceil(tokens / capacity) or the number of sequences longer than half a row (no
+two of those share a row), whichever is more:
 
 1. The pool: every row with room, plus the ``extra`` full rows with the most sequences
    (ties: the lowest row); ``extra`` is 0 in the first round and ``2 * extra + 16`` in
@@ -25,13 +26,15 @@ ceil(tokens / capacity):
    left in the pool.
 3. If the pool was rebuilt in fewer rows than it had, the rows built take the pool's
    rows in order (the lowest first) and the pool rows left over are removed; otherwise
-   nothing changes. A round whose pool held every row is the last.
+   nothing changes. A pool whose own bound (as above) is not below its row count is not
+   refilled. A round whose pool held every row is the last.
 
 If no row was removed, the packer's rows are returned unchanged. Otherwise the rows left
 are renumbered in order (no gaps); a row whose sequences did not change keeps its
 layout, a changed row is laid out in input order from offset 0.
 
-``budget`` bounds the work (bitset words shifted, plus sequences handled): when it runs
+``budget`` bounds the work (sequences and rows scanned per round, bitset words shifted,
+lengths looked at, sequences taken): when it runs
 out the round under way is dropped and the pass stops, so the result depends on the
 budget but is always valid and deterministic.
 """
@@ -61,16 +64,16 @@ def _pool_rows(fill, count, gone, capacity, extra):
             chosen[r] = True
         else:
             rows_with[count[r]] += 1
-    fewest, wanted = rows_with.shape[0] - 1, extra
-    while fewest > 0 and wanted > rows_with[fewest - 1]:
-        wanted -= rows_with[fewest - 1]
-        fewest -= 1
-    # every full row with more than `fewest - 1` sequences, and the lowest `wanted` with that many
+    # every full row with `least` sequences or more, and the lowest `wanted` with least - 1
+    least, wanted = rows_with.shape[0] - 1, extra
+    while least > 0 and wanted > rows_with[least - 1]:
+        wanted -= rows_with[least - 1]
+        least -= 1
     for r in range(n_rows):
         if not gone[r] and fill[r] == capacity:
-            if count[r] >= fewest:
+            if count[r] >= least:
                 chosen[r] = True
-            elif count[r] == fewest - 1 and wanted > 0:
+            elif count[r] == least - 1 and wanted > 0:
                 chosen[r] = True
                 wanted -= 1
     return np.flatnonzero(chosen)
@@ -142,12 +145,12 @@ def _subset_sum(room, lengths_down, taken, end, reach, first_length, first_copie
 def _pool_by_length(lengths, row, in_pool, capacity):
     """The pool's sequences longest first (ties: lowest index; a counting sort), where
     each length starts and ends in that order, and the pool's lengths longest first."""
-    end = np.zeros(capacity + 1, dtype=np.int64)
+    end = np.zeros(capacity + 1, dtype=np.int32)  # int32 throughout: capacity-sized arrays
     for i in range(lengths.shape[0]):
         if in_pool[row[i]]:
             end[lengths[i]] += 1
-    start = np.zeros(capacity + 1, dtype=np.int64)
-    lengths_down = np.empty(capacity, dtype=np.int64)
+    start = np.zeros(capacity + 1, dtype=np.int32)
+    lengths_down = np.empty(capacity, dtype=np.int32)
     size, n_lengths = 0, 0
     for length in range(capacity, 0, -1):
         start[length] = size
@@ -170,8 +173,8 @@ def _refill(lengths, capacity, order, start, end, lengths_down, built, budget):
     Returns (rows built, work); work > budget means the refill was cut short."""
     taken = start.copy()  # the next sequence of each length still in the pool
     reach = np.zeros(capacity // _WORD + 1, dtype=np.int64)
-    first_length = np.zeros(capacity + 1, dtype=np.int64)
-    first_copies = np.zeros(capacity + 1, dtype=np.int64)
+    first_length = np.zeros(capacity + 1, dtype=np.int32)
+    first_copies = np.zeros(capacity + 1, dtype=np.int32)
     n_built, work, longest = 0, 0, 0
     while True:
         while longest < lengths_down.shape[0] and taken[lengths_down[longest]] == end[lengths_down[longest]]:
@@ -218,7 +221,7 @@ def _round(lengths, capacity, row, gone, extra, work, budget):
     pool = _pool_rows(fill, count, gone, capacity, extra)
     in_pool = np.zeros(n_rows, dtype=np.bool_)
     in_pool[pool] = True
-    work += lengths.shape[0] + n_rows
+    work += lengths.shape[0] + n_rows + capacity
     order, start, end, lengths_down = _pool_by_length(lengths, row, in_pool, capacity)
     if _fewest_rows(lengths, order, capacity) >= pool.shape[0]:
         return 0, pool.shape[0], work
