@@ -150,7 +150,7 @@ def _pool_by_length(lengths, row, in_pool, capacity):
         if in_pool[row[i]]:
             end[lengths[i]] += 1
     start = np.zeros(capacity + 1, dtype=np.int32)
-    lengths_down = np.empty(capacity, dtype=np.int32)
+    lengths_down = np.empty(capacity, dtype=np.int64)
     size, n_lengths = 0, 0
     for length in range(capacity, 0, -1):
         start[length] = size
@@ -189,7 +189,7 @@ def _refill(lengths, capacity, order, start, end, lengths_down, built, budget):
         )
         work += seen + 1
         while total > 0:
-            length, copies = first_length[total], first_copies[total]
+            length, copies = int(first_length[total]), int(first_copies[total])
             for _ in range(copies):
                 built[taken[length]] = n_built
                 taken[length] += 1
