@@ -1,130 +1,100 @@
 """Slow, obviously correct reference for packcli.kernels.improve_rows (the repair pass
-after a packer), with Python lists and full scans. The rules, in the order they apply,
-are in packcli/kernels_improve.py's docstring; this follows them without any index."""
+after a packer), with Python lists and sets. The rules, in the order they apply, are in
+packcli/kernels_improve.py's docstring; this follows them without any index or bitset."""
 
 from __future__ import annotations
 
-POOL = -1
+from collections import Counter
 
 
-class _State:
-    def __init__(self, lengths, row, n_rows, capacity):
-        self.lengths, self.capacity = lengths, capacity
-        self.row = list(row)
-        self.fill = [0] * n_rows
-        for i, r in enumerate(self.row):
-            self.fill[r] += lengths[i]
-        self.takes_part = [f < capacity for f in self.fill]  # full rows are never touched
-        self.gone = [False] * n_rows
-
-    def room(self, r):
-        return self.capacity - self.fill[r]
-
-    def rows_with_room(self):
-        return [r for r in range(len(self.fill)) if self.takes_part[r] and not self.gone[r] and self.room(r) > 0]
-
-    def members(self, r):
-        return [i for i, where in enumerate(self.row) if where == r]
-
-    def move(self, i, target):
-        if self.row[i] != POOL:
-            self.fill[self.row[i]] -= self.lengths[i]
-        if target != POOL:
-            self.fill[target] += self.lengths[i]
-        self.row[i] = target
+def fewest_rows(lengths, items, capacity):
+    """ceil(tokens / capacity), or the sequences longer than half a row, whichever is more."""
+    return max(-(-sum(lengths[i] for i in items) // capacity), sum(2 * lengths[i] > capacity for i in items))
 
 
-def _next_move(s, b):
-    """('place', row, -1) or ('swap', row, sequence), or None."""
-    fits = [r for r in s.rows_with_room() if s.room(r) >= b]
-    if fits:
-        return "place", min(fits, key=lambda r: (s.room(r), r)), -1
-    swaps = [
-        (-(b - s.lengths[j]), s.room(r), r, j)
-        for r in s.rows_with_room()
-        for j in s.members(r)
-        if 0 < b - s.lengths[j] <= s.room(r)
-    ]
-    if not swaps:
-        return None
-    _, _, r, j = min(swaps)
-    return "swap", r, j
+def subset_sum(lengths, left, room):
+    """The sequences of `left` (longest first, then by index) that join a row with `room`."""
+    counts = Counter(lengths[i] for i in left)
+    reach, first = {0}, {}
+    for length in sorted(counts, reverse=True):
+        if room in reach:
+            break
+        remaining, copies = counts[length], 1
+        while remaining > 0 and room not in reach:
+            step = min(copies, remaining)
+            fresh = {s + step * length for s in reach if s + step * length <= room} - reach
+            for s in fresh:
+                first[s] = (length, step)
+            reach |= fresh
+            remaining -= step
+            copies *= 2
+    total = room if room in reach else max(reach)
+    picked = []
+    while total > 0:
+        length, step = first[total]
+        picked += [i for i in left if lengths[i] == length and i not in picked][:step]
+        total -= length * step
+    return picked
 
 
-def _dissolve(s, target):
-    saved = (list(s.row), list(s.fill))
-    s.gone[target] = True
-    pool = sorted(s.members(target), key=lambda i: (-s.lengths[i], i))
-    for i in pool:
-        s.move(i, POOL)
-    for current in pool:
-        while True:
-            move = _next_move(s, s.lengths[current])
-            if move is None:
-                s.row, s.fill = saved
-                s.gone[target] = False
-                return False
-            _, r, j = move
-            if j >= 0:
-                s.move(j, POOL)
-            s.move(current, r)
-            if j < 0:
-                break
-            current = j
-    return True
+def refill(lengths, items, capacity):
+    """The pool's sequences packed again, one row at a time (a list of lists)."""
+    left = sorted(items, key=lambda i: (-lengths[i], i))
+    rows = []
+    while left:
+        seed = left.pop(0)
+        members = [seed, *subset_sum(lengths, left, capacity - lengths[seed])]
+        left = [i for i in left if i not in members]
+        rows.append(members)
+    return rows
 
 
-def _concentrate(s):
-    swaps = 0
-    for r1 in sorted(s.rows_with_room(), key=lambda r: (s.room(r), r)):
-        while s.room(r1) > 0:
-            room1 = s.room(r1)
-            best = None
-            for d in range(room1, 0, -1):
-                found = [
-                    (x, y)
-                    for x in s.members(r1)
-                    for y in range(len(s.lengths))
-                    if s.lengths[y] == s.lengths[x] + d and s.row[y] not in (POOL, r1) and s.room(s.row[y]) + d > room1
-                ]
-                if found:
-                    best = min(found)
-                    break
-            if best is None:
-                break
-            x, y = best
-            r2 = s.row[y]
-            s.move(x, r2)
-            s.move(y, r1)
-            swaps += 1
-    return swaps
+def one_round(lengths, row, gone, capacity, extra):
+    """(rows removed, pool rows); rewrites row and gone when rows were removed."""
+    live = [r for r in range(len(gone)) if not gone[r]]
+    fill, count = Counter(), Counter()
+    for i, r in enumerate(row):
+        fill[r] += lengths[i]
+        count[r] += 1
+    with_room = [r for r in live if fill[r] < capacity]
+    full = sorted((r for r in live if fill[r] == capacity), key=lambda r: (-count[r], r))[:extra]
+    pool = sorted(with_room + full)
+    items = [i for i, r in enumerate(row) if r in pool]
+    if fewest_rows(lengths, items, capacity) >= len(pool):
+        return 0, len(pool)
+    rows = refill(lengths, items, capacity)
+    if len(rows) >= len(pool):
+        return 0, len(pool)
+    for k, members in enumerate(rows):
+        for i in members:
+            row[i] = pool[k]
+    for r in pool[len(rows) :]:
+        gone[r] = True
+    return len(pool) - len(rows), len(pool)
 
 
 def improve_rows(lengths, row, offset, n_rows, capacity):
     """(row, offset, n_rows) after the repair pass, as lists."""
     lengths, row, offset = list(lengths), list(row), list(offset)
-    bound = -(-sum(lengths) // capacity)
+    bound = fewest_rows(lengths, range(len(lengths)), capacity)
     if n_rows <= bound:
         return row, offset, n_rows
-    s = _State(lengths, row, n_rows, capacity)
-    rows_left = n_rows
+    new_row, gone = list(row), [False] * n_rows
+    rows_left, extra = n_rows, 0
     while rows_left > bound:
-        candidates = s.rows_with_room()
-        if not candidates:
+        removed, pool_size = one_round(lengths, new_row, gone, capacity, extra)
+        rows_left -= removed
+        if pool_size >= rows_left + removed:
             break
-        target = max(candidates, key=lambda r: (s.room(r), r))
-        if _dissolve(s, target):
-            rows_left -= 1
-        elif _concentrate(s) == 0:
-            break
+        extra = 2 * extra + 16
     if rows_left == n_rows:
         return row, offset, n_rows
-    changed = {r for i in range(len(row)) if s.row[i] != row[i] for r in (s.row[i], row[i])}
-    new_id = {r: r - sum(s.gone[:r]) for r in range(n_rows)}
+    changed = {r for i in range(len(row)) if new_row[i] != row[i] for r in (new_row[i], row[i])}
+    new_id = {r: r - sum(gone[:r]) for r in range(n_rows)}
     new_offset = list(offset)
     cursor = dict.fromkeys(changed, 0)
-    for i, r in enumerate(s.row):
+    for i, r in enumerate(new_row):
         if r in changed:
             new_offset[i] = cursor[r]
             cursor[r] += lengths[i]
-    return [new_id[r] for r in s.row], new_offset, rows_left
+    return [new_id[r] for r in new_row], new_offset, rows_left

@@ -28,16 +28,28 @@ def reference(lengths, placed: PackedLengths, capacity: int):
     return naive_improve_rows(list(lengths), placed.row.tolist(), placed.offset.tolist(), placed.n_rows, capacity)
 
 
-def test_bfd_extra_row_is_dissolved():
-    # bfd: [4, 4] (room 2), [3, 3, 3] (room 1), [3]. Dissolving [3] fails (no room >= 3,
-    # no shorter sequence to swap), then [3, 3, 3] swaps a 3 for a 4 of [4, 4] and is
-    # full, and the 3 fits the room of 3 that this leaves. Changed rows: input order.
+def test_bfd_rows_are_refilled_exactly():
+    # bfd: [4, 4] (room 2), [3, 3, 3] (room 1), [3] (room 7): all three have room and form
+    # the pool. Row one: the first 4, then room 6, reached by two 3s (a chunk of 2 copies,
+    # the lowest-indexed). Row two: the other 4 and the last two 3s. The third row goes.
     lengths = [4, 4, 3, 3, 3, 3]
     placed = pack_lengths(lengths, 10, "bfd")
     assert placed.n_rows == 3
     improved = improve_rows(lengths, placed, 10)
-    assert as_tuple(improved) == ([1, 0, 0, 1, 1, 0], [0, 0, 4, 4, 7, 7], 2)
+    assert as_tuple(improved) == ([0, 1, 0, 0, 1, 1], [0, 0, 4, 7, 4, 7], 2)
     assert as_tuple(plan_lengths(lengths, 10)) == as_tuple(improved)
+
+
+def test_full_rows_of_short_sequences_join_a_later_round():
+    # bfd: [7] (room 1), [3, 4] (room 1), [2, 2, 3, 1] (full), [2] (room 6). The rows with
+    # room cannot be packed in fewer: 7 finds no 1 among them. The second round adds the
+    # full row: [7, 1], [4, 2, 2], [3, 3, 2], and the last pool row goes.
+    lengths = [2, 3, 7, 2, 4, 2, 3, 1]
+    placed = pack_lengths(lengths, 8, "bfd")
+    assert as_tuple(placed)[0] == [2, 1, 0, 2, 1, 3, 2, 2]
+    improved = improve_rows(lengths, placed, 8)
+    assert as_tuple(improved) == ([1, 2, 0, 1, 1, 2, 2, 0], [0, 0, 0, 2, 4, 3, 5, 7], 3)
+    assert as_tuple(improved) == reference(lengths, placed, 8)
 
 
 def test_rows_at_the_bound_are_returned_unchanged():
