@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.export import blocks, real_segments, real_tokens, write_views
+from packcli.export_tokens import TokenBlock, token_blocks
 from packcli.manifest import Manifest, load_manifest
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -108,21 +108,30 @@ def _write_tokens(
     documents = _Documents()
     tokens = 0
     carry = False  # may the previous row's last segment go on in the next row?
-    for block in blocks(out_dir, manifest):
-        rows, real = block.rows, block.real
-        lengths, starts_row = real_segments(rows, first_row=block.first_row)
-        joins = np.zeros(len(lengths), dtype=bool)
-        joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
-        documents.add(lengths, joins)
-        ids = _as_token_dtype(rows.input_ids, real, token_dtype)
-        write_views(data, real_tokens(ids, rows, real))
-        tokens += int(real.sum())
+    for block in token_blocks(out_dir, manifest):
+        edges = _write_block(data, block, token_dtype, rule)
+        segments = block.segments
+        joins = np.zeros(len(segments.lengths), dtype=bool)
+        joins[segments.starts_row], carry = _row_joins(edges, segments.real, seq_len, rule, token, carry)
+        documents.add(segments.lengths, joins)
+        tokens += int(segments.real.sum())
     return documents.finish(), tokens
 
 
+def _write_block(data: int, block: TokenBlock, token_dtype: np.dtype, rule: str) -> np.ndarray:
+    """A block's real tokens into `data`; the ids its rows start (bos) or end (eos) with."""
+    edges = []
+    column = 0 if rule == "bos" else -1
+    for chunk in block.chunks():
+        real = block.segments.real[chunk.start : chunk.start + len(chunk.ids)]
+        block.write(data, chunk, _as_token_dtype(chunk.ids, real, token_dtype))
+        edges.append(chunk.ids[:, column].copy())
+    return np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
+
+
 def _as_token_dtype(ids: np.ndarray, real: np.ndarray, token_dtype: np.dtype) -> np.ndarray:
-    """The block's ids in the `.bin` dtype (little endian), after checking that every real
-    one fits; the stored array itself when it already has that dtype."""
+    """The chunk's ids in the `.bin` dtype (little endian), after checking that every real
+    one fits; the array itself when it already has that dtype."""
     target = token_dtype.newbyteorder("<")
     if ids.dtype == target:
         return ids
@@ -149,16 +158,17 @@ def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:
     return "segment", None, ["without EOS or BOS, documents cut at row boundaries are exported in pieces"]
 
 
-def _row_joins(rows, real: np.ndarray, seq_len: int, rule: str, token: int | None, carry: bool):
+def _row_joins(edges: np.ndarray, real: np.ndarray, seq_len: int, rule: str, token: int | None, carry: bool):
     """Per row: does its first segment continue the previous row's last one? And the carry
-    for the next block (may this block's last row go on?)."""
-    if rule == "segment" or len(rows) == 0:
-        return np.zeros(len(rows), dtype=bool), False
+    for the next block (may this block's last row go on?). `edges`: each row's first id
+    (bos) or last id (eos)."""
+    if rule == "segment" or len(real) == 0:
+        return np.zeros(len(real), dtype=bool), False
     full = real == seq_len  # a full row has no padding, so its last token is real
-    may_go_on = full & (rows.input_ids[:, -1] != token) if rule == "eos" else full
+    may_go_on = full & (edges != token) if rule == "eos" else full
     joins = np.concatenate([[carry], may_go_on[:-1]])
     if rule == "bos":
-        joins &= rows.input_ids[:, 0] != token
+        joins &= edges != token
     return joins, bool(may_go_on[-1])
 
 

@@ -43,6 +43,18 @@ def test_bin_mode_one_document_per_segment(tmp_path, packed, cli, word_tokenizer
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_pads_after_segments_are_left_out(tmp_path, packed, cli, word_tokenizer, fmt):
+    """--pad-to-multiple-of puts pads after every segment: only the real tokens are written."""
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(80, seed=9, max_words=30)])
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--pad-to-multiple-of", 8, "--format", fmt)
+    summary, _ = export(cli, out, tmp_path / "mega")
+    rows, _ = load_rows(out)
+    assert (rows.cu_seqlens != rows.cu_seqlens_unpadded).any()
+    assert as_lists(read_megatron(tmp_path / "mega")) == real_segments(rows)
+    assert summary["tokens"] == sum(map(len, real_segments(rows)))
+
+
 def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer):
     texts = random_texts(120, seed=2, max_words=50)
     texts += ["w1 w2 w3 w4 w5 w6 w7"] * 3  # 8 tokens with EOS: ends exactly at a row end
