@@ -10,6 +10,7 @@ The segment arithmetic is done for a whole block of rows at once.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from packcli.shards import NPY_HEADER_BYTES, READ_BLOCK_ROWS
 
 IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 CHUNK_BYTES = 1 << 21  # rows read and written at a time: a few hundred KB to 2 MB stay in cache
+MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: a chunk's rows mapped and read in by one call
 FIXED_COLUMNS = ("input_ids", "labels")
 # the header packcli's npy writer gives every file: version 1.0, padded to NPY_HEADER_BYTES
 NPY_HEADER = re.compile(
@@ -176,7 +178,7 @@ class _NpyColumn:
         else:
             shape, dtype = self._numpy_header(path)
             self.data = self.file.tell()
-        self.shape, self.dtype = shape, dtype
+        self.shape, self.dtype, self.size = shape, dtype, os.fstat(self.file.fileno()).st_size
         self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
 
     def _numpy_header(self, path: Path) -> tuple[tuple[int, ...], np.dtype]:
@@ -196,9 +198,28 @@ class _NpyColumn:
         while view.nbytes:
             got = os.preadv(self.file.fileno(), [view], offset)
             if got == 0:
-                raise PackcliError(f"{Path(self.file.name).parent.name}: {Path(self.file.name).name} is truncated")
+                self._truncated()
             view, offset = view[got:], offset + got
         return out
+
+    def mapped(self, start: int, stop: int) -> np.ndarray:
+        """Rows `start` to `stop` (some) as a read-only view of a mapping of their pages only,
+        all read in by the call (MAP_POPULATE): no page faults, one copy when written out."""
+        begin = self.data + start * self.row_bytes
+        end = begin + (stop - start) * self.row_bytes
+        if end > self.size:
+            self._truncated()
+        aligned = begin - begin % mmap.ALLOCATIONGRANULARITY
+        flags = mmap.MAP_SHARED | MAP_POPULATE
+        window = mmap.mmap(self.file.fileno(), end - aligned, flags=flags, prot=mmap.PROT_READ, offset=aligned)
+        values = np.frombuffer(
+            window, dtype=self.dtype, count=(end - begin) // self.dtype.itemsize, offset=begin - aligned
+        )
+        return values.reshape(stop - start, *self.shape[1:])  # the mapping is closed with its last view
+
+    def _truncated(self):
+        path = Path(self.file.name)
+        raise PackcliError(f"{path.parent.name}: {path.name} is truncated")
 
 
 class _NpyShard:
@@ -253,16 +274,18 @@ class _NpyShard:
             self.buffers[key] = np.empty((rows, self.seq_len), dtype=column.dtype)
         return self.buffers[key]
 
+    def _rows(self, name: str, first: int, last: int, step: int) -> np.ndarray:
+        if MAP_POPULATE:
+            return self.columns[name].mapped(first, last)
+        return self.columns[name].read(first, last, self._buffer(name, step)[: last - first])
+
     def _chunks(self, start: int, stop: int) -> Iterator[Chunk]:
         step = max(1, CHUNK_BYTES // self.columns["input_ids"].row_bytes)
         names = [name for name in FIXED_COLUMNS if name in self.columns]
         for first in range(start, stop, step):
             last = min(first + step, stop)
             with _shard_errors(self.path):
-                read = {
-                    name: self.columns[name].read(first, last, self._buffer(name, step)[: last - first])
-                    for name in names
-                }
+                read = {name: self._rows(name, first, last, step) for name in names}
             yield Chunk(first - start, read["input_ids"], read.get("labels"))
 
     def close(self) -> None:

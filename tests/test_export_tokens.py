@@ -3,6 +3,8 @@ rows `packcli.shards` reads, whatever the chunk and block sizes, and damage name
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, real_segments, write_jsonl
@@ -31,9 +33,14 @@ def streamed(source, tmp_path, labels=False):
     return joined, *read
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.parametrize("fmt", ["parquet", "npy", "npy read"])
 @pytest.mark.parametrize("pad", [[], ["--pad-to-multiple-of", 8]])
 def test_small_chunks_and_blocks_give_every_real_token(tmp_path, packed, word_tokenizer, monkeypatch, fmt, pad):
+    """npy rows are mapped a chunk at a time where the system reads a mapping in at once
+    (Linux), else read into a buffer ("npy read")."""
+    if fmt == "npy read":
+        fmt = "npy"
+        monkeypatch.setattr(export_tokens, "MAP_POPULATE", 0)
     records = [{"p": t, "c": " ".join(reversed(t.split()))} for t in random_texts(90, seed=3, max_words=20)]
     path = write_jsonl(tmp_path / "in.jsonl", records)
     options = ("--prompt-field", "p", "--completion-field", "c", "--rows-per-shard", 13, *pad)
@@ -51,6 +58,10 @@ def test_small_chunks_and_blocks_give_every_real_token(tmp_path, packed, word_to
     assert parts["starts_row"].sum() == len(rows) and parts["real"].tolist() == rows.real_lengths().tolist()
 
 
+def test_the_rows_are_mapped_on_linux():
+    assert export_tokens.MAP_POPULATE or not sys.platform.startswith("linux")
+
+
 def test_headers_numpy_writes_are_read_too(tmp_path, packed, word_tokenizer):
     """A shard rewritten by numpy (npy format 2.0 here) reads as packcli's own."""
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(30, seed=4, max_words=20)])
@@ -66,7 +77,9 @@ def test_headers_numpy_writes_are_read_too(tmp_path, packed, word_tokenizer):
     assert after["lengths"].tolist() == before["lengths"].tolist()
 
 
-def test_damaged_npy_shards_are_named(tmp_path, packed, word_tokenizer):
+@pytest.mark.parametrize("populate", [export_tokens.MAP_POPULATE, 0])
+def test_damaged_npy_shards_are_named(tmp_path, packed, word_tokenizer, monkeypatch, populate):
+    monkeypatch.setattr(export_tokens, "MAP_POPULATE", populate)
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(30, seed=6, max_words=20)])
     source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--format", "npy")
     ids = source / "shard-00000" / "input_ids.npy"
