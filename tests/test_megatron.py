@@ -10,6 +10,8 @@ import pytest
 from helpers import load_rows, random_texts, real_segments, word_ids, write_jsonl
 from megatron_reader import read_megatron
 
+from packcli import export_tokens, megatron
+
 EOS, BOS = 1, 2
 
 
@@ -78,6 +80,22 @@ def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer
         data = read_megatron(tmp_path / f"mega-{fmt}")
         assert as_lists(data) == [word_ids(t) + [EOS] for t in texts]
         assert summary["rule"] == "eos" and stderr == ""
+
+
+def test_documents_across_blocks_and_a_long_index(tmp_path, packed, cli, word_tokenizer, monkeypatch):
+    """Documents that go on across read blocks are joined, and the .idx written in pieces
+    reads as one."""
+    texts = random_texts(100, seed=12, max_words=50)
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    options = ("--mode", "concat", "--no-shuffle", "--format", "npy", "--rows-per-shard", 9)
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8, *options)
+    monkeypatch.setattr(export_tokens, "READ_BLOCK_ROWS", 2)
+    monkeypatch.setattr(megatron, "INDEX_STEP", 3)
+    summary, _ = export(cli, out, tmp_path / "mega")
+    data = read_megatron(tmp_path / "mega")
+    assert as_lists(data) == [word_ids(t) + [EOS] for t in texts]
+    assert data.document_index.tolist() == list(range(len(texts) + 1)) and summary["documents"] == len(texts)
+    assert data.pointers.tolist() == np.cumsum([0] + [2 * (len(t.split()) + 1) for t in texts[:-1]]).tolist()
 
 
 def test_concat_mode_with_bos_and_no_eos(tmp_path, packed, cli, bos_tokenizer):
