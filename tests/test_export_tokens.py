@@ -92,3 +92,13 @@ def test_damaged_npy_shards_are_named(tmp_path, packed, word_tokenizer, monkeypa
     (source / "shard-00000" / "num_segments.npy").unlink()
     with pytest.raises(PackcliError, match=r"shard-00000: missing file\(s\) num_segments.npy"):
         streamed(source, tmp_path)
+
+
+def test_spans_are_written_in_order_whether_they_touch_or_not(tmp_path):
+    data = memoryview(bytes(range(256)) * 4)
+    begins = np.array([0, 10, 30, 40, 40, 100, 500], dtype=np.int64)
+    ends = np.array([10, 20, 40, 40, 60, 100, 1024], dtype=np.int64)  # touching, empty, apart
+    with open(tmp_path / "out", "wb") as f:
+        export_tokens.write_spans(f.fileno(), data, begins, ends)
+    want = b"".join(bytes(data[b:e]) for b, e in zip(begins.tolist(), ends.tolist(), strict=True))
+    assert (tmp_path / "out").read_bytes() == want and len(want) == 10 + 10 + 10 + 20 + 524
