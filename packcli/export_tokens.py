@@ -1,11 +1,12 @@
 """The real tokens of a packed output, for the exports that write one flat token stream
 (megatron, nanotron): only the columns they need, a bounded chunk at a time.
 
-An npy shard's columns are read with `pread` into one buffer reused for every chunk of
-about 2 MB of rows, not memory-mapped: mapping and faulting in the pages of six files a
-shard cost more than reading them, and a reused buffer stays in the CPU cache while its
-rows are written out with `writev`. Parquet shards decode only the columns asked for.
-The segment arithmetic is done for a whole block of rows at once.
+An npy shard's rows are taken a chunk of about 2 MB at a time: on Linux as a mapping of
+just those rows' pages, all read in by the one `mmap` call (MAP_POPULATE), elsewhere read
+with `pread` into one reused buffer. Memory-mapping every column of a shard and faulting
+its pages in one at a time cost more than the copy itself. The real tokens of the rows go
+out with `writev`. Parquet shards decode only the columns asked for. The segment
+arithmetic is done for a whole block of rows at once.
 """
 
 from __future__ import annotations
@@ -172,7 +173,14 @@ class _NpyColumn:
     """One .npy file: its header parsed once, then read by rows with `pread`."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "rb")  # closed by the shard
+        self.file = open(path, "rb")  # closed by the shard, or here when the header is bad
+        try:
+            self._read_header(path)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _read_header(self, path: Path) -> None:
         head = os.pread(self.file.fileno(), NPY_HEADER_BYTES, 0)
         plain = NPY_HEADER.fullmatch(head)  # packcli's own header, without numpy's parser
         if plain:
@@ -236,10 +244,14 @@ class _NpyShard:
         if (path / "cu_seqlens_unpadded.npy").is_file():
             names.append("cu_seqlens_unpadded")
         self.columns: dict[str, _NpyColumn] = {}
-        with _shard_errors(path):
-            for name in names:
-                self.columns[name] = _NpyColumn(path / f"{name}.npy")
-            self._check()
+        try:
+            with _shard_errors(path):
+                for name in names:
+                    self.columns[name] = _NpyColumn(path / f"{name}.npy")
+                self._check()
+        except BaseException:
+            self.close()
+            raise
 
     def _check(self) -> None:
         columns, path = self.columns, self.path
@@ -253,7 +265,7 @@ class _NpyShard:
         if last is None or columns["num_segments"].shape != (n,) or (last[0],) != entries:
             raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
         if "cu_seqlens_unpadded" in columns and columns["cu_seqlens_unpadded"].shape != entries:
-            raise PackcliError(f"{path.name}: max_seqlen or cu_seqlens_unpadded do not match {n} rows")
+            raise PackcliError(f"{path.name}: cu_seqlens_unpadded and cu_seqlens differ in length")
 
     def blocks(self, shard: int, first_row: int) -> Iterator[TokenBlock]:
         n = self.columns["input_ids"].shape[0]
