@@ -15,17 +15,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.export import (
-    Block,
-    ExportDir,
-    Progress,
-    blocks,
-    read_source,
-    real_segments,
-    real_tokens,
-    token_dtype,
-    write_views,
-)
+from packcli.export import ExportDir, Progress, read_source, token_dtype
+from packcli.export_tokens import TokenBlock, token_blocks
 from packcli.rows import IGNORE_INDEX
 
 
@@ -38,18 +29,19 @@ class _TokenFile:
         self.loss: BinaryIO | None = open(f"{path}.loss", "wb", buffering=0) if with_loss else None
         self.written = 0
 
-    def add(self, block: Block, dtype: np.dtype) -> tuple[int, int]:
+    def add(self, block: TokenBlock, dtype: np.dtype) -> tuple[int, int]:
         """Write a block's real tokens; (documents, tokens) written."""
-        rows = block.rows
-        ids = rows.input_ids.astype(dtype.newbyteorder("<"), copy=False)
-        write_views(self.tokens.fileno(), real_tokens(ids, rows, block.real))
-        if self.loss is not None:
-            learned = (rows.labels != IGNORE_INDEX).view(np.uint8)
-            write_views(self.loss.fileno(), real_tokens(learned, rows, block.real))
-        lengths, _ = real_segments(rows, block.first_row)
+        target = dtype.newbyteorder("<")
+        for chunk in block.chunks():
+            block.write(self.tokens.fileno(), chunk, chunk.ids.astype(target, copy=False))
+            if self.loss is not None:
+                assert chunk.labels is not None  # asked for with the loss mask
+                learned = (chunk.labels != IGNORE_INDEX).view(np.uint8)
+                block.write(self.loss.fileno(), chunk, learned)
+        lengths = block.segments.lengths
         ends = np.cumsum(lengths, dtype=np.int64) + self.written
         self.index.write(ends.astype("<u8").data)
-        tokens = int(block.real.sum())
+        tokens = int(block.segments.real.sum())
         self.written += tokens
         return len(lengths), tokens
 
@@ -71,7 +63,7 @@ def export_nanotron(
     current: _TokenFile | None = None
     with ExportDir(out, overwrite) as tmp:
         try:
-            for block in blocks(source, manifest, progress):
+            for block in token_blocks(source, manifest, labels=with_loss, progress=progress):
                 if current is None or block.shard != shards[-1]:
                     if current is not None:
                         current.close()

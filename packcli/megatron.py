@@ -25,14 +25,16 @@ lengths, int64 byte offsets of the sequences in `.bin`, int64 document index
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.export import blocks, real_segments, real_tokens, write_views
+from packcli.export_tokens import TokenBlock, token_blocks
 from packcli.manifest import Manifest, load_manifest
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -47,6 +49,7 @@ DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.float32): 7,
     np.dtype(np.uint16): 8,
 }
+INDEX_STEP = 1 << 20  # document-index entries written at a time
 DTYPES: dict[str, np.dtype] = {"uint16": np.dtype(np.uint16), "int32": np.dtype(np.int32)}
 
 
@@ -75,11 +78,9 @@ def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | Non
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
     bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
     try:
-        with open(bin_tmp, "wb", buffering=0) as data:
-            lengths, tokens = _write_tokens(data.fileno(), out_dir, manifest, token_dtype, rule, token)
-        if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
-            raise PackcliError("a document is longer than 2^31 tokens, more than the .idx format holds")
-        _write_index(idx_tmp, lengths, token_dtype)
+        with open(bin_tmp, "wb", buffering=0) as data, _IndexWriter(idx_tmp, token_dtype) as index:
+            tokens = _write_tokens(data.fileno(), index, out_dir, manifest, rule, token)
+            documents = index.finish()
         os.replace(bin_tmp, bin_path)
         os.replace(idx_tmp, idx_path)
     except BaseException:
@@ -93,7 +94,7 @@ def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | Non
         "bin": str(bin_path),
         "idx": str(idx_path),
         "dtype": token_dtype.name,
-        "documents": len(lengths),
+        "documents": documents,
         "tokens": int(tokens),
         "rule": rule,
         "notes": notes,
@@ -101,28 +102,39 @@ def export_megatron(out_dir: Path | str, prefix: Path | str, *, dtype: str | Non
 
 
 def _write_tokens(
-    data: int, out_dir: Path, manifest: Manifest, token_dtype: np.dtype, rule: str, token: int | None
-) -> tuple[np.ndarray, int]:
-    """The real tokens of every row into the file `data`, in order; (document lengths, tokens written)."""
+    data: int, index: _IndexWriter, out_dir: Path, manifest: Manifest, rule: str, token: int | None
+) -> int:
+    """The real tokens of every row into the file `data`, in order, and the documents they
+    make into `index`; the tokens written."""
     seq_len = manifest["seq_len"]
     documents = _Documents()
     tokens = 0
     carry = False  # may the previous row's last segment go on in the next row?
-    for block in blocks(out_dir, manifest):
-        rows, real = block.rows, block.real
-        lengths, starts_row = real_segments(rows, first_row=block.first_row)
-        joins = np.zeros(len(lengths), dtype=bool)
-        joins[starts_row], carry = _row_joins(rows, real, seq_len, rule, token, carry)
-        documents.add(lengths, joins)
-        ids = _as_token_dtype(rows.input_ids, real, token_dtype)
-        write_views(data, real_tokens(ids, rows, real))
-        tokens += int(real.sum())
-    return documents.finish(), tokens
+    for block in token_blocks(out_dir, manifest):
+        edges = _write_block(data, block, index.dtype, rule)
+        segments = block.segments
+        joins = np.zeros(len(segments.lengths), dtype=bool)
+        joins[segments.starts_row], carry = _row_joins(edges, segments.real, seq_len, rule, token, carry)
+        index.add(documents.add(segments.lengths, joins))
+        tokens += int(segments.real.sum())
+    index.add(documents.finish())
+    return tokens
+
+
+def _write_block(data: int, block: TokenBlock, token_dtype: np.dtype, rule: str) -> np.ndarray:
+    """A block's real tokens into `data`; the ids its rows start (bos) or end (eos) with."""
+    edges = []
+    column = 0 if rule == "bos" else -1
+    for chunk in block.chunks():
+        real = block.segments.real[chunk.start : chunk.start + len(chunk.ids)]
+        block.write(data, chunk, _as_token_dtype(chunk.ids, real, token_dtype))
+        edges.append(chunk.ids[:, column].copy())
+    return np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
 
 
 def _as_token_dtype(ids: np.ndarray, real: np.ndarray, token_dtype: np.dtype) -> np.ndarray:
-    """The block's ids in the `.bin` dtype (little endian), after checking that every real
-    one fits; the stored array itself when it already has that dtype."""
+    """The chunk's ids in the `.bin` dtype (little endian), after checking that every real
+    one fits; the array itself when it already has that dtype."""
     target = token_dtype.newbyteorder("<")
     if ids.dtype == target:
         return ids
@@ -149,60 +161,88 @@ def _document_rule(manifest: Manifest) -> tuple[str, int | None, list[str]]:
     return "segment", None, ["without EOS or BOS, documents cut at row boundaries are exported in pieces"]
 
 
-def _row_joins(rows, real: np.ndarray, seq_len: int, rule: str, token: int | None, carry: bool):
+def _row_joins(edges: np.ndarray, real: np.ndarray, seq_len: int, rule: str, token: int | None, carry: bool):
     """Per row: does its first segment continue the previous row's last one? And the carry
-    for the next block (may this block's last row go on?)."""
-    if rule == "segment" or len(rows) == 0:
-        return np.zeros(len(rows), dtype=bool), False
+    for the next block (may this block's last row go on?). `edges`: each row's first id
+    (bos) or last id (eos)."""
+    if rule == "segment" or len(real) == 0:
+        return np.zeros(len(real), dtype=bool), False
     full = real == seq_len  # a full row has no padding, so its last token is real
-    may_go_on = full & (rows.input_ids[:, -1] != token) if rule == "eos" else full
+    may_go_on = full & (edges != token) if rule == "eos" else full
     joins = np.concatenate([[carry], may_go_on[:-1]])
     if rule == "bos":
-        joins &= rows.input_ids[:, 0] != token
+        joins &= edges != token
     return joins, bool(may_go_on[-1])
 
 
 class _Documents:
-    """Segment lengths folded into document lengths as blocks arrive."""
+    """Segment lengths folded into document lengths as blocks arrive; each call gives the
+    documents it completed."""
 
     def __init__(self):
-        self.done: list[np.ndarray] = []
         self.open = 0  # length of the document still open (0: none)
 
-    def add(self, lengths: np.ndarray, joins: np.ndarray) -> None:
+    def add(self, lengths: np.ndarray, joins: np.ndarray) -> np.ndarray:
         if not len(lengths):
-            return
+            return lengths
         if self.open == 0:
             joins[0] = False
         starts = np.flatnonzero(~joins)
         if len(starts) == 0:
             self.open += int(lengths.sum())
-            return
+            return lengths[:0]
         self.open += int(lengths[: starts[0]].sum())
-        if self.open:
-            self.done.append(np.array([self.open], dtype=np.int64))
+        closed = [self.open] if self.open else []
         sums = np.add.reduceat(lengths, starts)
-        self.done.append(sums[:-1])
         self.open = int(sums[-1])
+        return np.concatenate([np.array(closed, dtype=np.int64), sums[:-1]])
 
     def finish(self) -> np.ndarray:
-        if self.open:
-            self.done.append(np.array([self.open], dtype=np.int64))
-            self.open = 0
-        return np.concatenate(self.done) if self.done else np.zeros(0, dtype=np.int64)
+        closed, self.open = [self.open] if self.open else [], 0
+        return np.array(closed, dtype=np.int64)
 
 
-def _write_index(path: Path, lengths: np.ndarray, dtype: np.dtype) -> None:
-    count = len(lengths)
-    pointers = np.zeros(count, dtype=np.int64)
-    if count:
-        np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
-    with open(path, "wb") as f:
-        f.write(INDEX_MAGIC)
-        f.write(struct.pack("<Q", INDEX_VERSION))
-        f.write(struct.pack("<B", DTYPE_CODES[dtype]))
-        f.write(struct.pack("<Q", count))
-        f.write(struct.pack("<Q", count + 1))
-        f.write(lengths.astype("<i4").tobytes())
-        f.write(pointers.astype("<i8").tobytes())
-        f.write(np.arange(count + 1, dtype="<i8").tobytes())
+class _IndexWriter:
+    """The `.idx` written as documents complete, so memory does not grow with the output:
+    the lengths go straight after the header, the pointers to an unnamed side file that is
+    appended when the count (which places them) is known, then the document index and the
+    header."""
+
+    HEADER_BYTES = len(INDEX_MAGIC) + 8 + 1 + 8 + 8
+
+    def __init__(self, path: Path, dtype: np.dtype):
+        self.dtype = dtype
+        self.file = open(path, "wb")  # closed by __exit__
+        self.file.write(bytes(self.HEADER_BYTES))
+        self.pointers = tempfile.TemporaryFile(dir=path.parent)
+        self.count = self.end = 0  # documents, and the bytes of .bin they cover
+
+    def __enter__(self) -> _IndexWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.pointers.close()
+        self.file.close()
+
+    def add(self, lengths: np.ndarray) -> None:
+        if not len(lengths):
+            return
+        if lengths.max() > np.iinfo(np.int32).max:
+            raise PackcliError("a document is longer than 2^31 tokens, more than the .idx format holds")
+        sizes = lengths * self.dtype.itemsize
+        ends = np.cumsum(sizes) + self.end
+        self.file.write(lengths.astype("<i4").data)
+        self.pointers.write((ends - sizes).astype("<i8").data)
+        self.count, self.end = self.count + len(lengths), int(ends[-1])
+
+    def finish(self) -> int:
+        """The pointers, document index `[0, 1, ..., n]` and header; the document count."""
+        self.pointers.seek(0)
+        shutil.copyfileobj(self.pointers, self.file, INDEX_STEP * 8)
+        for start in range(0, self.count + 1, INDEX_STEP):
+            self.file.write(np.arange(start, min(start + INDEX_STEP, self.count + 1), dtype="<i8").data)
+        self.file.seek(0)
+        self.file.write(
+            INDEX_MAGIC + struct.pack("<QBQQ", INDEX_VERSION, DTYPE_CODES[self.dtype], self.count, self.count + 1)
+        )
+        return self.count

@@ -10,6 +10,8 @@ import pytest
 from helpers import load_rows, random_texts, real_segments, word_ids, write_jsonl
 from megatron_reader import read_megatron
 
+from packcli import export_tokens, megatron
+
 EOS, BOS = 1, 2
 
 
@@ -43,6 +45,18 @@ def test_bin_mode_one_document_per_segment(tmp_path, packed, cli, word_tokenizer
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_pads_after_segments_are_left_out(tmp_path, packed, cli, word_tokenizer, fmt):
+    """--pad-to-multiple-of puts pads after every segment: only the real tokens are written."""
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(80, seed=9, max_words=30)])
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--pad-to-multiple-of", 8, "--format", fmt)
+    summary, _ = export(cli, out, tmp_path / "mega")
+    rows, _ = load_rows(out)
+    assert (rows.cu_seqlens != rows.cu_seqlens_unpadded).any()
+    assert as_lists(read_megatron(tmp_path / "mega")) == real_segments(rows)
+    assert summary["tokens"] == sum(map(len, real_segments(rows)))
+
+
 def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer):
     texts = random_texts(120, seed=2, max_words=50)
     texts += ["w1 w2 w3 w4 w5 w6 w7"] * 3  # 8 tokens with EOS: ends exactly at a row end
@@ -66,6 +80,22 @@ def test_concat_mode_documents_are_rebuilt(tmp_path, packed, cli, word_tokenizer
         data = read_megatron(tmp_path / f"mega-{fmt}")
         assert as_lists(data) == [word_ids(t) + [EOS] for t in texts]
         assert summary["rule"] == "eos" and stderr == ""
+
+
+def test_documents_across_blocks_and_a_long_index(tmp_path, packed, cli, word_tokenizer, monkeypatch):
+    """Documents that go on across read blocks are joined, and the .idx written in pieces
+    reads as one."""
+    texts = random_texts(100, seed=12, max_words=50)
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    options = ("--mode", "concat", "--no-shuffle", "--format", "npy", "--rows-per-shard", 9)
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8, *options)
+    monkeypatch.setattr(export_tokens, "READ_BLOCK_ROWS", 2)
+    monkeypatch.setattr(megatron, "INDEX_STEP", 3)
+    summary, _ = export(cli, out, tmp_path / "mega")
+    data = read_megatron(tmp_path / "mega")
+    assert as_lists(data) == [word_ids(t) + [EOS] for t in texts]
+    assert data.document_index.tolist() == list(range(len(texts) + 1)) and summary["documents"] == len(texts)
+    assert data.pointers.tolist() == np.cumsum([0] + [2 * (len(t.split()) + 1) for t in texts[:-1]]).tolist()
 
 
 def test_concat_mode_with_bos_and_no_eos(tmp_path, packed, cli, bos_tokenizer):
