@@ -31,7 +31,7 @@ import numpy as np
 
 from packcli import outdir, storage
 from packcli.errors import PackcliError, needs_extra
-from packcli.flow import Timer
+from packcli.flow import Timer, prefetch
 from packcli.grouping import group_counts
 from packcli.plan import RowPlan, gather_rows
 from packcli.report import RowStats
@@ -294,14 +294,16 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     stats = RowStats(job.seq_len)
     row_group = job.plan.row_group
     groups = None if row_group is None else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
+    recorded = _recorded(ledger, job.output, name)
+    writer = None if recorded else _task_writer(job, index)
     spill = PartedSpill(job.part_dirs, job.part_tokens)
+    gathered = gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
+    # As in the local engine: rows are built on a thread while the block before them is
+    # written here (the row kernel and pyarrow's compression both run without the GIL).
+    built = prefetch(gathered, depth=1) if writer is not None else gathered
     try:
-        recorded = _recorded(ledger, job.output, name)
-        writer = None if recorded else _task_writer(job, index)
         at = first
-        for n, rows in enumerate(
-            gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
-        ):
+        for n, rows in enumerate(built):
             stats.add(rows)
             group = None if row_group is None else row_group[at : at + len(rows)]
             at += len(rows)
@@ -312,6 +314,7 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
                 if n == 0:
                     maybe_fail("shard", index)
     finally:
+        getattr(built, "close", lambda: None)()  # the thread stops before the parts close
         spill.close()
     info = recorded or _publish(job, writer, index, name, ledger)
     histograms = {k: v.tolist() for k, v in stats.histograms().items()}

@@ -20,10 +20,12 @@ from packcli.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.ingest import IngestCounts
 from packcli.manifest import BadRecordCounts
 from packcli.pipeline import Job, Outcome, Progress, check_documents, plan_segments
+from packcli.plan import plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats
 from packcli.shards import ShardInfo
 from packcli.spill import LENGTHS_FILE, spill_size
+from packcli.strategy import is_custom
 
 PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
 
@@ -113,6 +115,7 @@ def _spill_parts(
         for i, part in enumerate(parts)
         if i not in kept
     }
+    warm_planner(job.opts)
     metas = dict(kept)
     pending = list(refs)
     total = sum(part.bytes for part in parts)
@@ -126,6 +129,19 @@ def _spill_parts(
         if progress is not None:
             progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
     return [metas[i] for i in range(len(parts))], len(kept)
+
+
+def warm_planner(opts: Any) -> None:
+    """The planner's kernels loaded (Numba, from its cache) while the tasks read: the plan
+    runs alone between the two rounds of tasks, with every worker idle."""
+    if is_custom(opts.algorithm):
+        return  # a user's strategy is called once, on the real lengths
+    settings = opts.plan_settings()
+    lengths = np.minimum(np.arange(1, 9, dtype=np.int64), opts.seq_len)
+    groups = np.zeros(len(lengths), dtype=np.int32) if opts.group_by is not None else None
+    plan_window(lengths, settings, 0, True, groups)
+    if opts.max_sequences_per_row is not None:
+        uncapped_rows(lengths, settings, groups)
 
 
 def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:
