@@ -7,6 +7,8 @@ engine) and nothing that grows with the tokens; the tasks are in engine_ray.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,19 +21,45 @@ from packcli.flow import Timer
 from packcli.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.ingest import IngestCounts
 from packcli.manifest import BadRecordCounts
+from packcli.options import PackOptions
 from packcli.pipeline import Job, Outcome, Progress, check_documents, plan_segments
 from packcli.plan import plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats
-from packcli.shards import ShardInfo
+from packcli.shards import ShardInfo, ids_dtype
 from packcli.spill import LENGTHS_FILE, spill_size
 from packcli.strategy import is_custom
 
 PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
 
 
+@contextmanager
+def ray_session(opts: PackOptions, paths: list[str]) -> Iterator[None]:
+    """Connected before the driver loads its tokenizer, with the workers starting and
+    loading theirs meanwhile (a worker process starts cold: Python, Ray, packcli, the
+    tokenizer); a cluster this call started is stopped at the end."""
+    ray, started = tasks.connect(opts.ray_address, opts.workers)
+    try:
+        warm = ray.remote(tasks.warm_reader).options(max_retries=0, num_cpus=1)
+        for _ in range(_workers_wanted(ray, paths)):
+            warm.remote(opts)
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _workers_wanted(ray: Any, paths: list[str]) -> int:
+    """Workers the part tasks will use: the cluster's CPUs, or fewer when the input has
+    fewer parts (about: a file over PART_BYTES counts as several)."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    if len(paths) >= cpus:
+        return cpus
+    return min(cpus, sum(1 + tasks.input_size(path) // PART_BYTES for path in paths))
+
+
 def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
-    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)
+    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)  # connected already in a ray_session
     try:
         return _stages(ray, job, paths, timer, progress)
     finally:
@@ -54,6 +82,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
             timer.seconds[stage] += seconds
     check_documents(outcome)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     with timer.stage("plan"):
         lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
@@ -110,8 +139,9 @@ def _spill_parts(
     opts = job.opts
     if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
         opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
+    fingerprint = job.setup.fingerprint
     refs = {
-        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
+        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id, fingerprint): i
         for i, part in enumerate(parts)
         if i not in kept
     }
@@ -129,6 +159,16 @@ def _spill_parts(
         if progress is not None:
             progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
     return [metas[i] for i in range(len(parts))], len(kept)
+
+
+def _warm_writers(ray: Any, job: Job, parts: int) -> None:
+    """The idle workers load the row kernels while this process plans: every worker the part
+    tasks used, as any of them may get a shard."""
+    count = min(parts, int(ray.cluster_resources().get("CPU", 1)))
+    warm = ray.remote(tasks.warm_writer).options(max_retries=0, num_cpus=1)
+    dtype = ids_dtype(job.setup.vocab_size).name
+    for _ in range(count):
+        warm.remote(dtype)
 
 
 def warm_planner(opts: Any) -> None:
