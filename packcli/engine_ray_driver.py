@@ -39,14 +39,26 @@ def ray_session(opts: PackOptions, paths: list[str]) -> Iterator[None]:
     loading theirs meanwhile (a worker process starts cold: Python, Ray, packcli, the
     tokenizer); a cluster this call started is stopped at the end."""
     ray, started = tasks.connect(opts.ray_address, opts.workers)
+    warming: list[Any] = []
     try:
         warm = ray.remote(tasks.warm_reader).options(max_retries=0, num_cpus=1)
-        for _ in range(_workers_wanted(ray, paths)):
-            warm.remote(opts)
+        warming = [warm.remote(opts) for _ in range(_workers_wanted(ray, paths))]
         yield
     finally:
+        settle(ray, warming)
         if started:
             ray.shutdown()
+
+
+def settle(ray: Any, warming: list[Any]) -> None:
+    """Warm-ups are only a head start: a failed one (a worker that cannot import packcli,
+    say) is left to the tasks to report, not printed by Ray as an unhandled error."""
+    ready, _ = ray.wait(warming, num_returns=len(warming), timeout=0)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception:
+            pass
 
 
 def _workers_wanted(ray: Any, paths: list[str]) -> int:
@@ -82,7 +94,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
             timer.seconds[stage] += seconds
     check_documents(outcome)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
-    _warm_writers(ray, job, len(parts))
+    warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     with timer.stage("plan"):
         lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
@@ -91,6 +103,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    settle(ray, warming)
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
     timer.seconds["write"] += wall["write"]
@@ -161,14 +174,13 @@ def _spill_parts(
     return [metas[i] for i in range(len(parts))], len(kept)
 
 
-def _warm_writers(ray: Any, job: Job, parts: int) -> None:
+def _warm_writers(ray: Any, job: Job, parts: int) -> list[Any]:
     """The idle workers load the row kernels while this process plans: every worker the part
     tasks used, as any of them may get a shard."""
     count = min(parts, int(ray.cluster_resources().get("CPU", 1)))
     warm = ray.remote(tasks.warm_writer).options(max_retries=0, num_cpus=1)
     dtype = ids_dtype(job.setup.vocab_size).name
-    for _ in range(count):
-        warm.remote(dtype)
+    return [warm.remote(dtype) for _ in range(count)]
 
 
 def warm_planner(opts: Any) -> None:
