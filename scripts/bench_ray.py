@@ -193,6 +193,9 @@ def main() -> None:
     import ray
 
     cores = os.cpu_count() or 1
+    # The cluster's workers import this tree's packcli, as the pack commands do (not an
+    # installed copy that a different checkout may hold).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
     configs = {
