@@ -31,7 +31,7 @@ import numpy as np
 
 from packcli import outdir, storage
 from packcli.errors import PackcliError, needs_extra
-from packcli.flow import Timer
+from packcli.flow import Timer, prefetch
 from packcli.grouping import group_counts
 from packcli.plan import RowPlan, gather_rows
 from packcli.report import RowStats
@@ -42,7 +42,7 @@ FAULT_ENV = "PACKCLI_FAULT_DIR"  # tests: a task stage armed there exits once, m
 LEDGER_DIR = "ledger"
 ATTEMPTS_DIR = "attempts"
 MAX_RETRIES = 3
-_SETUPS: dict[str, Any] = {}  # per worker process, by run id: the tokenizer and encoder, loaded and checked once
+_SETUP: list[tuple[Any, Any]] = []  # per worker process: (options, setup), the tokenizer and encoder loaded once
 
 
 @dataclass(frozen=True)
@@ -201,25 +201,67 @@ def count_attempts(spill_dir: Path) -> int:
 # ----------------------------------------------------------------------------- spill parts
 
 
-def spill_part(opts: Any, part: Part, part_dir: str, spill_dir: str, index: int, run_id: str) -> dict[str, Any]:
+def worker_setup(opts: Any, fingerprint: str | None) -> Any:
+    """This worker's tokenizer, special ids and encoder for these options, loaded once per
+    process: kept while the options and the tokenizer's fingerprint stay the same and its
+    encoder is the backend asked for (None: any; the driver then chooses)."""
+    from packcli.ingest import use_workers
+    from packcli.tokensetup import setup_tokens
+
+    opts = replace(opts, workers=1)
+    use_workers(1)
+    key = replace(opts, inputs=[], output="", tokenizer_backend="auto", overwrite=False, resume=False, tmp_dir=None)
+    if _SETUP:
+        held, setup = _SETUP[0]
+        same = held == key and (fingerprint is None or setup.fingerprint == fingerprint)
+        if same and opts.tokenizer_backend in ("auto", setup.backend):
+            return setup
+    _SETUP.clear()
+    setup = setup_tokens(opts)
+    _SETUP.append((key, setup))
+    return setup
+
+
+def warm_reader(opts: Any) -> None:
+    """A worker's start-up done ahead of its first part, while the driver loads its own
+    tokenizer: the modules, the tokenizer and the encoder. A failure here is left to the
+    part tasks, which report it with the input it concerns."""
+    try:
+        from packcli import pipeline  # noqa: F401  (what a part task imports)
+        from packcli.tokensetup import choose_backend
+
+        setup = worker_setup(opts, None)
+        if setup.encoder is None:
+            choose_backend(replace(opts, workers=1), setup, None, threads=1)
+    except Exception:
+        pass
+
+
+def warm_writer(token_dtype: str) -> None:
+    """The row kernels loaded (Numba, from its cache) while the driver plans, for the
+    spill's token type: the shard tasks start on rows at once."""
+    from packcli.rows import fill_rows
+
+    one = np.zeros(1, dtype=np.int64)
+    fill_rows(np.zeros(1, dtype=token_dtype), one, None, one, np.ones(1, dtype=np.int64), one, one, 1, 2, 0)
+
+
+def spill_part(
+    opts: Any, part: Part, part_dir: str, spill_dir: str, index: int, run_id: str, fingerprint: str | None
+) -> dict[str, Any]:
     """Read, tokenize and segment one part of the input into one spill part; its record is
     the ledger entry."""
     from packcli import pipeline
     from packcli.grouping import GroupTable, save_group_ids
-    from packcli.ingest import IngestCounts, TokenStream, segments, use_workers
+    from packcli.ingest import IngestCounts, TokenStream, segments
     from packcli.reading import BadRecords
     from packcli.shards import ids_dtype
     from packcli.spill import SpillWriter
-    from packcli.tokensetup import setup_tokens
 
     _attempt(spill_dir, "spill", index)
+    setup = worker_setup(opts, fingerprint)
     opts = replace(opts, workers=1)
-    use_workers(1)
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
-    if run_id not in _SETUPS:  # the run's identity covers the options and the tokenizer's fingerprint
-        _SETUPS.clear()
-        _SETUPS[run_id] = setup_tokens(opts)
-    setup = _SETUPS[run_id]
     paths = [part.path]
     stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
@@ -294,14 +336,16 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     stats = RowStats(job.seq_len)
     row_group = job.plan.row_group
     groups = None if row_group is None else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
+    recorded = _recorded(ledger, job.output, name)
+    writer = None if recorded else _task_writer(job, index)
     spill = PartedSpill(job.part_dirs, job.part_tokens)
+    gathered = gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
+    # As in the local engine: rows are built on a thread while the block before them is
+    # written here (the row kernel and pyarrow's compression both run without the GIL).
+    built = prefetch(gathered, depth=1) if writer is not None else gathered
     try:
-        recorded = _recorded(ledger, job.output, name)
-        writer = None if recorded else _task_writer(job, index)
         at = first
-        for n, rows in enumerate(
-            gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
-        ):
+        for n, rows in enumerate(built):
             stats.add(rows)
             group = None if row_group is None else row_group[at : at + len(rows)]
             at += len(rows)
@@ -312,6 +356,7 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
                 if n == 0:
                     maybe_fail("shard", index)
     finally:
+        getattr(built, "close", lambda: None)()  # the thread stops before the parts close
         spill.close()
     info = recorded or _publish(job, writer, index, name, ledger)
     histograms = {k: v.tolist() for k, v in stats.histograms().items()}

@@ -7,6 +7,8 @@ engine) and nothing that grows with the tokens; the tasks are in engine_ray.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,17 +21,57 @@ from packcli.flow import Timer
 from packcli.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.ingest import IngestCounts
 from packcli.manifest import BadRecordCounts
+from packcli.options import PackOptions
 from packcli.pipeline import Job, Outcome, Progress, check_documents, plan_segments
+from packcli.plan import plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats
-from packcli.shards import ShardInfo
+from packcli.shards import ShardInfo, ids_dtype
 from packcli.spill import LENGTHS_FILE, spill_size
+from packcli.strategy import is_custom
 
 PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
 
 
+@contextmanager
+def ray_session(opts: PackOptions, paths: list[str]) -> Iterator[None]:
+    """Connected before the driver loads its tokenizer, with the workers starting and
+    loading theirs meanwhile (a worker process starts cold: Python, Ray, packcli, the
+    tokenizer); a cluster this call started is stopped at the end."""
+    ray, started = tasks.connect(opts.ray_address, opts.workers)
+    warming: list[Any] = []
+    try:
+        warm = ray.remote(tasks.warm_reader).options(max_retries=0, num_cpus=1)
+        warming = [warm.remote(opts) for _ in range(_workers_wanted(ray, paths))]
+        yield
+    finally:
+        settle(ray, warming)
+        if started:
+            ray.shutdown()
+
+
+def settle(ray: Any, warming: list[Any]) -> None:
+    """Warm-ups are only a head start: a failed one (a worker that cannot import packcli,
+    say) is left to the tasks to report, not printed by Ray as an unhandled error."""
+    ready, _ = ray.wait(warming, num_returns=len(warming), timeout=0)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception:
+            pass
+
+
+def _workers_wanted(ray: Any, paths: list[str]) -> int:
+    """Workers the part tasks will use: the cluster's CPUs, or fewer when the input has
+    fewer parts (about: a file over PART_BYTES counts as several)."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    if len(paths) >= cpus:
+        return cpus
+    return min(cpus, sum(1 + tasks.input_size(path) // PART_BYTES for path in paths))
+
+
 def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
-    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)
+    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)  # connected already in a ray_session
     try:
         return _stages(ray, job, paths, timer, progress)
     finally:
@@ -52,6 +94,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
             timer.seconds[stage] += seconds
     check_documents(outcome)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     with timer.stage("plan"):
         lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
@@ -60,6 +103,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    settle(ray, warming)
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
     timer.seconds["write"] += wall["write"]
@@ -108,11 +152,13 @@ def _spill_parts(
     opts = job.opts
     if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
         opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
+    fingerprint = job.setup.fingerprint
     refs = {
-        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id): i
+        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id, fingerprint): i
         for i, part in enumerate(parts)
         if i not in kept
     }
+    warm_planner(job.opts)
     metas = dict(kept)
     pending = list(refs)
     total = sum(part.bytes for part in parts)
@@ -126,6 +172,28 @@ def _spill_parts(
         if progress is not None:
             progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
     return [metas[i] for i in range(len(parts))], len(kept)
+
+
+def _warm_writers(ray: Any, job: Job, parts: int) -> list[Any]:
+    """The idle workers load the row kernels while this process plans: every worker the part
+    tasks used, as any of them may get a shard."""
+    count = min(parts, int(ray.cluster_resources().get("CPU", 1)))
+    warm = ray.remote(tasks.warm_writer).options(max_retries=0, num_cpus=1)
+    dtype = ids_dtype(job.setup.vocab_size).name
+    return [warm.remote(dtype) for _ in range(count)]
+
+
+def warm_planner(opts: Any) -> None:
+    """The planner's kernels loaded (Numba, from its cache) while the tasks read: the plan
+    runs alone between the two rounds of tasks, with every worker idle."""
+    if is_custom(opts.algorithm):
+        return  # a user's strategy is called once, on the real lengths
+    settings = opts.plan_settings()
+    lengths = np.minimum(np.arange(1, 9, dtype=np.int64), opts.seq_len)
+    groups = np.zeros(len(lengths), dtype=np.int32) if opts.group_by is not None else None
+    plan_window(lengths, settings, 0, True, groups)
+    if opts.max_sequences_per_row is not None:
+        uncapped_rows(lengths, settings, groups)
 
 
 def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:

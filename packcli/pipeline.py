@@ -95,8 +95,17 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     opts.validate()
     use_workers(opts.workers)
     started = time.perf_counter()
-    timer = Timer()
     paths = reading.expand_inputs(opts.inputs)
+    if opts.engine != "ray":
+        return _run_pack(opts, paths, started, progress)
+    from packcli.engine_ray_driver import ray_session  # the workers start while this process loads the tokenizer
+
+    with ray_session(opts, paths):
+        return _run_pack(opts, paths, started, progress)
+
+
+def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Progress | None) -> Report:
+    timer = Timer()
     setup = setup_tokens(opts)
     bad = reading.BadRecords()
     stream = TokenStream(opts, setup, paths, bad, timer)

@@ -17,6 +17,11 @@ keeps its best time (the machine may be shared).
 - ray, own cluster: `--engine ray` starting and stopping its local cluster in the run
   (start-up counted; it dominates small corpora).
 
+CPU seconds (the best run's, shown beside each configuration, with psutil installed) add
+up the pack command and everything under it, and for the running cluster the cluster's
+processes too: what the machine spent, which a shared machine does not blur as it does
+wall time. The 1-minute load average before and after is printed with them.
+
 `--plan-sequences N` also measures the driver's memory for a plan of N sequences (the
 model of docs/scale-out.md): `plan_window` plus the row order the shard tasks get, traced
 with tracemalloc (NumPy reports its buffers to it), in bytes per sequence.
@@ -28,14 +33,18 @@ import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+TARGET = 0.8  # the Ray engine's tokens/s over the local engine's, on one machine
 
 
 def documents() -> list[str]:
@@ -68,16 +77,77 @@ def build_corpus(where: Path, words: int, files: int) -> Path:
     return corpus
 
 
-def run(corpus: Path, out: Path, tokenizer: str, extra: list[str]) -> tuple[float, dict]:
+class ClusterCpu:
+    """CPU seconds the processes under this one (the Ray cluster this script started, and its
+    workers) use over a span, sampled: a worker that exits keeps its last sample. None
+    without psutil."""
+
+    def __init__(self) -> None:
+        self.psutil: Any = None
+        try:
+            import psutil
+        except ImportError:
+            return
+        self.psutil, self.stop = psutil, threading.Event()
+        self.exclude: int | None = None
+        self.base = self.sample()
+        self.last = dict(self.base)
+
+    def sample(self) -> dict[int, float]:
+        seen: dict[int, float] = {}
+        skip: set[int] = set()
+        for proc in self.psutil.Process().children(recursive=True):
+            try:
+                if proc.pid == self.exclude or proc.ppid() in skip:
+                    skip.add(proc.pid)  # the pack command: counted from its own usage
+                    continue
+                times = proc.cpu_times()
+                seen[proc.pid] = times.user + times.system
+            except self.psutil.Error:
+                pass
+        return seen
+
+    def __enter__(self) -> ClusterCpu:
+        if self.psutil is not None:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            self.last.update(self.sample())
+
+    def __exit__(self, *exc: object) -> None:
+        if self.psutil is not None:
+            self.stop.set()
+            self.thread.join()
+            self.last.update(self.sample())
+
+    def seconds(self) -> float | None:
+        if self.psutil is None:
+            return None
+        return sum(cpu - self.base.get(pid, 0.0) for pid, cpu in self.last.items())
+
+
+def run(corpus: Path, out: Path, tokenizer: str, extra: list[str]) -> tuple[float, float | None, dict]:
+    """Wall seconds, CPU seconds (the command's own, its children's, and this script's
+    cluster's) and the report of one pack."""
     command = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--overwrite"]
     command += ["--tokenizer", tokenizer, "--seq-len", "2048", "--json", *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return seconds, json.loads(done.stdout)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with ClusterCpu() as cluster:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cluster.exclude = child.pid
+        stdout, stderr = child.communicate()
+        seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    in_cluster = cluster.seconds()
+    return seconds, None if in_cluster is None else own + in_cluster, json.loads(stdout)
 
 
 def plan_memory(n: int) -> None:
@@ -123,6 +193,9 @@ def main() -> None:
     import ray
 
     cores = os.cpu_count() or 1
+    # The cluster's workers import this tree's packcli, as the pack commands do (not an
+    # installed copy that a different checkout may hold).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
     configs = {
@@ -132,22 +205,31 @@ def main() -> None:
     if not args.no_own_cluster:
         configs["ray, own cluster"] = ["--engine", "ray", "--workers", str(cores)]
     best: dict[str, float] = {}
+    cpu: dict[str, list[float]] = {name: [] for name in configs}
     tokens = 0
+    load_before = os.getloadavg()[0]
     try:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
             corpus = build_corpus(Path(tmp), int(args.tokens), args.files)
             for _ in range(args.rounds):
                 for name, extra in configs.items():
-                    seconds, report = run(corpus, Path(tmp) / "out", args.tokenizer, extra)
+                    seconds, cpu_seconds, report = run(corpus, Path(tmp) / "out", args.tokenizer, extra)
                     tokens = report["real_tokens"]
                     best[name] = min(best.get(name, seconds), seconds)
+                    if cpu_seconds is not None:
+                        cpu[name].append(cpu_seconds)
     finally:
         ray.shutdown()
     local_rate = tokens / best["local"]
     print(f"{tokens:,} tokens, {args.files} files, {cores} cores, best of {args.rounds}")
+    print(f"1-minute load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     for name, seconds in best.items():
         rate = tokens / seconds
-        print(f"  {name:<22} {seconds:8.1f} s  {rate:12,.0f} tokens/s  {rate / local_rate:5.2f}x local")
+        spent = f"  {min(cpu[name]):6.1f} CPU s" if cpu[name] else ""
+        print(f"  {name:<22} {seconds:8.1f} s  {rate:12,.0f} tokens/s  {rate / local_rate:5.2f}x local{spent}")
+    ratio = best["local"] / best["ray, running cluster"]
+    verdict = "met" if ratio >= TARGET else "not met"
+    print(f"ray (running cluster) / local tokens/s: {ratio:.2f}x (target {TARGET:.2f}x: {verdict})")
 
 
 if __name__ == "__main__":

@@ -301,3 +301,22 @@ def test_a_resumed_grouped_run_keeps_its_parts(cluster, grouped_corpus, word_tok
     report = _pack([grouped_corpus], out, word_tokenizer, engine="ray", resume=True, tmp_dir=str(spill), **common)
     assert report["engine"]["parts_reused"] == 4
     _assert_same(tmp_path / "local", out)
+
+
+def test_a_worker_keeps_its_tokenizer_while_the_options_and_the_tokenizer_are_the_same(word_tokenizer):
+    """Loaded once per worker process (by the warm-up, or the first part): reused for other
+    inputs and outputs, loaded again for other options, another fingerprint or backend."""
+    from dataclasses import replace
+
+    from packcli.engine_ray import worker_setup
+
+    opts = PackOptions(inputs=["a.jsonl"], output="out", tokenizer=str(word_tokenizer), seq_len=16)
+    first = worker_setup(opts, None)
+    assert worker_setup(replace(opts, inputs=["b.jsonl"], output="other"), first.fingerprint) is first
+    assert worker_setup(replace(opts, tokenizer_backend=first.backend), None) is first
+    other_backend = "tiktoken" if first.backend == "hf" else "hf"
+    assert worker_setup(replace(opts, tokenizer_backend=other_backend), None) is not first
+    second = worker_setup(opts, None)
+    assert worker_setup(opts, "another tokenizer") is not second
+    third = worker_setup(opts, None)
+    assert worker_setup(replace(opts, eos=False), None) is not third
