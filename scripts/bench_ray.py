@@ -9,7 +9,8 @@ Corpus (a temporary directory): GSM8K train documents (question + "\\n" + answer
 corpus holds about `--tokens` whitespace words. Every configuration is its own
 `python -m packcli pack` subprocess, wall time measured around it; tokens/s is the
 report's real tokens over that time. Configurations run interleaved in rounds and each
-keeps its best time (the machine may be shared).
+keeps its best time (the machine may be shared). Every process runs with bytecode
+caching on (`PYTHONDONTWRITEBYTECODE` removed), as an installed package does.
 
 - local: `--engine local` (all cores).
 - ray, running cluster: `--engine ray --ray-address ADDR`, a cluster this script starts once
@@ -196,6 +197,9 @@ def main() -> None:
     # The cluster's workers import this tree's packcli, as the pack commands do (not an
     # installed copy that a different checkout may hold).
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    # Every process (pack commands, the cluster's workers) keeps compiled bytecode, as an
+    # installed package does; otherwise each Ray worker compiles packcli from source.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
     configs = {
