@@ -2,20 +2,26 @@
 
 One sample per packed row, keyed by its row number, with one `.npy` part per column
 (`<key>.input_ids.npy`, `<key>.labels.npy`, `<key>.position_ids.npy`,
-`<key>.cu_seqlens.npy`, `<key>.num_segments.npy`), one tar per packed shard. The
-`.nv-meta/` index is written by energon's own preparation (what `energon prepare` runs),
-with every sample in the train split and a `dataset.yaml` for `CrudeWebdataset`: a task
-encoder's cooker turns the crude samples into whatever the model takes.
+`<key>.cu_seqlens.npy`, `<key>.num_segments.npy`), one tar per packed shard, every
+sample in the train split and a `dataset.yaml` for `CrudeWebdataset`: a task encoder's
+cooker turns the crude samples into whatever the model takes. The index (`.nv-meta/`
+and each tar's `.tar.idx`) is what `energon prepare` writes, written as the tars are
+for the energon release whose layout the tests check, and by energon's own preparation
+for any other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import itertools
+import json
 import os
-import struct
 import tarfile
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -26,6 +32,7 @@ from packcli.export import Block, ExportDir, Progress, blocks, read_source, toke
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 KEY_DIGITS = 10
+LAYOUT_MAJOR = "7"  # the energon major version whose `.nv-meta/` layout EnergonIndex writes
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -47,32 +54,18 @@ def _header_template() -> bytearray:
 
 
 class _TarShard:
-    """A ustar tar written member by member; headers are filled from one template
-    (tarfile builds each field in Python, at several times the cost of the data)."""
+    """A ustar tar written a block of members at a time, with headers filled from one
+    template (tarfile builds each field in Python, at several times the cost of the data)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, shard: int):
         self.file: BinaryIO = open(path, "wb")
+        self.name, self.shard = path.name, shard
         self.template = _header_template()
-
-    def add(self, name: str, *parts: bytes | memoryview) -> None:
-        encoded = name.encode("ascii")
-        if len(encoded) > 100:
-            raise ValueError(f"tar member name too long: {name}")
-        size = sum(memoryview(p).nbytes for p in parts)
-        header = self.template.copy()
-        header[: len(encoded)] = encoded
-        header[124:136] = b"%011o\0" % size
-        header[148:156] = b"%06o\0 " % sum(header)
-        self.file.write(header)
-        for part in parts:
-            self.file.write(part)
-        padding = -size % tarfile.BLOCKSIZE
-        if padding:
-            self.file.write(bytes(padding))
+        self.position = 0
 
     def member_headers(self, first_row: int, sizes: np.ndarray) -> np.ndarray:
-        """The headers `add` writes for members `<key>.<column>.npy` of rows
-        first_row, first_row + 1, ... with the given sizes ([rows, columns]), all at once."""
+        """The headers of members `<key>.<column>.npy` of rows first_row, first_row + 1,
+        ... with the given sizes ([rows, columns]), all at once."""
         n = len(sizes)
         headers = np.empty((n, len(COLUMNS), tarfile.BLOCKSIZE), dtype=np.uint8)
         headers[:] = np.frombuffer(bytes(self.template), dtype=np.uint8)
@@ -91,18 +84,19 @@ class _TarShard:
         headers[:, :, 155] = ord(" ")
         return headers
 
-    def write(self, views: list[Any]) -> None:
-        self.file.flush()
+    def write(self, views: list[Any], nbytes: int) -> None:
         write_views(self.file.fileno(), views)
+        self.position += nbytes
 
     def close(self) -> None:
         self.file.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         self.file.close()
 
 
-def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
+def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: EnergonIndex | None) -> None:
     """The block's rows as tar members, five per row, in one gathered write: the member
-    headers are built for the whole block at once, the data written from the columns."""
+    headers are built for the whole block at once, the data written from the columns;
+    where each member landed goes to the index."""
     rows = block.rows
     n, seq_len = len(rows), rows.seq_len
     if block.first_row + n > 10**KEY_DIGITS:
@@ -126,7 +120,8 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
     sizes[:, 4] = len(segments_header) + 4
     headers = tar.member_headers(block.first_row, sizes)
     zeros = bytes(tarfile.BLOCKSIZE)
-    pads = (-sizes % tarfile.BLOCKSIZE).tolist()
+    padding = -sizes % tarfile.BLOCKSIZE
+    pads = padding.tolist()
     bounds, width_list = offsets.tolist(), widths.tolist()
     views: list[Any] = []
     for i in range(n):
@@ -134,7 +129,11 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
             views += (headers[i, c], header, values[i], zeros[: pads[i][c]])
         views += (headers[i, 3], cu_headers[width_list[i]], cu[bounds[i] : bounds[i + 1]], zeros[: pads[i][3]])
         views += (headers[i, 4], segments_header, counts[i : i + 1], zeros[: pads[i][4]])
-    tar.write(views)
+    member_bytes = (tarfile.BLOCKSIZE + sizes + padding).ravel()
+    member_offsets = tar.position + np.cumsum(member_bytes) - member_bytes
+    if index is not None:
+        index.add(tar, block.first_row, member_offsets.reshape(n, -1), member_bytes.reshape(n, -1), sizes)
+    tar.write(views, int(member_bytes.sum()))
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
@@ -143,20 +142,129 @@ def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
     return (((values[..., None] >> shifts) & 7) + ord("0")).astype(np.uint8)
 
 
-def _prepare(directory: Path, tars: list[str]) -> None:
-    """Energon's own index of the shards (`.nv-meta/`), every sample in the train split."""
+class EnergonIndex:
+    """`.nv-meta/` as energon's preparation (`energon prepare`) writes it: index.sqlite,
+    .info.json, split.yaml, index.uuid, and each tar's `.tar.idx`, from where the export
+    put each member: no tar is read back. The schema, the info and the split documents
+    come from energon's own classes; the rows go in one transaction in tar and sample
+    order, so the bytes depend only on the input, and index.uuid is derived from the
+    source's checksums and the index rows instead of drawn at random."""
+
+    def __init__(self, directory: Path, checksums: list[str]):
+        self.energon = _energon()
+        self.directory = directory
+        self.meta = directory / ".nv-meta"
+        self.meta.mkdir()
+        self.writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
+        self.db = self.writer.db
+        self.db.execute("PRAGMA synchronous = OFF")  # no tar is synced either; OUT appears by rename
+        self.digest = hashlib.sha256("\0".join(checksums).encode())
+        self.counts: dict[str, int] = {}
+        self.itar: BinaryIO | None = None
+
+    def add(
+        self, tar: _TarShard, first_row: int, offsets: np.ndarray, member_bytes: np.ndarray, sizes: np.ndarray
+    ) -> None:
+        """A block's rows: each member's header offset in the tar, its bytes there (with
+        header and padding) and its content size, all [rows, columns]."""
+        if tar.name not in self.counts:
+            self.counts[tar.name] = 0
+            self.itar = open(self.directory / (tar.name + ".idx"), "wb")
+        assert self.itar is not None
+        tar_id, n, first_index = len(self.counts) - 1, len(sizes), self.counts[tar.name]
+        self.counts[tar.name] += n
+        starts = offsets[:, 0]
+        self.itar.write(starts.astype(np.uint64).tobytes())  # as TarIndexWriter.append writes each
+        self.db.executemany(
+            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
+            zip(
+                itertools.repeat(tar_id),
+                [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
+                range(first_index, first_index + n),
+                starts.tolist(),
+                member_bytes.sum(axis=1).tolist(),
+            ),
+        )
+        self.db.executemany(
+            "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
+            "VALUES (?, ?, ?, ?, ?)",
+            zip(
+                itertools.repeat(tar_id),
+                np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
+                itertools.cycle([f"{column}.npy" for column in COLUMNS]),
+                (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
+                sizes.ravel().tolist(),
+            ),
+        )
+        self.digest.update(offsets.tobytes() + sizes.tobytes())
+
+    def close_tar(self, tar: _TarShard) -> None:
+        """The tar's `.tar.idx` ends with where its members end."""
+        if self.itar is not None:
+            self.itar.write(np.array([tar.position], dtype=np.uint64).tobytes())
+            self.itar.close()
+            self.itar = None
+
+    def finish(self) -> None:
+        """The indexes and the commit (energon's writer), then the documents energon writes after them."""
+        energon = self.energon
+        self.writer.close()
+        info = energon.WebdatasetInfo(energon_version=energon.__version__, shard_counts=self.counts)
+        with open(self.meta / ".info.json", "w") as f:
+            json.dump(energon.to_json_object(info), f, indent=2)
+        names = list(self.counts)
+        splits = energon.WebdatasetSplits(
+            split_parts={"train": energon.collapse(names, keep_order=True), "val": [], "test": []}
+        )
+        with open(self.meta / "split.yaml", "w") as f:
+            energon.prepare.yaml.dump(energon.to_json_object(splits), f, sort_keys=False)  # energon's own yaml
+        self.digest.update(json.dumps(self.counts).encode())
+        (self.meta / "index.uuid").write_text(str(uuid.UUID(bytes=self.digest.digest()[:16], version=4)))
+        (self.meta / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
+
+    def abandon(self) -> None:
+        """Close what is open (the output directory is removed)."""
+        if self.itar is not None:
+            self.itar.close()
+        if self.writer.db is not None:
+            self.writer.db.close()
+            self.writer.db = None
+
+
+def _energon() -> SimpleNamespace:
+    """The parts of megatron-energon the export uses."""
     with needs_extra("energon", "packcli export energon needs megatron-energon"):
-        from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+        from megatron.energon import __version__
+        from megatron.energon.bracecollapse import collapse
+        from megatron.energon.epathlib import EPath
+        from megatron.energon.flavors.webdataset import prepare
+        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
+        from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
+        from megatron.energon.typed_converter import to_json_object
+    return SimpleNamespace(
+        __version__=__version__,
+        collapse=collapse,
+        EPath=EPath,
+        prepare=prepare,
+        SqliteIndexWriter=SqliteIndexWriter,
+        WebdatasetInfo=WebdatasetInfo,
+        WebdatasetSplits=WebdatasetSplits,
+        to_json_object=to_json_object,
+    )
 
-    class Preparator(WebdatasetPreparator):
-        """Energon's preparation with its tar scan replaced by `scan_tar_items`, which
-        yields the same index items (tested against energon's own) at a fraction of the cost."""
 
-        _preprocess_tar = staticmethod(scan_tar_items)
+def writes_index_directly() -> bool:
+    """Whether the installed energon's `.nv-meta/` layout is the one `EnergonIndex`
+    writes (checked against its preparation by the tests); others prepare with their own."""
+    return str(_energon().__version__).split(".")[0] == LAYOUT_MAJOR
 
-    # Energon reports on stdout, which belongs to --json.
-    with contextlib.redirect_stdout(io.StringIO()):
-        Preparator.prepare_dataset(
+
+def prepare_with_energon(directory: Path, tars: list[str]) -> None:
+    """Energon's own preparation of the tars (what `energon prepare` runs), every sample
+    in the train split: right for any energon version, at many times the export's cost."""
+    energon = _energon()
+    with contextlib.redirect_stdout(io.StringIO()):  # energon reports on stdout, which belongs to --json
+        energon.prepare.WebdatasetPreparator.prepare_dataset(
             directory,
             tars,
             split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
@@ -166,110 +274,44 @@ def _prepare(directory: Path, tars: list[str]) -> None:
     (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
 
 
-def _ustar_members(path: Any) -> list[tuple[int, str, int]] | None:
-    """(header offset, name, size) of every member of a plain ustar tar as `_TarShard`
-    writes it; None for anything else (long names, links, other formats, damage)."""
-    members: list[tuple[int, str, int]] = []
-    with open(str(path), "rb") as f:
-        offset = 0
-        while True:
-            f.seek(offset)
-            header = f.read(tarfile.BLOCKSIZE)
-            if len(header) < tarfile.BLOCKSIZE:
-                return None
-            if header == bytes(tarfile.BLOCKSIZE):
-                return members
-            if header[257:265] != b"ustar\x0000" or header[156:157] not in (b"0", b"\0") or header[345:346] != b"\0":
-                return None
-            try:
-                checksum = int(header[148:156].strip(b"\0 ") or b"-1", 8)
-                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
-            except ValueError:
-                return None
-            if checksum != sum(header[:148]) + 256 + sum(header[156:]):
-                return None
-            members.append((offset, header[:100].split(b"\0", 1)[0].decode("utf-8"), size))
-            offset += tarfile.BLOCKSIZE + size + (-size % tarfile.BLOCKSIZE)
-
-
-def scan_tar_items(path: str, shard_to_idx: dict, parent_path: Any, max_parts: int, media_filter: Any = None):
-    """`WebdatasetPreparator._preprocess_tar` for the tars this export writes: the same
-    items (samples, parts, shard info) and the same `.tar.idx`, from the member headers
-    alone. Energon's own reads every member through `tarfile`, most of the export's time;
-    any tar it does not recognise (and media filters) goes to energon's own."""
-    with needs_extra("energon", "packcli export energon needs megatron-energon"):
-        from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-        from megatron.energon.flavors.webdataset.itar import TarIndexWriter
-        from megatron.energon.flavors.webdataset.prepare import (
-            IndexSample,
-            IndexSamplePart,
-            IndexShardInfo,
-            WebdatasetPreparator,
-        )
-        from megatron.energon.flavors.webdataset.structs import ShardInfo
-
-    shard_info = ShardInfo(name=path, path=parent_path / path, count=0)
-    members = _ustar_members(shard_info.path) if media_filter is None else None
-    if members is None:
-        yield from WebdatasetPreparator._preprocess_tar(path, shard_to_idx, parent_path, max_parts, media_filter)
-        return
-    tar_id, count = shard_to_idx[path], 0
-    parts: set[str] = set()
-    sample: dict[str, Any] | None = None
-    end = members[-1][0] + tarfile.BLOCKSIZE + members[-1][2] + (-members[-1][2] % tarfile.BLOCKSIZE) if members else 0
-    starts: list[int] = []  # the .tar.idx: each sample's offset, then the end
-    with TarIndexWriter(shard_info.path) as index:
-        for offset, name, size in members:
-            match = None if skip_meta_re.match(name) else split_name_re.match(name)
-            if match is None:
-                continue
-            base_name, part_name = match.group(1), match.group(2)
-            if len(parts) < max_parts:
-                parts.add(part_name)
-            if sample is None or sample["sample_key"] != base_name:
-                starts.append(offset)
-                if sample is not None:
-                    yield IndexSample(**sample, byte_size=offset - sample["byte_offset"])
-                sample = {"tar_file_id": tar_id, "sample_key": base_name, "sample_index": count, "byte_offset": offset}
-                count += 1
-            yield IndexSamplePart(
-                tar_file_id=tar_id,
-                sample_index=count - 1,
-                part_name=part_name,
-                content_byte_offset=offset + tarfile.BLOCKSIZE,
-                content_byte_size=size,
-            )
-        shard_info.count = count
-        starts.append(end)
-        index.itar.write(struct.pack(f"{len(starts)}Q", *starts))  # as `index.append` writes each
-        if sample is not None:
-            yield IndexSample(**sample, byte_size=end - sample["byte_offset"])
-    yield IndexShardInfo(shard_info=shard_info, parts=parts)
-
-
 def export_energon(
     source: Path | str, out: Path | str, *, overwrite: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
-    """Write OUT/shard-NNNNN.tar and OUT/.nv-meta/; returns a summary."""
+    """Write OUT/shard-NNNNN.tar (each with its .tar.idx) and OUT/.nv-meta/; returns a summary."""
     manifest = read_source(source)
     ids_dtype = token_dtype(manifest)
+    direct = writes_index_directly()
     rows = tokens = 0
     tars: list[str] = []
-    current: _TarShard | None = None
-    last_shard = -1
     with ExportDir(out, overwrite) as tmp:
+        index = EnergonIndex(tmp, [entry["checksum"] for entry in manifest["shards"]]) if direct else None
+        tar: _TarShard | None = None
         try:
             for block in blocks(source, manifest, progress):
-                if current is None or block.shard != last_shard:
-                    if current is not None:
-                        current.close()
+                if tar is None or block.shard != tar.shard:
+                    if tar is not None:
+                        _close_tar(tar, index)
                     tars.append(f"shard-{block.shard:05d}.tar")
-                    current, last_shard = _TarShard(tmp / tars[-1]), block.shard
-                _write_block(current, block, ids_dtype)
+                    tar = _TarShard(tmp / tars[-1], block.shard)
+                _write_block(tar, block, ids_dtype, index)
                 rows += len(block.rows)
                 tokens += int(block.real.sum())
-        finally:
-            if current is not None:
-                current.close()
-        _prepare(tmp, tars)
+            if tar is not None:
+                _close_tar(tar, index)
+        except BaseException:
+            if tar is not None:
+                tar.file.close()
+            if index is not None:
+                index.abandon()
+            raise
+        if index is not None:
+            index.finish()
+        else:
+            prepare_with_energon(tmp, tars)
     return {"format": "energon", "out": str(out), "rows": rows, "real_tokens": tokens, "files": len(tars), "notes": []}
+
+
+def _close_tar(tar: _TarShard, index: EnergonIndex | None) -> None:
+    tar.close()
+    if index is not None:
+        index.close_tar(tar)
