@@ -20,6 +20,7 @@ import json
 import os
 import tarfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, BinaryIO
@@ -119,21 +120,95 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     sizes[:, 3] = np.array([len(cu_headers[int(w)]) for w in widths.tolist()], dtype=np.int64) + 4 * widths
     sizes[:, 4] = len(segments_header) + 4
     headers = tar.member_headers(block.first_row, sizes)
-    zeros = bytes(tarfile.BLOCKSIZE)
     padding = -sizes % tarfile.BLOCKSIZE
-    pads = padding.tolist()
-    bounds, width_list = offsets.tolist(), widths.tolist()
-    views: list[Any] = []
-    for i in range(n):
-        for c, (header, values) in enumerate(fixed):
-            views += (headers[i, c], header, values[i], zeros[: pads[i][c]])
-        views += (headers[i, 3], cu_headers[width_list[i]], cu[bounds[i] : bounds[i + 1]], zeros[: pads[i][3]])
-        views += (headers[i, 4], segments_header, counts[i : i + 1], zeros[: pads[i][4]])
     member_bytes = (tarfile.BLOCKSIZE + sizes + padding).ravel()
     member_offsets = tar.position + np.cumsum(member_bytes) - member_bytes
     if index is not None:
         index.add(tar, block.first_row, member_offsets.reshape(n, -1), member_bytes.reshape(n, -1), sizes)
+    glue, first, cut = _glue(
+        headers, padding, [header for header, _ in fixed], cu_headers, widths, segments_header, counts
+    )
+    data = [values.data.cast("B") for _, values in fixed] + [cu.data.cast("B")]
+    steps = [values[0].nbytes if n else 0 for _, values in fixed]
+    views: list[Any] = [first]
+    cu_bounds = (4 * offsets).tolist()
+    e1, e2 = cut.after_ids, cut.after_labels
+    for i, row in enumerate(glue):
+        views += (data[0][i * steps[0] : (i + 1) * steps[0]], row[:e1])
+        views += (data[1][i * steps[1] : (i + 1) * steps[1]], row[e1:e2])
+        views += (data[2][i * steps[2] : (i + 1) * steps[2]], row[e2 : cut.after_positions[i]])
+        views += (data[3][cu_bounds[i] : cu_bounds[i + 1]], row[cut.tail_starts[i] : cut.tail_ends[i]])
     tar.write(views, int(member_bytes.sum()))
+
+
+def _glue(
+    headers: np.ndarray,
+    padding: np.ndarray,
+    fixed_headers: list[bytes],
+    cu_headers: dict[int, bytes],
+    widths: np.ndarray,
+    segments_header: bytes,
+    counts: np.ndarray,
+) -> tuple[list[memoryview], bytes, Cut]:
+    """Everything of a block's tar but the columns' values, in one array, a row of it
+    per sample, so that each row takes 8 views (not 20): row i holds what follows its
+    input_ids up to its labels, then up to its position_ids, then up to its cu_seqlens
+    values, and then up to the next row's input_ids. Returns the rows (as one
+    memoryview per row), what precedes the first row's input_ids, and where each row's
+    four pieces end (the cu_seqlens .npy header's length and the padding after the
+    values vary, so the pieces are cut from wider slots: the header left-aligned, the
+    padding right-aligned before what follows)."""
+    n, block = len(headers), tarfile.BLOCKSIZE
+    unique, inverse = np.unique(widths, return_inverse=True)
+    cu_texts = [cu_headers[int(w)] for w in unique.tolist()]
+    cu_slot = max((len(t) for t in cu_texts), default=0)
+    cu_table = np.zeros((len(cu_texts), cu_slot), dtype=np.uint8)
+    for k, text in enumerate(cu_texts):
+        cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+    cu_lengths = np.array([len(t) for t in cu_texts], dtype=np.int64)[inverse]
+    pads = padding[0].tolist() if n else [0] * len(COLUMNS)  # the fixed columns pad alike on every row
+    pieces: list[tuple[str, int]] = []
+    for c in (1, 2):
+        pieces += [("zero", pads[c - 1]), (f"header{c}", block), (f"npy{c}", len(fixed_headers[c]))]
+    pieces += [("zero", pads[2]), ("header3", block), ("npy3", cu_slot), ("zero", block - 1)]
+    pieces += [("header4", block), ("npy4", len(segments_header)), ("count", 4), ("zero", pads[4])]
+    pieces += [("next0", block), ("npy0", len(fixed_headers[0]))]
+    starts = np.cumsum([0] + [width for _, width in pieces])
+    glue = np.zeros((n, int(starts[-1])), dtype=np.uint8)
+    place = {name: slice(int(a), int(b)) for (name, _), a, b in zip(pieces, starts[:-1], starts[1:], strict=True)}
+    for c in (1, 2, 3, 4):
+        glue[:, place[f"header{c}"]] = headers[:, c]
+    for c in (1, 2):
+        glue[:, place[f"npy{c}"]] = np.frombuffer(fixed_headers[c], dtype=np.uint8)
+    glue[:, place["npy3"]] = cu_table[inverse]
+    glue[:, place["npy4"]] = np.frombuffer(segments_header, dtype=np.uint8)
+    glue[:, place["count"]] = counts.astype("<i4").view(np.uint8).reshape(n, 4)
+    glue[:-1, place["next0"]] = headers[1:, 0]
+    glue[:, place["npy0"]] = np.frombuffer(fixed_headers[0], dtype=np.uint8)
+    first = b"".join([headers[0, 0].tobytes(), fixed_headers[0]]) if n else b""
+    g4_ends = [place["npy0"].stop] * n
+    if n:
+        g4_ends[-1] = place["next0"].start  # the block's last row: the next block starts its own
+    cut = Cut(
+        place["npy1"].stop,
+        place["npy2"].stop,
+        (place["npy3"].start + cu_lengths).tolist(),
+        (place["header4"].start - padding[:, 3]).tolist(),
+        g4_ends,
+    )
+    flat = glue.data.cast("B")
+    return [flat[i * glue.shape[1] : (i + 1) * glue.shape[1]] for i in range(n)], first, cut
+
+
+@dataclass
+class Cut:
+    """Where a glue row's pieces end (see `_glue`)."""
+
+    after_ids: int
+    after_labels: int
+    after_positions: list[int]
+    tail_starts: list[int]
+    tail_ends: list[int]
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
