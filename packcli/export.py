@@ -8,6 +8,7 @@ unless `overwrite`; then it is moved aside, replaced, and removed.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from packcli.outdir import remove_path
 from packcli.rows import Rows, real_token_mask
 from packcli.shards import ids_dtype, iter_output_rows_stored
 
+_nbytes = operator.attrgetter("nbytes")
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 # (rows, real tokens, rows done, rows in all): the CLI's progress bar, or None
@@ -100,7 +102,12 @@ def write_views(fd: int, views: list[Any]) -> None:
     for start in range(0, len(views), step):
         chunk = views[start : start + step]
         written = os.writev(fd, chunk)
-        sizes = [v.nbytes if isinstance(v, np.ndarray) else len(v) for v in chunk]
+        try:
+            if written == sum(map(_nbytes, chunk)):  # arrays and memoryviews: the common case, summed in C
+                continue
+        except AttributeError:  # bytes among them
+            pass
+        sizes = [v.nbytes if isinstance(v, np.ndarray | memoryview) else len(v) for v in chunk]
         if written == sum(sizes):
             continue
         for view, size in zip(chunk, sizes, strict=True):  # a short write: the rest one by one

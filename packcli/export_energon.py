@@ -18,7 +18,9 @@ import io
 import itertools
 import json
 import os
+import queue
 import tarfile
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,9 +79,12 @@ class _TarShard:
         for c, column in enumerate(COLUMNS):
             suffix = np.frombuffer(f".{column}.npy".encode("ascii"), dtype=np.uint8)
             headers[:, c, KEY_DIGITS : KEY_DIGITS + len(suffix)] = suffix
-        headers[:, :, 124:135] = _octal_digits(sizes, 11)
+        size_digits = _octal_digits(sizes, 11)
+        headers[:, :, 124:135] = size_digits
         headers[:, :, 135] = 0
-        checksums = headers.sum(axis=2, dtype=np.int64)  # the checksum field holds spaces
+        # the checksum (its own field as spaces): the template's sum with the name and size fields replaced
+        base = sum(self.template) - sum(self.template[:100]) - sum(self.template[124:136])
+        checksums = base + headers[:, :, :100].sum(axis=2, dtype=np.int64) + size_digits.sum(axis=2, dtype=np.int64)
         headers[:, :, 148:154] = _octal_digits(checksums, 6)
         headers[:, :, 154] = 0
         headers[:, :, 155] = ord(" ")
@@ -149,7 +154,7 @@ def _glue(
     widths: np.ndarray,
     segments_header: bytes,
     counts: np.ndarray,
-) -> tuple[list[memoryview], bytes, Cut]:
+) -> tuple[list[memoryview], memoryview, Cut]:
     """Everything of a block's tar but the columns' values, in one array, a row of it
     per sample, so that each row takes 8 views (not 20): row i holds what follows its
     input_ids up to its labels, then up to its position_ids, then up to its cu_seqlens
@@ -185,7 +190,7 @@ def _glue(
     glue[:, place["count"]] = counts.astype("<i4").view(np.uint8).reshape(n, 4)
     glue[:-1, place["next0"]] = headers[1:, 0]
     glue[:, place["npy0"]] = np.frombuffer(fixed_headers[0], dtype=np.uint8)
-    first = b"".join([headers[0, 0].tobytes(), fixed_headers[0]]) if n else b""
+    first = memoryview(b"".join([headers[0, 0].tobytes(), fixed_headers[0]]) if n else b"")
     g4_ends = [place["npy0"].stop] * n
     if n:
         g4_ends[-1] = place["next0"].start  # the block's last row: the next block starts its own
@@ -223,19 +228,23 @@ class EnergonIndex:
     put each member: no tar is read back. The schema, the info and the split documents
     come from energon's own classes; the rows go in one transaction in tar and sample
     order, so the bytes depend only on the input, and index.uuid is derived from the
-    source's checksums and the index rows instead of drawn at random."""
+    source's checksums and the index rows instead of drawn at random.
+
+    SQLite's inserts run in a thread of their own (sqlite releases the GIL while it
+    works), beside the tar writes, a few blocks behind at most."""
 
     def __init__(self, directory: Path, checksums: list[str]):
         self.energon = _energon()
         self.directory = directory
         self.meta = directory / ".nv-meta"
         self.meta.mkdir()
-        self.writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
-        self.db = self.writer.db
-        self.db.execute("PRAGMA synchronous = OFF")  # no tar is synced either; OUT appears by rename
         self.digest = hashlib.sha256("\0".join(checksums).encode())
         self.counts: dict[str, int] = {}
         self.itar: BinaryIO | None = None
+        self.pending: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=4)
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._insert_all, name="packcli-energon-index", daemon=True)
+        self.thread.start()
 
     def add(
         self, tar: _TarShard, first_row: int, offsets: np.ndarray, member_bytes: np.ndarray, sizes: np.ndarray
@@ -246,32 +255,30 @@ class EnergonIndex:
             self.counts[tar.name] = 0
             self.itar = open(self.directory / (tar.name + ".idx"), "wb")
         assert self.itar is not None
-        tar_id, n, first_index = len(self.counts) - 1, len(sizes), self.counts[tar.name]
-        self.counts[tar.name] += n
-        starts = offsets[:, 0]
-        self.itar.write(starts.astype(np.uint64).tobytes())  # as TarIndexWriter.append writes each
-        self.db.executemany(
-            "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
-            zip(
-                itertools.repeat(tar_id),
-                [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
-                range(first_index, first_index + n),
-                starts.tolist(),
-                member_bytes.sum(axis=1).tolist(),
-            ),
-        )
-        self.db.executemany(
-            "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
-            "VALUES (?, ?, ?, ?, ?)",
-            zip(
-                itertools.repeat(tar_id),
-                np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
-                itertools.cycle([f"{column}.npy" for column in COLUMNS]),
-                (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
-                sizes.ravel().tolist(),
-            ),
-        )
+        tar_id, first_index = len(self.counts) - 1, self.counts[tar.name]
+        self.counts[tar.name] += len(sizes)
+        self.itar.write(offsets[:, 0].astype(np.uint64).tobytes())  # as TarIndexWriter.append writes each
         self.digest.update(offsets.tobytes() + sizes.tobytes())
+        if self.failure is not None:
+            raise self.failure
+        self.pending.put((tar_id, first_row, first_index, offsets, member_bytes.sum(axis=1), sizes))
+
+    def _insert_all(self) -> None:
+        """In the thread: energon's writer (its schema), every block's rows, its indexes and the commit."""
+        writer = None
+        item: tuple[Any, ...] | None = ()
+        try:
+            writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
+            writer.db.execute("PRAGMA synchronous = OFF")  # no tar is synced either; OUT appears by rename
+            while (item := self.pending.get()) is not None:
+                _insert_block(writer.db, *item)
+            writer.close()
+        except BaseException as exc:  # handed to the export's thread
+            self.failure = exc
+            if writer is not None and writer.db is not None:
+                writer.db.close()
+            while item is not None:  # the export's thread must not wait on a full queue
+                item = self.pending.get()
 
     def close_tar(self, tar: _TarShard) -> None:
         """The tar's `.tar.idx` ends with where its members end."""
@@ -283,7 +290,10 @@ class EnergonIndex:
     def finish(self) -> None:
         """The indexes and the commit (energon's writer), then the documents energon writes after them."""
         energon = self.energon
-        self.writer.close()
+        self.pending.put(None)
+        self.thread.join()
+        if self.failure is not None:
+            raise self.failure
         info = energon.WebdatasetInfo(energon_version=energon.__version__, shard_counts=self.counts)
         with open(self.meta / ".info.json", "w") as f:
             json.dump(energon.to_json_object(info), f, indent=2)
@@ -301,9 +311,42 @@ class EnergonIndex:
         """Close what is open (the output directory is removed)."""
         if self.itar is not None:
             self.itar.close()
-        if self.writer.db is not None:
-            self.writer.db.close()
-            self.writer.db = None
+        self.pending.put(None)
+        self.thread.join()
+
+
+def _insert_block(
+    db: Any,
+    tar_id: int,
+    first_row: int,
+    first_index: int,
+    offsets: np.ndarray,
+    row_bytes: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """A block's rows of energon's two tables, as its SqliteIndexWriter inserts them."""
+    n = len(sizes)
+    db.executemany(
+        "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
+        zip(
+            itertools.repeat(tar_id),
+            [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
+            range(first_index, first_index + n),
+            offsets[:, 0].tolist(),
+            row_bytes.tolist(),
+        ),
+    )
+    db.executemany(
+        "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
+        "VALUES (?, ?, ?, ?, ?)",
+        zip(
+            itertools.repeat(tar_id),
+            np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
+            itertools.cycle([f"{column}.npy" for column in COLUMNS]),
+            (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
+            sizes.ravel().tolist(),
+        ),
+    )
 
 
 def _energon() -> SimpleNamespace:
