@@ -106,10 +106,11 @@ def test_write_views_writes_every_byte_in_order(tmp_path):
     assert np.fromfile(tmp_path / "f", dtype=np.uint16).tolist() == expected.tolist()
 
 
-def test_write_views_finishes_a_short_write(tmp_path, monkeypatch):
+@pytest.mark.parametrize("text", [b"xyz", memoryview(b"xyz")])
+def test_write_views_finishes_a_short_write(tmp_path, monkeypatch, text):
     import os
 
-    views = [np.arange(5, dtype=np.int32), b"xyz", np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
+    views = [np.arange(5, dtype=np.int32), text, np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
     real_writev = os.writev
     monkeypatch.setattr(os, "writev", lambda fd, chunk: real_writev(fd, [memoryview(chunk[0]).cast("B")[:7]]))
     with open(tmp_path / "f", "wb", buffering=0) as f:

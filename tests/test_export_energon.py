@@ -157,3 +157,19 @@ def test_index_bytes_depend_only_on_the_input(tmp_path, packed, word_tokenizer):
     a, b, c = (tree(tmp_path / name) for name in "abc")
     assert a == b
     assert a[".nv-meta/index.uuid"] != c[".nv-meta/index.uuid"]
+
+
+def test_a_failed_export_stops_its_index_thread(tmp_path, packed, word_tokenizer):
+    """A shard that cannot be read half-way: the error, no OUT, and the index's thread ended."""
+    import threading
+
+    from packcli.errors import PackcliError
+    from packcli.export_energon import export_energon
+
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(60, seed=7)])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 10, "--format", "parquet")
+    (source / "shard-00002.parquet").write_bytes(b"not parquet")
+    with pytest.raises(PackcliError, match="shard-00002.parquet"):
+        export_energon(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert not [t for t in threading.enumerate() if t.name == "packcli-energon-index"]
