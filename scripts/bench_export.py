@@ -17,7 +17,7 @@ fixed costs still weigh there. "cpu s" is the export's CPU time (user + system, 
 threads and child processes). For mds-zstd, "x zstd" compares the export with
 compressing the same shard bytes at the same zstd level in one thread (the
 compressor's own speed): the export compresses shards side by side, so on several
-cores it can pass 1. Peak RSS is the child's `ru_maxrss`; flat memory means the same
+cores it can pass 1. Peak RSS is the child's own (VmHWM); flat memory means the same
 peak at both sizes.
 """
 
@@ -75,9 +75,21 @@ def run_export(kind: str, source: str, out: str) -> dict:
     return {
         "seconds": seconds,
         "cpu": cpu,
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "children_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "rss_mb": peak_rss_mb(),
     }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM where /proc has it, as `ru_maxrss` on Linux carries
+    the parent's peak over fork and exec (the parent that built a large source)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def build_source(out: Path, tokens: int, seq_len: int) -> None:
@@ -144,11 +156,13 @@ def zstd_seconds(path: Path) -> float:
     from packcli.export_mds import streaming_base
 
     compression = streaming_base().compression
-    raws = [compression.decompress("zstd", f.read_bytes()) for f in sorted(path.glob("shard.*.mds.zstd"))]
-    started = time.perf_counter()
-    for raw in raws:
+    seconds = 0.0
+    for shard in sorted(path.glob("shard.*.mds.zstd")):
+        raw = compression.decompress("zstd", shard.read_bytes())
+        started = time.perf_counter()
         compression.compress("zstd", raw)
-    return time.perf_counter() - started
+        seconds += time.perf_counter() - started
+    return seconds
 
 
 def measure(kind: str, source: Path, out: Path, repeats: int) -> dict:
