@@ -233,12 +233,13 @@ class EnergonIndex:
     SQLite's inserts run in a thread of their own (sqlite releases the GIL while it
     works), beside the tar writes, a few blocks behind at most."""
 
-    def __init__(self, directory: Path, checksums: list[str]):
+    def __init__(self, directory: Path, identity: list[str]):
+        """identity: what makes the tars' bytes (the source's checksums, the columns and their dtypes)."""
         self.energon = _energon()
         self.directory = directory
         self.meta = directory / ".nv-meta"
         self.meta.mkdir()
-        self.digest = hashlib.sha256("\0".join(checksums).encode())
+        self.digest = hashlib.sha256("\0".join(identity).encode())
         self.counts: dict[str, int] = {}
         self.itar: BinaryIO | None = None
         self.pending: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=4)
@@ -402,7 +403,8 @@ def export_energon(
     rows = tokens = 0
     tars: list[str] = []
     with ExportDir(out, overwrite) as tmp:
-        index = EnergonIndex(tmp, [entry["checksum"] for entry in manifest["shards"]]) if direct else None
+        identity = [*COLUMNS, ids_dtype.str, *(entry["checksum"] for entry in manifest["shards"])]
+        index = EnergonIndex(tmp, identity) if direct else None
         tar: _TarShard | None = None
         try:
             for block in blocks(source, manifest, progress):
