@@ -60,8 +60,6 @@ def blocks(out_dir: Path | str, manifest: Manifest, progress: Progress | None = 
     index = {entry["path"]: i for i, entry in enumerate(manifest["shards"])}
     done = 0
     for entry, rows in iter_output_rows_stored(out_dir, manifest):
-        for name in ("input_ids", "labels", "position_ids"):
-            prefault(getattr(rows, name))
         real = rows.real_lengths()
         yield Block(index[entry["path"]], done, rows, real)
         done += len(rows)
@@ -69,10 +67,15 @@ def blocks(out_dir: Path | str, manifest: Manifest, progress: Progress | None = 
             progress(len(rows), int(real.sum()), done, total)
 
 
-def prefault(array: np.ndarray) -> None:
-    """Map the pages of a memory-mapped array in one call (MADV_POPULATE_READ) before the
-    export reads them: touched one by one, their page faults cost the kernel more than
+def prefault(*arrays: np.ndarray) -> None:
+    """Map the pages of memory-mapped arrays an export reads whole in one call each
+    (MADV_POPULATE_READ): touched one by one, their page faults cost the kernel more than
     copying the bytes. Anything else (no map, another OS, an older kernel): nothing."""
+    for array in arrays:
+        _prefault(array)
+
+
+def _prefault(array: np.ndarray) -> None:
     base: Any = array
     while base is not None and not isinstance(base, mmap.mmap):
         base = getattr(base, "base", None)

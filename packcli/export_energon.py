@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
+from packcli.export import Block, ExportDir, Progress, blocks, prefault, read_source, token_dtype, write_views
 
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
@@ -107,6 +107,7 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     n, seq_len = len(rows), rows.seq_len
     if block.first_row + n > 10**KEY_DIGITS:
         raise PackcliError(f"energon sample keys have {KEY_DIGITS} digits: an output of more than 10^{KEY_DIGITS} rows")
+    prefault(rows.input_ids, rows.labels, rows.position_ids)
     int32 = np.dtype("<i4")
     fixed = [
         (npy_header(ids_dtype, (seq_len,)), np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<"))),

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
+from packcli.export import Block, ExportDir, Progress, blocks, prefault, read_source, token_dtype, write_views
 from packcli.manifest import Manifest
 
 COMPRESSIONS = ("zstd", "br", "gz", "snappy", "bz2")
@@ -113,6 +113,7 @@ def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
     is [ndim << 2 | shape dtype code][shape][values], an int is int64."""
     rows = block.rows
     n = len(rows)
+    prefault(rows.input_ids, rows.labels, rows.position_ids)
     columns = [
         np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<")).view(np.uint8),
         np.ascontiguousarray(rows.labels, dtype="<i4").view(np.uint8),

@@ -116,3 +116,16 @@ def test_write_views_finishes_a_short_write(tmp_path, monkeypatch, text):
     with open(tmp_path / "f", "wb", buffering=0) as f:
         write_views(f.fileno(), views)
     assert (tmp_path / "f").read_bytes() == b"".join(bytes(memoryview(v).cast("B")) for v in views)
+
+
+def test_prefault_leaves_the_map_closable_and_the_values_as_they_are(tmp_path):
+    """The pages of a memory-mapped slice are mapped ahead; the map is not left exported
+    (its shard closes it), and arrays that are not mapped are left alone."""
+    from packcli.export import prefault
+
+    values = np.arange(50_000, dtype=np.int32).reshape(500, 100)
+    np.save(tmp_path / "a.npy", values)
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    prefault(mapped[123:456], values[:3], np.zeros(0, dtype=np.int32))
+    assert mapped[123:456].tolist() == values[123:456].tolist()
+    mapped._mmap.close()  # raises BufferError while anything still exports the map
