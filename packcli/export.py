@@ -8,7 +8,11 @@ unless `overwrite`; then it is moved aside, replaced, and removed.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import operator
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,8 @@ from packcli.outdir import remove_path
 from packcli.rows import Rows, real_token_mask
 from packcli.shards import ids_dtype, iter_output_rows_stored
 
+_nbytes = operator.attrgetter("nbytes")
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 # (rows, real tokens, rows done, rows in all): the CLI's progress bar, or None
@@ -59,6 +65,28 @@ def blocks(out_dir: Path | str, manifest: Manifest, progress: Progress | None = 
         done += len(rows)
         if progress is not None:
             progress(len(rows), int(real.sum()), done, total)
+
+
+def prefault(*arrays: np.ndarray) -> None:
+    """Map the pages of memory-mapped arrays an export reads whole in one call each
+    (MADV_POPULATE_READ): touched one by one, their page faults cost the kernel more than
+    copying the bytes. Anything else (no map, another OS, an older kernel): nothing."""
+    for array in arrays:
+        _prefault(array)
+
+
+def _prefault(array: np.ndarray) -> None:
+    base: Any = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or _MADV_POPULATE_READ is None or not array.size:
+        return
+    mapped = np.frombuffer(base, dtype=np.uint8)
+    start = array.__array_interface__["data"][0] - mapped.__array_interface__["data"][0]
+    del mapped  # the map must not stay exported: it is closed with its shard
+    first = start - start % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):
+        base.madvise(_MADV_POPULATE_READ, first, start + array.nbytes - first)
 
 
 def real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +128,12 @@ def write_views(fd: int, views: list[Any]) -> None:
     for start in range(0, len(views), step):
         chunk = views[start : start + step]
         written = os.writev(fd, chunk)
-        sizes = [v.nbytes if isinstance(v, np.ndarray) else len(v) for v in chunk]
+        try:
+            if written == sum(map(_nbytes, chunk)):  # arrays and memoryviews: the common case, summed in C
+                continue
+        except AttributeError:  # bytes among them
+            pass
+        sizes = [v.nbytes if isinstance(v, np.ndarray | memoryview) else len(v) for v in chunk]
         if written == sum(sizes):
             continue
         for view, size in zip(chunk, sizes, strict=True):  # a short write: the rest one by one

@@ -2,30 +2,40 @@
 
 One sample per packed row, keyed by its row number, with one `.npy` part per column
 (`<key>.input_ids.npy`, `<key>.labels.npy`, `<key>.position_ids.npy`,
-`<key>.cu_seqlens.npy`, `<key>.num_segments.npy`), one tar per packed shard. The
-`.nv-meta/` index is written by energon's own preparation (what `energon prepare` runs),
-with every sample in the train split and a `dataset.yaml` for `CrudeWebdataset`: a task
-encoder's cooker turns the crude samples into whatever the model takes.
+`<key>.cu_seqlens.npy`, `<key>.num_segments.npy`), one tar per packed shard, every
+sample in the train split and a `dataset.yaml` for `CrudeWebdataset`: a task encoder's
+cooker turns the crude samples into whatever the model takes. The index (`.nv-meta/`
+and each tar's `.tar.idx`) is what `energon prepare` writes, written as the tars are
+for the energon release whose layout the tests check, and by energon's own preparation
+for any other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import itertools
+import json
 import os
-import struct
+import queue
 import tarfile
+import threading
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
+from packcli.export import Block, ExportDir, Progress, blocks, prefault, read_source, token_dtype, write_views
 
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 KEY_DIGITS = 10
+LAYOUT_MAJOR = "7"  # the energon major version whose `.nv-meta/` layout EnergonIndex writes
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -47,32 +57,18 @@ def _header_template() -> bytearray:
 
 
 class _TarShard:
-    """A ustar tar written member by member; headers are filled from one template
-    (tarfile builds each field in Python, at several times the cost of the data)."""
+    """A ustar tar written a block of members at a time, with headers filled from one
+    template (tarfile builds each field in Python, at several times the cost of the data)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, shard: int):
         self.file: BinaryIO = open(path, "wb")
+        self.name, self.shard = path.name, shard
         self.template = _header_template()
-
-    def add(self, name: str, *parts: bytes | memoryview) -> None:
-        encoded = name.encode("ascii")
-        if len(encoded) > 100:
-            raise ValueError(f"tar member name too long: {name}")
-        size = sum(memoryview(p).nbytes for p in parts)
-        header = self.template.copy()
-        header[: len(encoded)] = encoded
-        header[124:136] = b"%011o\0" % size
-        header[148:156] = b"%06o\0 " % sum(header)
-        self.file.write(header)
-        for part in parts:
-            self.file.write(part)
-        padding = -size % tarfile.BLOCKSIZE
-        if padding:
-            self.file.write(bytes(padding))
+        self.position = 0
 
     def member_headers(self, first_row: int, sizes: np.ndarray) -> np.ndarray:
-        """The headers `add` writes for members `<key>.<column>.npy` of rows
-        first_row, first_row + 1, ... with the given sizes ([rows, columns]), all at once."""
+        """The headers of members `<key>.<column>.npy` of rows first_row, first_row + 1,
+        ... with the given sizes ([rows, columns]), all at once."""
         n = len(sizes)
         headers = np.empty((n, len(COLUMNS), tarfile.BLOCKSIZE), dtype=np.uint8)
         headers[:] = np.frombuffer(bytes(self.template), dtype=np.uint8)
@@ -83,30 +79,35 @@ class _TarShard:
         for c, column in enumerate(COLUMNS):
             suffix = np.frombuffer(f".{column}.npy".encode("ascii"), dtype=np.uint8)
             headers[:, c, KEY_DIGITS : KEY_DIGITS + len(suffix)] = suffix
-        headers[:, :, 124:135] = _octal_digits(sizes, 11)
+        size_digits = _octal_digits(sizes, 11)
+        headers[:, :, 124:135] = size_digits
         headers[:, :, 135] = 0
-        checksums = headers.sum(axis=2, dtype=np.int64)  # the checksum field holds spaces
+        # the checksum (its own field as spaces): the template's sum with the name and size fields replaced
+        base = sum(self.template) - sum(self.template[:100]) - sum(self.template[124:136])
+        checksums = base + headers[:, :, :100].sum(axis=2, dtype=np.int64) + size_digits.sum(axis=2, dtype=np.int64)
         headers[:, :, 148:154] = _octal_digits(checksums, 6)
         headers[:, :, 154] = 0
         headers[:, :, 155] = ord(" ")
         return headers
 
-    def write(self, views: list[Any]) -> None:
-        self.file.flush()
+    def write(self, views: list[Any], nbytes: int) -> None:
         write_views(self.file.fileno(), views)
+        self.position += nbytes
 
     def close(self) -> None:
         self.file.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         self.file.close()
 
 
-def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
+def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: EnergonIndex | None) -> None:
     """The block's rows as tar members, five per row, in one gathered write: the member
-    headers are built for the whole block at once, the data written from the columns."""
+    headers are built for the whole block at once, the data written from the columns;
+    where each member landed goes to the index."""
     rows = block.rows
     n, seq_len = len(rows), rows.seq_len
     if block.first_row + n > 10**KEY_DIGITS:
         raise PackcliError(f"energon sample keys have {KEY_DIGITS} digits: an output of more than 10^{KEY_DIGITS} rows")
+    prefault(rows.input_ids, rows.labels, rows.position_ids)
     int32 = np.dtype("<i4")
     fixed = [
         (npy_header(ids_dtype, (seq_len,)), np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<"))),
@@ -125,16 +126,95 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype) -> None:
     sizes[:, 3] = np.array([len(cu_headers[int(w)]) for w in widths.tolist()], dtype=np.int64) + 4 * widths
     sizes[:, 4] = len(segments_header) + 4
     headers = tar.member_headers(block.first_row, sizes)
-    zeros = bytes(tarfile.BLOCKSIZE)
-    pads = (-sizes % tarfile.BLOCKSIZE).tolist()
-    bounds, width_list = offsets.tolist(), widths.tolist()
-    views: list[Any] = []
-    for i in range(n):
-        for c, (header, values) in enumerate(fixed):
-            views += (headers[i, c], header, values[i], zeros[: pads[i][c]])
-        views += (headers[i, 3], cu_headers[width_list[i]], cu[bounds[i] : bounds[i + 1]], zeros[: pads[i][3]])
-        views += (headers[i, 4], segments_header, counts[i : i + 1], zeros[: pads[i][4]])
-    tar.write(views)
+    padding = -sizes % tarfile.BLOCKSIZE
+    member_bytes = (tarfile.BLOCKSIZE + sizes + padding).ravel()
+    member_offsets = tar.position + np.cumsum(member_bytes) - member_bytes
+    if index is not None:
+        index.add(tar, block.first_row, member_offsets.reshape(n, -1), member_bytes.reshape(n, -1), sizes)
+    glue, first, cut = _glue(
+        headers, padding, [header for header, _ in fixed], cu_headers, widths, segments_header, counts
+    )
+    data = [values.data.cast("B") for _, values in fixed] + [cu.data.cast("B")]
+    steps = [values[0].nbytes if n else 0 for _, values in fixed]
+    views: list[Any] = [first]
+    cu_bounds = (4 * offsets).tolist()
+    e1, e2 = cut.after_ids, cut.after_labels
+    for i, row in enumerate(glue):
+        views += (data[0][i * steps[0] : (i + 1) * steps[0]], row[:e1])
+        views += (data[1][i * steps[1] : (i + 1) * steps[1]], row[e1:e2])
+        views += (data[2][i * steps[2] : (i + 1) * steps[2]], row[e2 : cut.after_positions[i]])
+        views += (data[3][cu_bounds[i] : cu_bounds[i + 1]], row[cut.tail_starts[i] : cut.tail_ends[i]])
+    tar.write(views, int(member_bytes.sum()))
+
+
+def _glue(
+    headers: np.ndarray,
+    padding: np.ndarray,
+    fixed_headers: list[bytes],
+    cu_headers: dict[int, bytes],
+    widths: np.ndarray,
+    segments_header: bytes,
+    counts: np.ndarray,
+) -> tuple[list[memoryview], memoryview, Cut]:
+    """Everything of a block's tar but the columns' values, in one array, a row of it
+    per sample, so that each row takes 8 views (not 20): row i holds what follows its
+    input_ids up to its labels, then up to its position_ids, then up to its cu_seqlens
+    values, and then up to the next row's input_ids. Returns the rows (as one
+    memoryview per row), what precedes the first row's input_ids, and where each row's
+    four pieces end (the cu_seqlens .npy header's length and the padding after the
+    values vary, so the pieces are cut from wider slots: the header left-aligned, the
+    padding right-aligned before what follows)."""
+    n, block = len(headers), tarfile.BLOCKSIZE
+    unique, inverse = np.unique(widths, return_inverse=True)
+    cu_texts = [cu_headers[int(w)] for w in unique.tolist()]
+    cu_slot = max((len(t) for t in cu_texts), default=0)
+    cu_table = np.zeros((len(cu_texts), cu_slot), dtype=np.uint8)
+    for k, text in enumerate(cu_texts):
+        cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+    cu_lengths = np.array([len(t) for t in cu_texts], dtype=np.int64)[inverse]
+    pads = padding[0].tolist() if n else [0] * len(COLUMNS)  # the fixed columns pad alike on every row
+    pieces: list[tuple[str, int]] = []
+    for c in (1, 2):
+        pieces += [("zero", pads[c - 1]), (f"header{c}", block), (f"npy{c}", len(fixed_headers[c]))]
+    pieces += [("zero", pads[2]), ("header3", block), ("npy3", cu_slot), ("zero", block - 1)]
+    pieces += [("header4", block), ("npy4", len(segments_header)), ("count", 4), ("zero", pads[4])]
+    pieces += [("next0", block), ("npy0", len(fixed_headers[0]))]
+    starts = np.cumsum([0] + [width for _, width in pieces])
+    glue = np.zeros((n, int(starts[-1])), dtype=np.uint8)
+    place = {name: slice(int(a), int(b)) for (name, _), a, b in zip(pieces, starts[:-1], starts[1:], strict=True)}
+    for c in (1, 2, 3, 4):
+        glue[:, place[f"header{c}"]] = headers[:, c]
+    for c in (1, 2):
+        glue[:, place[f"npy{c}"]] = np.frombuffer(fixed_headers[c], dtype=np.uint8)
+    glue[:, place["npy3"]] = cu_table[inverse]
+    glue[:, place["npy4"]] = np.frombuffer(segments_header, dtype=np.uint8)
+    glue[:, place["count"]] = counts.astype("<i4").view(np.uint8).reshape(n, 4)
+    glue[:-1, place["next0"]] = headers[1:, 0]
+    glue[:, place["npy0"]] = np.frombuffer(fixed_headers[0], dtype=np.uint8)
+    first = memoryview(b"".join([headers[0, 0].tobytes(), fixed_headers[0]]) if n else b"")
+    g4_ends = [place["npy0"].stop] * n
+    if n:
+        g4_ends[-1] = place["next0"].start  # the block's last row: the next block starts its own
+    cut = Cut(
+        place["npy1"].stop,
+        place["npy2"].stop,
+        (place["npy3"].start + cu_lengths).tolist(),
+        (place["header4"].start - padding[:, 3]).tolist(),
+        g4_ends,
+    )
+    flat = glue.data.cast("B")
+    return [flat[i * glue.shape[1] : (i + 1) * glue.shape[1]] for i in range(n)], first, cut
+
+
+@dataclass
+class Cut:
+    """Where a glue row's pieces end (see `_glue`)."""
+
+    after_ids: int
+    after_labels: int
+    after_positions: list[int]
+    tail_starts: list[int]
+    tail_ends: list[int]
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
@@ -143,20 +223,168 @@ def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
     return (((values[..., None] >> shifts) & 7) + ord("0")).astype(np.uint8)
 
 
-def _prepare(directory: Path, tars: list[str]) -> None:
-    """Energon's own index of the shards (`.nv-meta/`), every sample in the train split."""
+class EnergonIndex:
+    """`.nv-meta/` as energon's preparation (`energon prepare`) writes it: index.sqlite,
+    .info.json, split.yaml, index.uuid, and each tar's `.tar.idx`, from where the export
+    put each member: no tar is read back. The schema, the info and the split documents
+    come from energon's own classes; the rows go in one transaction in tar and sample
+    order, so the bytes depend only on the input, and index.uuid is derived from the
+    source's checksums and the index rows instead of drawn at random.
+
+    SQLite's inserts run in a thread of their own (sqlite releases the GIL while it
+    works), beside the tar writes, a few blocks behind at most."""
+
+    def __init__(self, directory: Path, identity: list[str]):
+        """identity: what makes the tars' bytes (the source's checksums, the columns and their dtypes)."""
+        self.energon = _energon()
+        self.directory = directory
+        self.meta = directory / ".nv-meta"
+        self.meta.mkdir()
+        self.digest = hashlib.sha256("\0".join(identity).encode())
+        self.counts: dict[str, int] = {}
+        self.itar: BinaryIO | None = None
+        self.pending: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=4)
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._insert_all, name="packcli-energon-index", daemon=True)
+        self.thread.start()
+
+    def add(
+        self, tar: _TarShard, first_row: int, offsets: np.ndarray, member_bytes: np.ndarray, sizes: np.ndarray
+    ) -> None:
+        """A block's rows: each member's header offset in the tar, its bytes there (with
+        header and padding) and its content size, all [rows, columns]."""
+        if tar.name not in self.counts:
+            self.counts[tar.name] = 0
+            self.itar = open(self.directory / (tar.name + ".idx"), "wb")
+        assert self.itar is not None
+        tar_id, first_index = len(self.counts) - 1, self.counts[tar.name]
+        self.counts[tar.name] += len(sizes)
+        self.itar.write(offsets[:, 0].astype(np.uint64).tobytes())  # as TarIndexWriter.append writes each
+        self.digest.update(offsets.tobytes() + sizes.tobytes())
+        if self.failure is not None:
+            raise self.failure
+        self.pending.put((tar_id, first_row, first_index, offsets, member_bytes.sum(axis=1), sizes))
+
+    def _insert_all(self) -> None:
+        """In the thread: energon's writer (its schema), every block's rows, its indexes and the commit."""
+        writer = None
+        item: tuple[Any, ...] | None = ()
+        try:
+            writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
+            writer.db.execute("PRAGMA synchronous = OFF")  # no tar is synced either; OUT appears by rename
+            while (item := self.pending.get()) is not None:
+                _insert_block(writer.db, *item)
+            writer.close()
+        except BaseException as exc:  # handed to the export's thread
+            self.failure = exc
+            if writer is not None and writer.db is not None:
+                writer.db.close()
+            while item is not None:  # the export's thread must not wait on a full queue
+                item = self.pending.get()
+
+    def close_tar(self, tar: _TarShard) -> None:
+        """The tar's `.tar.idx` ends with where its members end."""
+        if self.itar is not None:
+            self.itar.write(np.array([tar.position], dtype=np.uint64).tobytes())
+            self.itar.close()
+            self.itar = None
+
+    def finish(self) -> None:
+        """The indexes and the commit (energon's writer), then the documents energon writes after them."""
+        energon = self.energon
+        self.pending.put(None)
+        self.thread.join()
+        if self.failure is not None:
+            raise self.failure
+        info = energon.WebdatasetInfo(energon_version=energon.__version__, shard_counts=self.counts)
+        with open(self.meta / ".info.json", "w") as f:
+            json.dump(energon.to_json_object(info), f, indent=2)
+        names = list(self.counts)
+        splits = energon.WebdatasetSplits(
+            split_parts={"train": energon.collapse(names, keep_order=True), "val": [], "test": []}
+        )
+        with open(self.meta / "split.yaml", "w") as f:
+            energon.prepare.yaml.dump(energon.to_json_object(splits), f, sort_keys=False)  # energon's own yaml
+        self.digest.update(json.dumps(self.counts).encode())
+        (self.meta / "index.uuid").write_text(str(uuid.UUID(bytes=self.digest.digest()[:16], version=4)))
+        (self.meta / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
+
+    def abandon(self) -> None:
+        """Close what is open (the output directory is removed)."""
+        if self.itar is not None:
+            self.itar.close()
+        self.pending.put(None)
+        self.thread.join()
+
+
+def _insert_block(
+    db: Any,
+    tar_id: int,
+    first_row: int,
+    first_index: int,
+    offsets: np.ndarray,
+    row_bytes: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """A block's rows of energon's two tables, as its SqliteIndexWriter inserts them."""
+    n = len(sizes)
+    db.executemany(
+        "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
+        zip(
+            itertools.repeat(tar_id),
+            [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
+            range(first_index, first_index + n),
+            offsets[:, 0].tolist(),
+            row_bytes.tolist(),
+        ),
+    )
+    db.executemany(
+        "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
+        "VALUES (?, ?, ?, ?, ?)",
+        zip(
+            itertools.repeat(tar_id),
+            np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
+            itertools.cycle([f"{column}.npy" for column in COLUMNS]),
+            (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
+            sizes.ravel().tolist(),
+        ),
+    )
+
+
+def _energon() -> SimpleNamespace:
+    """The parts of megatron-energon the export uses."""
     with needs_extra("energon", "packcli export energon needs megatron-energon"):
-        from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+        from megatron.energon import __version__
+        from megatron.energon.bracecollapse import collapse
+        from megatron.energon.epathlib import EPath
+        from megatron.energon.flavors.webdataset import prepare
+        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
+        from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
+        from megatron.energon.typed_converter import to_json_object
+    return SimpleNamespace(
+        __version__=__version__,
+        collapse=collapse,
+        EPath=EPath,
+        prepare=prepare,
+        SqliteIndexWriter=SqliteIndexWriter,
+        WebdatasetInfo=WebdatasetInfo,
+        WebdatasetSplits=WebdatasetSplits,
+        to_json_object=to_json_object,
+    )
 
-    class Preparator(WebdatasetPreparator):
-        """Energon's preparation with its tar scan replaced by `scan_tar_items`, which
-        yields the same index items (tested against energon's own) at a fraction of the cost."""
 
-        _preprocess_tar = staticmethod(scan_tar_items)
+def writes_index_directly() -> bool:
+    """Whether the installed energon's `.nv-meta/` layout is the one `EnergonIndex`
+    writes (checked against its preparation by the tests); others prepare with their own."""
+    return str(_energon().__version__).split(".")[0] == LAYOUT_MAJOR
 
-    # Energon reports on stdout, which belongs to --json.
-    with contextlib.redirect_stdout(io.StringIO()):
-        Preparator.prepare_dataset(
+
+def prepare_with_energon(directory: Path, tars: list[str]) -> None:
+    """Energon's own preparation of the tars (what `energon prepare` runs), every sample
+    in the train split: right for any energon version, at many times the export's cost."""
+    energon = _energon()
+    with contextlib.redirect_stdout(io.StringIO()):  # energon reports on stdout, which belongs to --json
+        energon.prepare.WebdatasetPreparator.prepare_dataset(
             directory,
             tars,
             split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
@@ -166,110 +394,45 @@ def _prepare(directory: Path, tars: list[str]) -> None:
     (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
 
 
-def _ustar_members(path: Any) -> list[tuple[int, str, int]] | None:
-    """(header offset, name, size) of every member of a plain ustar tar as `_TarShard`
-    writes it; None for anything else (long names, links, other formats, damage)."""
-    members: list[tuple[int, str, int]] = []
-    with open(str(path), "rb") as f:
-        offset = 0
-        while True:
-            f.seek(offset)
-            header = f.read(tarfile.BLOCKSIZE)
-            if len(header) < tarfile.BLOCKSIZE:
-                return None
-            if header == bytes(tarfile.BLOCKSIZE):
-                return members
-            if header[257:265] != b"ustar\x0000" or header[156:157] not in (b"0", b"\0") or header[345:346] != b"\0":
-                return None
-            try:
-                checksum = int(header[148:156].strip(b"\0 ") or b"-1", 8)
-                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
-            except ValueError:
-                return None
-            if checksum != sum(header[:148]) + 256 + sum(header[156:]):
-                return None
-            members.append((offset, header[:100].split(b"\0", 1)[0].decode("utf-8"), size))
-            offset += tarfile.BLOCKSIZE + size + (-size % tarfile.BLOCKSIZE)
-
-
-def scan_tar_items(path: str, shard_to_idx: dict, parent_path: Any, max_parts: int, media_filter: Any = None):
-    """`WebdatasetPreparator._preprocess_tar` for the tars this export writes: the same
-    items (samples, parts, shard info) and the same `.tar.idx`, from the member headers
-    alone. Energon's own reads every member through `tarfile`, most of the export's time;
-    any tar it does not recognise (and media filters) goes to energon's own."""
-    with needs_extra("energon", "packcli export energon needs megatron-energon"):
-        from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-        from megatron.energon.flavors.webdataset.itar import TarIndexWriter
-        from megatron.energon.flavors.webdataset.prepare import (
-            IndexSample,
-            IndexSamplePart,
-            IndexShardInfo,
-            WebdatasetPreparator,
-        )
-        from megatron.energon.flavors.webdataset.structs import ShardInfo
-
-    shard_info = ShardInfo(name=path, path=parent_path / path, count=0)
-    members = _ustar_members(shard_info.path) if media_filter is None else None
-    if members is None:
-        yield from WebdatasetPreparator._preprocess_tar(path, shard_to_idx, parent_path, max_parts, media_filter)
-        return
-    tar_id, count = shard_to_idx[path], 0
-    parts: set[str] = set()
-    sample: dict[str, Any] | None = None
-    end = members[-1][0] + tarfile.BLOCKSIZE + members[-1][2] + (-members[-1][2] % tarfile.BLOCKSIZE) if members else 0
-    starts: list[int] = []  # the .tar.idx: each sample's offset, then the end
-    with TarIndexWriter(shard_info.path) as index:
-        for offset, name, size in members:
-            match = None if skip_meta_re.match(name) else split_name_re.match(name)
-            if match is None:
-                continue
-            base_name, part_name = match.group(1), match.group(2)
-            if len(parts) < max_parts:
-                parts.add(part_name)
-            if sample is None or sample["sample_key"] != base_name:
-                starts.append(offset)
-                if sample is not None:
-                    yield IndexSample(**sample, byte_size=offset - sample["byte_offset"])
-                sample = {"tar_file_id": tar_id, "sample_key": base_name, "sample_index": count, "byte_offset": offset}
-                count += 1
-            yield IndexSamplePart(
-                tar_file_id=tar_id,
-                sample_index=count - 1,
-                part_name=part_name,
-                content_byte_offset=offset + tarfile.BLOCKSIZE,
-                content_byte_size=size,
-            )
-        shard_info.count = count
-        starts.append(end)
-        index.itar.write(struct.pack(f"{len(starts)}Q", *starts))  # as `index.append` writes each
-        if sample is not None:
-            yield IndexSample(**sample, byte_size=end - sample["byte_offset"])
-    yield IndexShardInfo(shard_info=shard_info, parts=parts)
-
-
 def export_energon(
     source: Path | str, out: Path | str, *, overwrite: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
-    """Write OUT/shard-NNNNN.tar and OUT/.nv-meta/; returns a summary."""
+    """Write OUT/shard-NNNNN.tar (each with its .tar.idx) and OUT/.nv-meta/; returns a summary."""
     manifest = read_source(source)
     ids_dtype = token_dtype(manifest)
+    direct = writes_index_directly()
     rows = tokens = 0
     tars: list[str] = []
-    current: _TarShard | None = None
-    last_shard = -1
     with ExportDir(out, overwrite) as tmp:
+        identity = [*COLUMNS, ids_dtype.str, *(entry["checksum"] for entry in manifest["shards"])]
+        index = EnergonIndex(tmp, identity) if direct else None
+        tar: _TarShard | None = None
         try:
             for block in blocks(source, manifest, progress):
-                if current is None or block.shard != last_shard:
-                    if current is not None:
-                        current.close()
+                if tar is None or block.shard != tar.shard:
+                    if tar is not None:
+                        _close_tar(tar, index)
                     tars.append(f"shard-{block.shard:05d}.tar")
-                    current, last_shard = _TarShard(tmp / tars[-1]), block.shard
-                _write_block(current, block, ids_dtype)
+                    tar = _TarShard(tmp / tars[-1], block.shard)
+                _write_block(tar, block, ids_dtype, index)
                 rows += len(block.rows)
                 tokens += int(block.real.sum())
-        finally:
-            if current is not None:
-                current.close()
-        _prepare(tmp, tars)
+            if tar is not None:
+                _close_tar(tar, index)
+        except BaseException:
+            if tar is not None:
+                tar.file.close()
+            if index is not None:
+                index.abandon()
+            raise
+        if index is not None:
+            index.finish()
+        else:
+            prepare_with_energon(tmp, tars)
     return {"format": "energon", "out": str(out), "rows": rows, "real_tokens": tokens, "files": len(tars), "notes": []}
+
+
+def _close_tar(tar: _TarShard, index: EnergonIndex | None) -> None:
+    tar.close()
+    if index is not None:
+        index.close_tar(tar)

@@ -106,12 +106,26 @@ def test_write_views_writes_every_byte_in_order(tmp_path):
     assert np.fromfile(tmp_path / "f", dtype=np.uint16).tolist() == expected.tolist()
 
 
-def test_write_views_finishes_a_short_write(tmp_path, monkeypatch):
+@pytest.mark.parametrize("text", [b"xyz", memoryview(b"xyz")])
+def test_write_views_finishes_a_short_write(tmp_path, monkeypatch, text):
     import os
 
-    views = [np.arange(5, dtype=np.int32), b"xyz", np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
+    views = [np.arange(5, dtype=np.int32), text, np.zeros(0, dtype=np.uint8), np.arange(3, dtype=np.uint16)]
     real_writev = os.writev
     monkeypatch.setattr(os, "writev", lambda fd, chunk: real_writev(fd, [memoryview(chunk[0]).cast("B")[:7]]))
     with open(tmp_path / "f", "wb", buffering=0) as f:
         write_views(f.fileno(), views)
     assert (tmp_path / "f").read_bytes() == b"".join(bytes(memoryview(v).cast("B")) for v in views)
+
+
+def test_prefault_leaves_the_map_closable_and_the_values_as_they_are(tmp_path):
+    """The pages of a memory-mapped slice are mapped ahead; the map is not left exported
+    (its shard closes it), and arrays that are not mapped are left alone."""
+    from packcli.export import prefault
+
+    values = np.arange(50_000, dtype=np.int32).reshape(500, 100)
+    np.save(tmp_path / "a.npy", values)
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    prefault(mapped[123:456], values[:3], np.zeros(0, dtype=np.int32))
+    assert mapped[123:456].tolist() == values[123:456].tolist()
+    mapped._mmap.close()  # raises BufferError while anything still exports the map

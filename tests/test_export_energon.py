@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,67 +108,68 @@ def test_sft_rows_with_a_large_vocabulary(tmp_path, packed, cli, big_tokenizer):
     assert any(((s["labels"] == -100) & (s["position_ids"] > 0)).any() for s in samples)  # prompt masks kept
 
 
-def test_tar_scan_gives_what_energon_preparation_gives(tmp_path, packed, word_tokenizer):
-    """The export's tar scan against energon's own (`_preprocess_tar`, tarfile): the same
-    items per tar, the same `.tar.idx`; and the whole `.nv-meta/` against energon's own
-    preparation of the same tars (its random index.uuid apart; index.sqlite by content,
-    as energon's own row order follows its workers)."""
-    import shutil
-    import sqlite3
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
-    from megatron.energon.epathlib import EPath
-    from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
 
-    from packcli.export_energon import _ustar_members, export_energon, scan_tar_items
+def sqlite_content(path: Path):
+    """Schema and every table's rows (sorted: energon's own row order follows its workers)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        schema = sorted(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall(), key=repr)
+        return schema, {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
+
+
+def test_index_is_what_energon_preparation_writes(tmp_path, packed, word_tokenizer, monkeypatch):
+    """The `.nv-meta/` and `.tar.idx` files the export writes against those energon's own
+    preparation writes for the same tars (what the export runs for an energon release
+    whose layout it does not know): the same files, index.sqlite with the same schema and
+    rows; only index.uuid differs (energon draws it at random)."""
+    from packcli import export_energon as module
 
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(90, seed=12, max_words=30)])
     source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20)
-    ours = tmp_path / "ours"
-    export_energon(source, ours)
-    tars = sorted(p.name for p in ours.glob("*.tar"))
-    assert len(tars) > 2
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    for name in tars:
-        shutil.copyfile(ours / name, theirs / name)
-    index = {name: i for i, name in enumerate(tars)}
-    for name in tars:
-        assert _ustar_members(theirs / name) is not None  # read by the scan, not handed to energon's
-        scanned = list(scan_tar_items(name, index, EPath(theirs), 50))
-        ours_idx = (theirs / name).with_suffix(".tar.idx").read_bytes()
-        stock = list(WebdatasetPreparator._preprocess_tar(name, index, EPath(theirs), 50))
-        assert [repr(item) for item in scanned] == [repr(item) for item in stock]
-        assert ours_idx == (theirs / name).with_suffix(".tar.idx").read_bytes()
-    for name in tars:
-        (theirs / name).with_suffix(".tar.idx").unlink()
+    module.export_energon(source, tmp_path / "ours")
+    monkeypatch.setattr(module, "LAYOUT_MAJOR", "unknown")
+    assert not module.writes_index_directly()
+    module.export_energon(source, tmp_path / "theirs")
+    ours, theirs = tree(tmp_path / "ours"), tree(tmp_path / "theirs")
+    assert len([name for name in ours if name.endswith(".tar.idx")]) > 2
+    assert sorted(ours) == sorted(theirs)
+    differ = {name for name in ours if ours[name] != theirs[name]}
+    assert differ <= {".nv-meta/index.uuid", ".nv-meta/index.sqlite"}
+    meta = ".nv-meta/index.sqlite"
+    assert sqlite_content(tmp_path / "ours" / meta) == sqlite_content(tmp_path / "theirs" / meta)
+    assert str(uuid.UUID(ours[".nv-meta/index.uuid"].decode())) == ours[".nv-meta/index.uuid"].decode()
 
-    import contextlib
-    import io
-    import os
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        WebdatasetPreparator.prepare_dataset(
-            EPath(theirs),
-            tars,
-            split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
-            shuffle_seed=None,
-            workers=max(1, min(len(tars), os.cpu_count() or 1)),
-        )
-    (theirs / ".nv-meta" / "dataset.yaml").write_text((ours / ".nv-meta" / "dataset.yaml").read_text())
+def test_index_bytes_depend_only_on_the_input(tmp_path, packed, word_tokenizer):
+    """Two exports of one output are byte for byte the same, index.sqlite and index.uuid
+    included; another output gets another index.uuid."""
+    from packcli.export_energon import export_energon
 
-    def files(root):
-        return {
-            p.relative_to(root).as_posix(): p.read_bytes()
-            for p in root.rglob("*")
-            if p.is_file() and p.name not in ("index.uuid", "index.sqlite")
-        }
+    sources = []
+    for seed in (5, 6):
+        path = write_jsonl(tmp_path / f"in{seed}.jsonl", [{"text": t} for t in random_texts(60, seed=seed)])
+        sources.append(packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 15))
+    for name, source in (("a", sources[0]), ("b", sources[0]), ("c", sources[1])):
+        export_energon(source, tmp_path / name)
+    a, b, c = (tree(tmp_path / name) for name in "abc")
+    assert a == b
+    assert a[".nv-meta/index.uuid"] != c[".nv-meta/index.uuid"]
 
-    def tables(root):
-        with contextlib.closing(sqlite3.connect(root / ".nv-meta" / "index.sqlite")) as db:
-            names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-            schema = sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall(), key=repr)
-            return schema, {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
 
-    assert files(ours) == files(theirs)
-    assert tables(ours) == tables(theirs)
-    assert len((ours / ".nv-meta" / "index.uuid").read_text()) == len((theirs / ".nv-meta" / "index.uuid").read_text())
+def test_a_failed_export_stops_its_index_thread(tmp_path, packed, word_tokenizer):
+    """A shard that cannot be read half-way: the error, no OUT, and the index's thread ended."""
+    import threading
+
+    from packcli.errors import PackcliError
+    from packcli.export_energon import export_energon
+
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(60, seed=7)])
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 10, "--format", "parquet")
+    (source / "shard-00002.parquet").write_bytes(b"not parquet")
+    with pytest.raises(PackcliError, match="shard-00002.parquet"):
+        export_energon(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert not [t for t in threading.enumerate() if t.name == "packcli-energon-index"]

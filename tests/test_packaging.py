@@ -298,15 +298,6 @@ def _ray_engine(parquet_out, monkeypatch):
     engine_ray.connect(None, 1)
 
 
-def _scan_energon_tar(parquet_out, monkeypatch):
-    from packcli.export_energon import scan_tar_items
-
-    for name in [name for name in sys.modules if name.startswith("megatron.")]:
-        monkeypatch.delitem(sys.modules, name)
-
-    list(scan_tar_items("shard-00000.tar", {}, parquet_out, 50))
-
-
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
@@ -314,11 +305,10 @@ TRIGGERS = {
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("render", "matplotlib_figure"): _plot,
     ("export_mds", "streaming_base"): _export_mds,
-    ("export_energon", "_prepare"): _export_energon,
+    ("export_energon", "_energon"): _export_energon,
     ("storage", "filesystem"): _remote_url,
     ("engine_ray", "connect"): _ray_engine,
     ("torch_data", "packed_seq_params"): _packed_seq_params,
-    ("export_energon", "scan_tar_items"): _scan_energon_tar,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 
