@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -325,6 +327,10 @@ def _plan_and_write(
     multiple = opts.pad_to_multiple_of or 1
     plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
     pad_id = job.setup.pad_id
+    if final and not writer.started and plan.n_rows > job.rows_per_shard:
+        with timer.stage("write"):
+            _write_shards_at_once(job, spill, plan, outcome, writer)
+        return plan
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
     built = prefetch(
@@ -343,6 +349,71 @@ def _plan_and_write(
     finally:
         built.close()
     return plan
+
+
+SHARD_THREADS = 2  # shards written at the same time by the one-plan path
+
+
+def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcome, writer: ShardWriter) -> None:
+    """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
+    own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
+    shard's rows are one after another, so its writer is a bottleneck no other thread can
+    share. Shards are taken back in order; the bytes are those of one shard at a time."""
+    shards = -(-plan.n_rows // job.rows_per_shard)
+    order = plan.row_order()
+    stop = threading.Event()
+    spill.open_files()  # before the threads share them
+
+    def one(index: int) -> tuple[ShardWriter, RowStats]:
+        return _write_one_shard(job, spill, plan, writer.for_shard(index), order, stop)
+
+    pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
+    futures = [pool.submit(one, i) for i in range(shards)]
+    try:
+        for future in futures:
+            part, stats = future.result()
+            writer.absorb(part)
+            _add_stats(outcome.stats, stats)
+            publish(job, writer.hashed_shards())
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _add_stats(total: RowStats, part: RowStats) -> None:
+    total.fill += part.fill
+    total.segments_per_row += part.segments_per_row
+    total.segment_lengths += part.segment_lengths
+    total.label_tokens += part.label_tokens
+
+
+def _write_one_shard(
+    job: Job,
+    spill: Spill,
+    plan: RowPlan,
+    part: ShardWriter,
+    order: tuple[np.ndarray, np.ndarray],
+    stop: threading.Event,
+) -> tuple[ShardWriter, RowStats]:
+    opts, first = job.opts, part.first_shard * job.rows_per_shard
+    end = min(first + job.rows_per_shard, plan.n_rows)
+    stats = RowStats(opts.seq_len)
+    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, opts.pad_to_multiple_of or 1, end, order)
+    try:
+        for rows in rows_of:
+            if stop.is_set():
+                raise PackcliError("stopped")  # the run failed elsewhere; that error is the one shown
+            stats.add(rows)
+            row_group = None if plan.row_group is None else plan.row_group[first : first + len(rows)]
+            outdir.guarded(job.out_dir, part.add, rows, row_group)
+            first += len(rows)
+        outdir.guarded(job.out_dir, part.close)
+    except BaseException:
+        part.abort()
+        raise
+    return part, stats
 
 
 def plan_segments(

@@ -121,13 +121,13 @@ def _column_values(column: pa.Array, name: str, kind: str) -> list[Any]:
 
 
 def _arrow_id_lists(column: pa.Array, name: str) -> tuple[IdLists, dict[int, RecordProblem]]:
-    """A list<int> column's ids straight from Arrow buffers to one flat int64 array (sliced
-    arrays and nulls allowed), and the rows that cannot be used, by row, with the problem
-    the JSON path would name for them."""
+    """A list<int> column's ids straight from Arrow buffers to one flat array in the column's
+    integer type (sliced arrays and nulls allowed), and the rows that cannot be used, by row,
+    with the problem the JSON path would name for them."""
 
     if pa.types.is_fixed_size_list(column.type):
         column = column.cast(pa.list_(column.type.value_type))
-    offsets = column.offsets.to_numpy().astype(np.int64)
+    offsets = _buffer_view(column.offsets).astype(np.int64)
     low, high = int(offsets[0]), int(offsets[-1])
     flat = column.values.slice(low, high - low)
     offsets -= low
@@ -137,9 +137,7 @@ def _arrow_id_lists(column: pa.Array, name: str) -> tuple[IdLists, dict[int, Rec
             problems[int(row)] = RecordProblem("wrong type", f"field {name!r} is null")
     for row in np.flatnonzero(offsets[1:] == offsets[:-1]):
         problems.setdefault(int(row), RecordProblem("empty field", f"field {name!r} is an empty list"))
-    numbers = (
-        flat.fill_null(0).to_numpy(zero_copy_only=False) if flat.null_count else flat.to_numpy(zero_copy_only=False)
-    )
+    numbers = _buffer_view(flat.fill_null(0)) if flat.null_count else _buffer_view(flat)
     null_items = flat.is_null().to_numpy(zero_copy_only=False) if flat.null_count else None
     huge = numbers > INT64_MAX if numbers.dtype == np.uint64 else None
     for mask, problem in ((null_items, "is null"), (huge, "does not fit in int64")):
@@ -150,7 +148,16 @@ def _arrow_id_lists(column: pa.Array, name: str) -> tuple[IdLists, dict[int, Rec
         rows, first = np.unique(rows, return_index=True)
         for row, at in zip(rows.tolist(), where[first].tolist()):
             problems.setdefault(row, RecordProblem("wrong type", f"field {name!r} item {at - offsets[row]} {problem}"))
-    return IdLists(numbers.astype(np.int64, copy=False), offsets), problems
+    return IdLists(numbers.astype(np.int64) if numbers.dtype == np.uint64 else numbers, offsets), problems
+
+
+def _buffer_view(array: pa.Array) -> np.ndarray:
+    """An integer Arrow array without nulls as a read-only NumPy view of its data buffer.
+    (`Array.to_numpy` does the same, but its first call imports pandas: most of a second.)"""
+    dtype = np.dtype(str(array.type))
+    if len(array) == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
 def _columnar_rows(

@@ -43,13 +43,15 @@ class BadRecords:
 
 @dataclass(eq=False)
 class IdLists:
-    """Token id lists in one flat int64 array, so no Python object is made per token.
+    """Token id lists in one flat integer array, so no Python object is made per token.
 
     Record i holds `values[offsets[i]:offsets[i + 1]]`; `ids[i]` is that slice (a view).
-    In a RecordBatch, offsets[0] == 0 and offsets[-1] == len(values).
+    In a RecordBatch, offsets[0] == 0 and offsets[-1] == len(values). Values keep the
+    integer type they were stored in (int64 from JSON; a Parquet list<int32> stays int32,
+    half the bytes to move), except uint64, which becomes int64.
     """
 
-    values: np.ndarray  # int64
+    values: np.ndarray  # any integer dtype but uint64
     offsets: np.ndarray  # int64, one more than there are records, non-decreasing
 
     def __len__(self) -> int:
@@ -75,7 +77,9 @@ class IdLists:
 
     @classmethod
     def concat(cls, parts: Sequence[IdLists | list[np.ndarray]]) -> IdLists:
-        """One compact IdLists (a copy) from IdLists and lists of per-record arrays, in order."""
+        """One compact IdLists (a copy) from IdLists and lists of per-record arrays, in order.
+        Always a copy: a view would keep the reader's whole Arrow batch alive in the queues
+        between the threads, and Arrow's memory pool then holds more memory at its peak."""
         arrays: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
         for part in parts:
@@ -88,7 +92,9 @@ class IdLists:
         offsets = np.zeros(sum(map(len, lengths)) + 1, dtype=np.int64)
         if len(offsets) > 1:
             np.cumsum(np.concatenate(lengths), out=offsets[1:])
-        values = np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.zeros(0, np.int64)
+        values = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        if values.dtype == np.uint64 or values.dtype.kind not in "iu":
+            values = values.astype(np.int64)
         return cls(values, offsets)
 
 

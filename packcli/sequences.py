@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from numba import njit
 
 from packcli.errors import PackcliError
 from packcli.tokenizing import SpecialTokenFinder, add_boundary_tokens
@@ -217,7 +218,7 @@ def _flat_ids(column: IdLists | Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     if hasattr(column, "values") and hasattr(column, "offsets"):
         offsets = np.asarray(column.offsets, dtype=np.int64)
         values = np.asarray(column.values)[offsets[0] : offsets[-1]]
-        return values.astype(np.int64, copy=False), offsets - offsets[0]
+        return values, offsets - offsets[0]  # in their own integer type: checked, then copied once
     arrays = [np.asarray(seq, dtype=np.int64).reshape(-1) for seq in column]
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     np.cumsum([len(a) for a in arrays], out=offsets[1:])
@@ -227,6 +228,8 @@ def _flat_ids(column: IdLists | Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
 def _first_record_outside(
     values: np.ndarray, offsets: np.ndarray, low: int, high: int
 ) -> tuple[int, np.ndarray] | None:
+    if not len(values) or (low <= values.min() and values.max() <= high):
+        return None  # two passes without a temporary: the common case
     outside = np.flatnonzero((values < low) | (values > high))
     if not len(outside):
         return None
@@ -257,8 +260,8 @@ def _check_labels(values: np.ndarray, offsets: np.ndarray, batch: RecordBatch, f
 def add_bounds_to_ids(
     values: np.ndarray, lengths: np.ndarray, label_values: np.ndarray | None, bounds: Boundaries
 ) -> SequenceBatch:
-    """from_lists' BOS/EOS rule on flat int64 ids (and labels, or None: every token learned,
-    labels left out), with array arithmetic only."""
+    """from_lists' BOS/EOS rule on flat ids of any integer type (and labels, or None: every
+    token learned, labels left out): array arithmetic per sequence, one copy per token."""
     n = len(lengths)
     starts = np.cumsum(lengths) - lengths
     filled = lengths > 0
@@ -275,20 +278,20 @@ def add_bounds_to_ids(
         has_eos = np.zeros(n, dtype=np.int64)
     out_lengths = lengths + has_bos + has_eos
     out_starts = np.cumsum(out_lengths) - out_lengths
-    body_at = np.repeat(out_starts + has_bos - starts, lengths) + np.arange(len(values))
     bos_at = out_starts[has_bos == 1]
     eos_at = (out_starts + out_lengths - 1)[has_eos == 1]
     inserted = [b for b, at in ((bounds.bos_id, bos_at), (bounds.eos_id, eos_at)) if b is not None and len(at)]
     if any(not 0 <= b <= np.iinfo(np.int32).max for b in inserted):
         _as_int32(np.array([*inserted, *([values.min(), values.max()] if len(values) else [])], dtype=np.int64))
     tokens = np.empty(int(out_lengths.sum()), dtype=np.int32)
-    tokens[body_at] = values
+    body_at = out_starts + has_bos
+    _copy_runs(values, starts, lengths, tokens, body_at)
     tokens[bos_at] = bounds.bos_id if bounds.bos_id is not None else 0
     tokens[eos_at] = bounds.eos_id if bounds.eos_id is not None else 0
     if label_values is None:
         return SequenceBatch(tokens, out_lengths, None)
     labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int32)
-    labels[body_at] = label_values
+    _copy_runs(label_values, starts, lengths, labels, body_at)
     if bounds.eos_id is not None:
         last_label = (
             label_values[np.maximum(starts + lengths - 1, 0)] if len(label_values) else np.full(n, IGNORE_INDEX)
@@ -296,3 +299,14 @@ def add_bounds_to_ids(
         learned = (filled & (last_label != IGNORE_INDEX))[has_eos == 1]
         labels[eos_at[learned]] = bounds.eos_id
     return SequenceBatch(tokens, out_lengths, labels)
+
+
+@njit(cache=True, nogil=True)  # on the tokenize thread, beside reading and spilling
+def _copy_runs(source, starts, lengths, out, out_starts):
+    """out[out_starts[i] : + lengths[i]] = source[starts[i] : + lengths[i]], as int32 (the
+    values are checked to fit): one pass, no index array per token."""
+    for i in range(len(starts)):
+        s = starts[i]
+        o = out_starts[i]
+        for j in range(lengths[i]):
+            out[o + j] = np.int32(source[s + j])

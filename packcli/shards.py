@@ -9,6 +9,7 @@ same rows always give the same bytes.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +25,7 @@ from packcli.grouping import group_counts
 from packcli.manifest import Manifest, ShardEntry
 from packcli.outdir import remove_path
 from packcli.rows import Rows
+from packcli.spill import as_int_dtype
 
 ROW_COLUMNS = ("input_ids", "labels", "position_ids")
 NPY_FILES = (
@@ -40,6 +42,7 @@ OPTIONAL_NPY_FILES = ("max_seqlen.npy", "cu_seqlens_unpadded.npy")  # format 3; 
 ROW_GROUP_TOKENS = 1 << 20
 NPY_HEADER_BYTES = 128
 READ_BLOCK_ROWS = 4096
+HASH_WINDOW = 4 << 20  # bytes of a shard file mapped at a time while it is hashed
 
 
 def shard_name(index: int, fmt: str) -> str:
@@ -77,15 +80,20 @@ def int32_array(values: np.ndarray):
 
 
 def checksum(path: Path) -> str:
-    """sha256 of a shard file, or of a shard directory's files in name order."""
+    """sha256 of a shard file, or of a shard directory's files in name order. Files are
+    hashed through memory maps of a window at a time: read() would copy every byte out
+    of the page cache into fresh buffers first, and a map of the whole file would count
+    it all as resident."""
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
     for file in files:
         if path.is_dir():
             digest.update(file.name.encode() + b"\0")
         with open(file, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
+            size = os.fstat(f.fileno()).st_size
+            for at in range(0, size, HASH_WINDOW):
+                with mmap.mmap(f.fileno(), min(HASH_WINDOW, size - at), access=mmap.ACCESS_READ, offset=at) as window:
+                    digest.update(window)
     return "sha256:" + digest.hexdigest()
 
 
@@ -107,8 +115,16 @@ class _ParquetShard:
             + ([(GROUP_COLUMN, pa.int32())] if grouped else [])
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
-        # two thirds of its time on packed token rows (docs/format.md)
-        self.writer = pq.ParquetWriter(str(tmp_path), self.schema, compression="zstd", use_dictionary=False)
+        # two thirds of its time on packed token rows; statistics (min/max) only for the
+        # per-row columns: on the list columns they select nothing and cost an eighth of the
+        # write (docs/format.md)
+        self.writer = pq.ParquetWriter(
+            str(tmp_path),
+            self.schema,
+            compression="zstd",
+            use_dictionary=False,
+            write_statistics=[field.name for field in self.schema if not pa.types.is_list(field.type)],
+        )
 
     def write(self, rows: Rows, group: np.ndarray | None = None) -> None:
         self.pending.append(rows)
@@ -170,7 +186,7 @@ class _NpyFile:
         self.file.write(b"\0" * NPY_HEADER_BYTES)
 
     def write(self, block: np.ndarray) -> None:
-        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).data)  # the buffer itself, no bytes copy
+        self.file.write(as_int_dtype(block, self.dtype).data)  # the buffer itself, no bytes copy
         self.rows += len(block)
 
     def close(self) -> None:
@@ -237,14 +253,19 @@ class ShardWriter:
         vocab_size: int | None,
         done_shards: int = 0,
         grouped: bool = False,
+        first_shard: int = 0,
     ):
         """done_shards: shards a resumed run finished already; their rows are counted, not written.
         grouped: rows come with their --group-by group id (`add(rows, group)`), written as a
-        `group` column and counted per group in `group_counts`."""
+        `group` column and counted per group in `group_counts`.
+        first_shard: the index of the first shard it writes (`for_shard`)."""
         self.grouped = grouped
+        self.first_shard = first_shard
+        self.whole = True  # it writes every shard of the run (not a part from `for_shard`)
         self.group_counts = np.zeros((0, 3), dtype=np.int64)  # per group id: rows, sequences, real tokens
         self.out_dir, self.fmt, self.seq_len = Path(out_dir), fmt, seq_len
         self.rows_per_shard = rows_per_shard
+        self.vocab_size = vocab_size
         self.id_dtype = ids_dtype(vocab_size)
         self.done_shards = done_shards
         self.shards: list[ShardInfo] = []
@@ -255,6 +276,44 @@ class ShardWriter:
         self._current: _ParquetShard | _NpyShard | None = None
         self._rows = self._sequences = self._tokens = 0
 
+    def _index(self) -> int:
+        return self.first_shard + len(self.shards)
+
+    @property
+    def started(self) -> bool:
+        """Whether any row was given to it (shards after those are no longer independent)."""
+        return bool(self.shards) or self._rows > 0
+
+    def for_shard(self, index: int) -> ShardWriter:
+        """A writer of shard `index` alone (give it that shard's rows), with this one's settings:
+        shards are independent files, so two can be written at once; `absorb` takes it back."""
+        part = ShardWriter(
+            self.out_dir,
+            self.fmt,
+            self.seq_len,
+            self.rows_per_shard,
+            self.vocab_size,
+            self.done_shards,
+            self.grouped,
+            first_shard=index,
+        )
+        part.whole = False
+        return part
+
+    def absorb(self, part: ShardWriter) -> None:
+        """The shards of a closed `for_shard` writer, next in order (checksums and group counts)."""
+        if part.first_shard != self._index() or self._rows:
+            raise PackcliError("internal: shards absorbed out of order")
+        for shard in part.shards:
+            done: Future[str] = Future()
+            done.set_result(shard.checksum)
+            self.shards.append(shard)
+            self._digests.append(done)
+        counts = part.group_counts
+        if len(counts) > len(self.group_counts):
+            counts, self.group_counts = self.group_counts, counts.copy()
+        self.group_counts[: len(counts)] += counts
+
     def _tmp_path(self, index: int) -> Path:
         return self.out_dir / f".{shard_name(index, self.fmt)}.tmp"
 
@@ -263,7 +322,7 @@ class ShardWriter:
             raise PackcliError("internal: grouped rows written without one group id per row")
         start = 0
         while start < len(rows):
-            skipping = len(self.shards) < self.done_shards
+            skipping = self._index() < self.done_shards
             take = min(len(rows) - start, self.rows_per_shard - self._rows)
             block = rows.slice(start, start + take)
             part = None if group is None else np.asarray(group[start : start + take], dtype=np.int32)
@@ -291,7 +350,7 @@ class ShardWriter:
         """The shard being written, opened on its first rows (which say whether the rows
         have cu_seqlens_unpadded)."""
         if self._current is None:
-            tmp = self._tmp_path(len(self.shards))
+            tmp = self._tmp_path(self._index())
             if self.fmt == "parquet":
                 self._current = _ParquetShard(tmp, self.seq_len, unpadded, self.grouped)
             else:
@@ -299,7 +358,7 @@ class ShardWriter:
         return self._current
 
     def _close_shard(self) -> None:
-        index = len(self.shards)
+        index = self._index()
         final = self.out_dir / shard_name(index, self.fmt)
         if self._current is not None:
             self._current.finish()
@@ -316,7 +375,7 @@ class ShardWriter:
         if self._rows:
             self._close_shard()
         self._collect_digests()
-        if len(self.shards) < self.done_shards:
+        if self.whole and len(self.shards) < self.done_shards:
             raise PackcliError(
                 f"resume found {self.done_shards} finished shards but the run makes only {len(self.shards)}; "
                 "start again with --overwrite"
@@ -344,7 +403,7 @@ class ShardWriter:
         if self._current is not None:
             self._current.abort()
             self._current = None
-        remove_path(self._tmp_path(len(self.shards)))  # also when opening the shard failed
+        remove_path(self._tmp_path(self._index()))  # also when opening the shard failed
 
 
 def read_shard(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,6 +28,16 @@ TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
 COMPLETE_FILE = "complete.json"
+SYNC_BYTES = 64 << 20  # written bytes between two background fdatasyncs
+
+
+def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` as contiguous integers of `dtype`: a view where only the signedness differs
+    (the same bytes a cast gives, without the copy), else a cast."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind in "iu" and values.dtype.itemsize == dtype.itemsize:
+        return values.view(dtype)
+    return values.astype(dtype)
 
 
 class SpillWriter:
@@ -43,10 +54,15 @@ class SpillWriter:
         self._lengths: list[np.ndarray] = []
         self.tokens = 0
         self.sequences = 0
+        # The spill goes to disk while it is written, not all at once in `finish`: its final
+        # fsync would otherwise wait for the whole file (seconds per GB) before any row is built.
+        self._syncing: ThreadPoolExecutor | None = None
+        self._sync: Future[None] | None = None
+        self._unsynced = 0
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> None:
         """`learned`: one flag per token (required exactly when the spill is masked)."""
-        self._tokens.write(np.ascontiguousarray(tokens, dtype=self.token_dtype).data)
+        self._tokens.write(as_int_dtype(tokens, self.token_dtype).data)
         if self._learned is not None:
             flags = np.concatenate([self._carry, np.asarray(learned, dtype=bool)])
             whole = len(flags) - len(flags) % 8
@@ -55,11 +71,36 @@ class SpillWriter:
         self._lengths.append(np.asarray(lengths, dtype=np.int64))
         self.tokens += len(tokens)
         self.sequences += len(lengths)
+        self._unsynced += len(tokens) * self.token_dtype.itemsize
+        if self._unsynced >= SYNC_BYTES and (self._sync is None or self._sync.done()):
+            self._start_sync()
+
+    def _start_sync(self) -> None:
+        """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
+        if self._sync is not None:
+            self._sync.result()
+        if self._syncing is None:
+            self._syncing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-spill-sync")
+        fds = [f.fileno() for f in (self._tokens, self._learned) if f is not None]
+        self._sync = self._syncing.submit(_datasync, fds)
+        self._unsynced = 0
+
+    def _stop_sync(self) -> None:
+        """Wait for a sync under way (before the files close) and stop its thread."""
+        try:
+            if self._sync is not None:
+                self._sync.result()
+        finally:
+            self._sync = None
+            if self._syncing is not None:
+                self._syncing.shutdown()
+                self._syncing = None
 
     def finish(self, meta: dict[str, Any]) -> Spill:
         """Flush, record the lengths and `meta`, and mark the spill complete."""
         if self._learned is not None and len(self._carry):
             self._learned.write(np.packbits(self._carry, bitorder="little").data)
+        self._stop_sync()
         for f in (self._tokens, self._learned):
             if f is not None:
                 f.flush()
@@ -81,6 +122,10 @@ class SpillWriter:
         return Spill.open(self.directory, lengths=lengths)
 
     def abort(self) -> None:
+        try:
+            self._stop_sync()
+        except OSError:
+            pass  # the run is failing already; its own error is the one to show
         for f in (self._tokens, self._learned):
             if f is not None and not f.closed:
                 f.close()
@@ -129,11 +174,7 @@ class Spill:
         if self.arrays is not None:
             tokens, bits = self.arrays
             return Block(tokens, starts, bits, starts)
-        if not self._files:
-            assert self.directory is not None  # a spill is either in memory or in a directory
-            self._files = [open(self.directory / TOKENS_FILE, "rb")]
-            if self.masked:
-                self._files.append(open(self.directory / LEARNED_FILE, "rb"))
+        self.open_files()
         ranges = _Ranges(starts, lengths)
         tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
         block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, starts)
@@ -142,6 +183,17 @@ class Spill:
             bits, byte_offsets = ranges.read(self._files[1], np.dtype(np.uint8), first_byte, end_byte)
             block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
         return block
+
+    def open_files(self) -> None:
+        """Open the spill's files for `read_block` (which opens them itself when needed);
+        threads may then read blocks at the same time (positioned reads share no offset)."""
+        if self._files or self.arrays is not None:
+            return
+        assert self.directory is not None  # a spill is either in memory or in a directory
+        files: list[BinaryIO] = [open(self.directory / TOKENS_FILE, "rb")]
+        if self.masked:
+            files.append(open(self.directory / LEARNED_FILE, "rb"))
+        self._files = files
 
     def close(self) -> None:
         files, self._files = self._files, []
@@ -170,6 +222,11 @@ class Spill:
         tokens = np.ascontiguousarray(tokens)
         bits = None if learned is None else np.packbits(np.asarray(learned, dtype=bool), bitorder="little")
         return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
+
+
+def _datasync(fds: list[int]) -> None:
+    for fd in fds:
+        os.fdatasync(fd)
 
 
 class _Ranges:
