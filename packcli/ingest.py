@@ -206,9 +206,9 @@ class Segmenter:
         c.unlearned_split_pieces_tokens += int(lengths[piece].sum())
         c.unlearned_truncated += int(cut.sum())
         c.unlearned_truncated_tokens += int(lengths[cut].sum())
-        c.no_labels_dropped += int(cut.sum())
         if self.keep_unlearned:
             return tokens, lengths, learned, kept
+        c.no_labels_dropped += int(cut.sum())
         mask = np.repeat(learns, lengths)
         return tokens[mask], lengths[learns], learned[mask], owner[learns]
 

@@ -170,7 +170,9 @@ def test_sft_right_truncation_drops_what_learns_nothing(tmp_path, packed, word_t
     assert report["unlearned"]["by_cause"]["truncated"] == {"sequences": 1, "tokens": 6}
     kept = packed(path, *options, *fields, "--keep-unlearned")
     assert real_segments(load_rows(kept)[0]) == [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10], [13, 14, 1]]
-    assert _sft_report(kept)["unlearned"]["policy"] == "keep"
+    kept_report = _sft_report(kept)
+    assert kept_report["unlearned"]["policy"] == "keep"
+    assert kept_report["overlong"]["dropped_without_labels"] == 0  # kept, so not dropped
 
 
 def test_long_prompt_never_makes_rows_without_labels(tmp_path, packed, word_tokenizer):
