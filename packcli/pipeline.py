@@ -327,7 +327,7 @@ def _plan_and_write(
     multiple = opts.pad_to_multiple_of or 1
     plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
     pad_id = job.setup.pad_id
-    if final and not writer.started and plan.n_rows > job.rows_per_shard:
+    if SHARD_THREADS > 1 and final and not writer.started and plan.n_rows > job.rows_per_shard:
         with timer.stage("write"):
             _write_shards_at_once(job, spill, plan, outcome, writer)
         return plan

@@ -333,7 +333,7 @@ def test_bundled_demo_runs(packed, cli, tmp_path):
 @pytest.mark.parametrize("fmt", ["parquet", "npy"])
 def test_shards_written_at_once_are_those_written_one_by_one(corpus, packed, word_tokenizer, monkeypatch, fmt):
     """A whole plan's shards are written two at a time; the bytes, checksums and report are
-    those of one shard at a time, and a resumed run finishes the same output."""
+    those of the streaming path, which writes one shard at a time (SHARD_THREADS 1)."""
     from packcli import pipeline
 
     _, path = corpus
