@@ -101,7 +101,7 @@ class PackedBatch:
         """int32 [rows, seq_len]: `seq_idx` on real tokens and -1 on every pad (the padding
         segment and the pads of --pad-to-multiple-of), for document masks (flex attention:
         `segment_ids[b, q] == segment_ids[b, kv]`; LLM Foundry's `sequence_id`)."""
-        return torch.where(self.attention_mask.bool(), self.seq_idx, torch.full_like(self.seq_idx, -1))
+        return self.seq_idx.masked_fill(self.attention_mask == 0, -1)
 
     def packed_seq_params(self):
         """megatron-core's `PackedSeqParams` for THD attention over the flattened batch:
