@@ -100,7 +100,7 @@ class Rows:
             np.concatenate([b.cu_seqlens for b in blocks]),
             np.concatenate(offsets),
             np.concatenate([b.num_segments for b in blocks]),
-            np.concatenate([b.max_seqlen for b in blocks if b.max_seqlen is not None]),
+            np.concatenate([b.max_seqlen for b in blocks]),
             np.concatenate([u for u in unpadded if u is not None]) if all(u is not None for u in unpadded) else None,
         )
 
@@ -260,6 +260,8 @@ def fill_rows(
 def padded_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
     """Each length rounded up to a multiple of `multiple` (what the planner places)."""
     lengths = np.asarray(lengths, dtype=np.int64)
+    if multiple == 1:  # the default: no pass over the lengths
+        return lengths
     rounded: np.ndarray = (lengths + multiple - 1) // multiple * multiple
     return rounded
 

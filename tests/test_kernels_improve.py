@@ -94,10 +94,11 @@ def test_hypothesis_matches_reference(case, algorithm):
 
 
 @settings(max_examples=100, deadline=None)
-@given(lengths_and_capacity, st.integers(0, 400))
-def test_any_budget_gives_a_valid_deterministic_placement(case, budget):
+@given(lengths_and_capacity, st.integers(0, 400), st.sampled_from(("nf", "ff")))
+def test_any_budget_gives_a_valid_deterministic_placement(case, budget, algorithm):
+    # nf and ff leave rows to save on most inputs, the decreasing packers on few.
     lengths, capacity = case
-    placed = pack_lengths(lengths, capacity, "bfd")
+    placed = pack_lengths(lengths, capacity, algorithm)
     improved = improve_rows(lengths, placed, capacity, budget=budget)
     assert_valid(improved, lengths, capacity)
     assert placed.n_rows >= improved.n_rows >= lower_bound_rows(lengths, capacity)
@@ -113,14 +114,14 @@ def test_budget_zero_changes_nothing():
 
 
 def test_plan_lengths_repairs_only_the_improved_algorithms():
-    rng = np.random.default_rng(3)
-    lengths = np.minimum(64, rng.lognormal(2.0, 0.9, 3000).astype(np.int64) + 1)
+    lengths = [4, 4, 3, 3, 3, 3]  # every packer needs 3 rows of 10; 2 suffice
     for algorithm in ALGORITHMS:
-        placed = pack_lengths(lengths, 64, algorithm)
-        planned = plan_lengths(lengths, 64, algorithm)
-        assert_valid(planned, lengths, 64)
+        placed = pack_lengths(lengths, 10, algorithm)
+        planned = plan_lengths(lengths, 10, algorithm)
+        assert_valid(planned, lengths, 10)
         if algorithm in IMPROVED_ALGORITHMS:
-            assert as_tuple(planned) == as_tuple(improve_rows(lengths, placed, 64))
+            assert placed.n_rows == 3 and planned.n_rows == 2
+            assert as_tuple(planned) == as_tuple(improve_rows(lengths, placed, 10))
         else:
             assert as_tuple(planned) == as_tuple(placed)
     assert plan_lengths([4, 4, 3, 3, 3, 3], 10, "nf").n_rows == 3  # nf's rows [4, 4], [3, 3, 3], [3] stay
