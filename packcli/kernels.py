@@ -75,9 +75,9 @@ HISTOGRAM_MAX_SEQUENCES_PER_ROW = 0
 # which leave a little room in many rows. nf and ff are chosen for keeping input order
 # (exactly, or row by row); moving sequences between their rows would undo that.
 IMPROVED_ALGORITHMS = ("ffd", "bfd", "spfhp", "lpfhp")
-# improve_rows' default work budget: this much per sequence plus a constant. The text
-# benchmark corpus (144k segments at 2048) needs about 16 per sequence to finish, 1M
-# uniform lengths at 512 (every round, each pool larger) about 35.
+# improve_rows' default work budget: this much per sequence plus a constant. Without the
+# constant, the text benchmark corpus (144k segments at 2048) needs 32 per sequence to
+# reach its bound (docs/benchmarks/repair-2026-11-23.md).
 IMPROVE_WORK_PER_SEQUENCE = 64
 IMPROVE_WORK_BASE = 1 << 20
 

@@ -116,8 +116,8 @@ class _ParquetShard:
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
         # two thirds of its time on packed token rows; statistics (min/max) only for the
-        # per-row columns: on the list columns they select nothing and cost an eighth of the
-        # write (docs/format.md)
+        # per-row columns: on the list columns they select nothing and only cost write time
+        # (docs/format.md)
         self.writer = pq.ParquetWriter(
             str(tmp_path),
             self.schema,
