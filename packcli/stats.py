@@ -301,34 +301,26 @@ def _owners(segmenter: Segmenter) -> np.ndarray:
     return segmenter.owners
 
 
-def overlong_groups(
-    lengths: np.ndarray, seq_len: int, policy: str, groups: np.ndarray, unlearnable: np.ndarray | None = None
-) -> np.ndarray:
+def overlong_groups(lengths: np.ndarray, seq_len: int, policy: str, groups: np.ndarray) -> np.ndarray:
     """The group of each length `apply_overlong` gives, in the same order."""
     long = lengths > seq_len
     if not long.any():
         return groups
     if policy == "truncate":
-        return groups[~unlearnable.astype(bool)] if unlearnable is not None and unlearnable.any() else groups
+        return groups
     if policy == "drop":
         return groups[~long]
     return np.repeat(groups, -(-lengths // seq_len))
 
 
-def apply_overlong(
-    lengths: np.ndarray, seq_len: int, policy: str, unlearnable: np.ndarray | None = None
-) -> tuple[np.ndarray, int]:
+def apply_overlong(lengths: np.ndarray, seq_len: int, policy: str) -> tuple[np.ndarray, int]:
     """Lengths as bin mode packs them (pieces of split sequences in place), and tokens lost.
-    `unlearnable`: the sequences pack drops under truncate for having nothing to learn
-    (their tokens are counted apart from the tokens truncation cuts off)."""
+    Without labels to look at (pack's own segments are in `what_if`'s `segmented`)."""
     long = lengths > seq_len
     if not long.any():
         return lengths, 0
     if policy == "truncate":
-        kept, lost = np.minimum(lengths, seq_len), int((lengths[long] - seq_len).sum())
-        if unlearnable is not None and unlearnable.any():
-            kept = kept[~unlearnable.astype(bool)]
-        return kept, lost
+        return np.minimum(lengths, seq_len), int((lengths[long] - seq_len).sum())
     if policy == "drop":
         return lengths[~long], int(lengths[long].sum())
     pieces_per = -(-lengths // seq_len)
@@ -354,7 +346,6 @@ def what_if(
     buffer_size: int | None = None,
     overlong: str | None = None,
     first_longer: tuple[str, int] | None = None,
-    unlearnable: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     max_per_row: int | None = None,
     segmented: Segmented | None = None,
@@ -379,9 +370,9 @@ def what_if(
         piece_groups = None if groups is None else groups[segmented.owners]
         no_labels = segmented.counts.no_labels_dropped
     else:
-        sequences, lost = apply_overlong(lengths, seq_len, policy, unlearnable)
-        piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups, unlearnable)
-        no_labels = int((unlearnable == 2).sum()) if policy == "truncate" and unlearnable is not None else 0
+        sequences, lost = apply_overlong(lengths, seq_len, policy)
+        piece_groups = None if groups is None else overlong_groups(lengths, seq_len, policy, groups)
+        no_labels = 0
     scale = _Scale(
         real=int(sequences.sum()),
         pad_tokens=len(sequences) * seq_len,

@@ -174,9 +174,6 @@ def test_overlong_policies_and_baselines():
     assert apply_overlong(lengths, 4, "truncate")[0].tolist() == [4, 4, 3, 4]
     assert apply_overlong(lengths, 4, "truncate")[1] == 1 + 8 + 5
     assert apply_overlong(lengths, 4, "drop") == (pytest.approx(np.array([3])), 26)
-    nothing_to_learn = np.array([False, True, False, False])
-    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[0].tolist() == [4, 3, 4]
-    assert apply_overlong(lengths, 4, "truncate", nothing_to_learn)[1] == 1 + 8 + 5
     assert pad_to_longest_tokens(lengths, 3) == 3 * 12 + 9 and pad_to_longest_tokens(lengths, 1) == 29
     from packcli.errors import PackcliError
 
