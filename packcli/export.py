@@ -23,7 +23,7 @@ import numpy as np
 from packcli.errors import PackcliError
 from packcli.manifest import Manifest, load_manifest
 from packcli.outdir import remove_path
-from packcli.rows import Rows, real_token_mask
+from packcli.rows import Rows
 from packcli.shards import ids_dtype, iter_output_rows_stored
 
 _nbytes = operator.attrgetter("nbytes")
@@ -87,37 +87,6 @@ def _prefault(array: np.ndarray) -> None:
     first = start - start % mmap.PAGESIZE
     with contextlib.suppress(OSError, ValueError):
         base.madvise(_MADV_POPULATE_READ, first, start + array.nbytes - first)
-
-
-def real_segments(rows: Rows, first_row: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths of the real segments of a block of rows, and which of them start a row."""
-    counts = rows.num_segments.astype(np.int64)
-    if (counts < 1).any():
-        bad = first_row + int(np.argmax(counts < 1))
-        raise PackcliError(f"row {bad} has no real segment: check the output with packcli verify")
-    # Segment k of row r is cu_seqlens[cu_offsets[r] + k]; the real ones are k < num_segments.
-    # With --pad-to-multiple-of, cu_seqlens_unpadded has the same entries, without the pads.
-    cu = rows.cu_seqlens if rows.cu_seqlens_unpadded is None else rows.cu_seqlens_unpadded
-    first = np.repeat(rows.cu_offsets[:-1], counts)
-    index = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
-    lengths = (cu[index + 1] - cu[index]).astype(np.int64)
-    starts_row = np.zeros(len(lengths), dtype=bool)
-    starts_row[np.cumsum(counts) - counts] = True
-    return lengths, starts_row
-
-
-def real_tokens(values: np.ndarray, rows: Rows, real: np.ndarray) -> list[np.ndarray]:
-    """The real tokens of a block, in order: each row's prefix of `real` (padding is the
-    row's last segment), as views; where --pad-to-multiple-of put pads after segments,
-    one array of the real tokens (a copy)."""
-    if rows.cu_seqlens_unpadded is None:
-        return row_prefixes(values, real)
-    return [np.ascontiguousarray(values[real_token_mask(rows)])]
-
-
-def row_prefixes(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """The first `lengths[i]` values of each row `i`, as views (nothing copied)."""
-    return [values[i, :length] for i, length in enumerate(lengths.tolist())]
 
 
 def write_views(fd: int, views: list[Any]) -> None:

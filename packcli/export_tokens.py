@@ -33,7 +33,9 @@ MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: a chunk's rows mapped 
 FIXED_COLUMNS = ("input_ids", "labels")
 # the header packcli's npy writer gives every file: version 1.0, padded to NPY_HEADER_BYTES
 NPY_HEADER = re.compile(
-    rb"\x93NUMPY\x01\x00\x76\x00\{'descr': '([<>|][a-z]\d+)', 'fortran_order': False, "
+    rb"\x93NUMPY\x01\x00"
+    + re.escape((NPY_HEADER_BYTES - 10).to_bytes(2, "little"))
+    + rb"\{'descr': '([<>|][a-z]\d+)', 'fortran_order': False, "
     rb"'shape': \((\d+),(?: (\d+))?\), \} *\n",
     re.DOTALL,
 )

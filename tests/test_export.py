@@ -8,7 +8,7 @@ import pytest
 from helpers import load_rows, random_texts, write_jsonl
 
 from packcli.errors import PackcliError
-from packcli.export import ExportDir, blocks, read_source, row_prefixes, write_views
+from packcli.export import ExportDir, blocks, read_source, write_views
 from packcli.export_nanotron import export_nanotron
 from packcli.rows import Rows
 
@@ -101,7 +101,7 @@ def test_write_views_writes_every_byte_in_order(tmp_path):
     values = np.arange(3000 * 7, dtype=np.uint16).reshape(3000, 7)
     lengths = np.arange(3000) % 8
     with open(tmp_path / "f", "wb", buffering=0) as f:
-        write_views(f.fileno(), row_prefixes(values, lengths))
+        write_views(f.fileno(), [values[i, :n] for i, n in enumerate(lengths.tolist())])
     expected = values[np.arange(7)[None, :] < lengths[:, None]]
     assert np.fromfile(tmp_path / "f", dtype=np.uint16).tolist() == expected.tolist()
 
