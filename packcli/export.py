@@ -28,7 +28,7 @@ from packcli.shards import ids_dtype, iter_output_rows_stored
 
 _nbytes = operator.attrgetter("nbytes")
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
 # (rows, real tokens, rows done, rows in all): the CLI's progress bar, or None
 Progress = Callable[[int, int, int, int | None], None]
@@ -93,9 +93,8 @@ def write_views(fd: int, views: list[Any]) -> None:
     """Every view's bytes (C-contiguous arrays, bytes) to the file, in order, in a few
     `writev` calls: the kernel gathers them, so the rows' bytes are copied once (into the
     file), not joined first."""
-    step = max(1, min(_IOV_MAX, 1024))
-    for start in range(0, len(views), step):
-        chunk = views[start : start + step]
+    for start in range(0, len(views), IOV_MAX):
+        chunk = views[start : start + IOV_MAX]
         written = os.writev(fd, chunk)
         try:
             if written == sum(map(_nbytes, chunk)):  # arrays and memoryviews: the common case, summed in C

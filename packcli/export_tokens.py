@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.export import Progress
+from packcli.export import Progress, write_views
 from packcli.manifest import Manifest
 from packcli.shards import NPY_HEADER_BYTES, READ_BLOCK_ROWS
 
-IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 CHUNK_BYTES = 1 << 21  # rows read and written at a time: a few hundred KB to 2 MB stay in cache
 MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: a chunk's rows mapped and read in by one call
 FIXED_COLUMNS = ("input_ids", "labels")
@@ -99,17 +98,7 @@ def write_spans(fd: int, data: memoryview, begins: np.ndarray, ends: np.ndarray)
     if len(begins) > 1:
         apart = np.flatnonzero(begins[1:] != ends[:-1])
         begins, ends = begins[np.concatenate([[0], apart + 1])], ends[np.append(apart, len(ends) - 1)]
-    done = np.zeros(len(begins) + 1, dtype=np.int64)
-    np.cumsum(ends - begins, out=done[1:])
-    firsts, lasts = begins.tolist(), ends.tolist()
-    for lo in range(0, len(firsts), IOV_MAX):
-        hi = min(lo + IOV_MAX, len(firsts))
-        views = [data[b:e] for b, e in zip(firsts[lo:hi], lasts[lo:hi], strict=True)]
-        written = os.writev(fd, views)
-        if written < done[hi] - done[lo]:  # a short write: the rest in plain writes
-            rest = memoryview(b"".join(views))[written:]
-            while rest.nbytes:
-                rest = rest[os.write(fd, rest) :]
+    write_views(fd, [data[b:e] for b, e in zip(begins.tolist(), ends.tolist(), strict=True)])
 
 
 def segments_of(
