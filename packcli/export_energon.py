@@ -119,11 +119,14 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     cu = np.ascontiguousarray(rows.cu_seqlens, dtype=int32)
     offsets = rows.cu_offsets - rows.cu_offsets[0]
     widths = np.diff(offsets)
-    cu_headers = {int(w): npy_header(int32, (int(w),)) for w in np.unique(widths)}
+    # one cu_seqlens .npy header per distinct width, and each row's index into them
+    unique, inverse = np.unique(widths, return_inverse=True)
+    cu_texts = [npy_header(int32, (w,)) for w in unique.tolist()]
+    cu_lengths = np.array([len(t) for t in cu_texts], dtype=np.int64)[inverse]
     sizes = np.empty((n, len(COLUMNS)), dtype=np.int64)
     for c, (header, values) in enumerate(fixed):
         sizes[:, c] = len(header) + values[0].nbytes if n else 0
-    sizes[:, 3] = np.array([len(cu_headers[int(w)]) for w in widths.tolist()], dtype=np.int64) + 4 * widths
+    sizes[:, 3] = cu_lengths + 4 * widths
     sizes[:, 4] = len(segments_header) + 4
     headers = tar.member_headers(block.first_row, sizes)
     padding = -sizes % tarfile.BLOCKSIZE
@@ -132,7 +135,7 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     if index is not None:
         index.add(tar, block.first_row, member_offsets.reshape(n, -1), member_bytes.reshape(n, -1), sizes)
     glue, first, cut = _glue(
-        headers, padding, [header for header, _ in fixed], cu_headers, widths, segments_header, counts
+        headers, padding, [header for header, _ in fixed], (cu_texts, inverse, cu_lengths), segments_header, counts
     )
     data = [values.data.cast("B") for _, values in fixed] + [cu.data.cast("B")]
     steps = [values[0].nbytes if n else 0 for _, values in fixed]
@@ -151,8 +154,7 @@ def _glue(
     headers: np.ndarray,
     padding: np.ndarray,
     fixed_headers: list[bytes],
-    cu_headers: dict[int, bytes],
-    widths: np.ndarray,
+    cu_headers: tuple[list[bytes], np.ndarray, np.ndarray],
     segments_header: bytes,
     counts: np.ndarray,
 ) -> tuple[list[memoryview], memoryview, Cut]:
@@ -165,13 +167,11 @@ def _glue(
     values vary, so the pieces are cut from wider slots: the header left-aligned, the
     padding right-aligned before what follows)."""
     n, block = len(headers), tarfile.BLOCKSIZE
-    unique, inverse = np.unique(widths, return_inverse=True)
-    cu_texts = [cu_headers[int(w)] for w in unique.tolist()]
+    cu_texts, inverse, cu_lengths = cu_headers  # distinct headers, each row's, each row's length
     cu_slot = max((len(t) for t in cu_texts), default=0)
     cu_table = np.zeros((len(cu_texts), cu_slot), dtype=np.uint8)
     for k, text in enumerate(cu_texts):
         cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
-    cu_lengths = np.array([len(t) for t in cu_texts], dtype=np.int64)[inverse]
     pads = padding[0].tolist() if n else [0] * len(COLUMNS)  # the fixed columns pad alike on every row
     pieces: list[tuple[str, int]] = []
     for c in (1, 2):
