@@ -373,20 +373,13 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
         for future in futures:
             part, stats = future.result()
             writer.absorb(part)
-            _add_stats(outcome.stats, stats)
+            outcome.stats.merge(stats)
             publish(job, writer.hashed_shards())
     except BaseException:
         stop.set()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _add_stats(total: RowStats, part: RowStats) -> None:
-    total.fill += part.fill
-    total.segments_per_row += part.segments_per_row
-    total.segment_lengths += part.segment_lengths
-    total.label_tokens += part.label_tokens
 
 
 def _write_one_shard(

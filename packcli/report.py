@@ -30,6 +30,13 @@ class RowStats:
         self.segment_lengths += np.bincount(_real_segment_lengths(rows), minlength=self.seq_len + 1)
         self.label_tokens += int((rows.labels != IGNORE_INDEX).sum())
 
+    def merge(self, other: RowStats) -> None:
+        """Add the figures of rows counted elsewhere (a shard written on another thread)."""
+        self.fill += other.fill
+        self.segments_per_row += other.segments_per_row
+        self.segment_lengths += other.segment_lengths
+        self.label_tokens += other.label_tokens
+
     @property
     def rows(self) -> int:
         return int(self.fill.sum())
