@@ -125,18 +125,26 @@ def longest_segments(cu_seqlens: np.ndarray, cu_offsets: np.ndarray) -> np.ndarr
     return np.maximum.reduceat(widths, offsets[:-1]).astype(np.int32)
 
 
+def segment_table(cu_offsets: np.ndarray, num_segments: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Over a block's flat cu_seqlens: the row of each entry and its index k in the row,
+    then the entries that start a segment (all but each row's last) and whether each of
+    those is a real segment (k < num_segments) rather than the padding segment."""
+    offsets = np.asarray(cu_offsets, dtype=np.int64) - int(cu_offsets[0])
+    entries = np.diff(offsets)
+    entry_row = np.repeat(np.arange(len(entries)), entries)
+    k = np.arange(int(offsets[-1])) - offsets[entry_row]
+    segment = np.flatnonzero(k < entries[entry_row] - 1)
+    is_real = k[segment] < np.asarray(num_segments)[entry_row[segment]]
+    return entry_row, k, segment, is_real
+
+
 def real_token_mask(rows: Rows) -> np.ndarray:
     """bool [rows, seq_len]: True on real tokens, False on the padding segment and on the
     pads after each segment (--pad-to-multiple-of)."""
     n = len(rows)
-    offsets = rows.cu_offsets - rows.cu_offsets[0]
     cu = np.asarray(rows.cu_seqlens, dtype=np.int64)
     unpadded = cu if rows.cu_seqlens_unpadded is None else np.asarray(rows.cu_seqlens_unpadded, dtype=np.int64)
-    entries = np.diff(offsets)
-    entry_row = np.repeat(np.arange(n), entries)
-    k = np.arange(len(cu)) - offsets[entry_row]
-    segment = np.flatnonzero(k < entries[entry_row] - 1)
-    is_real = k[segment] < np.asarray(rows.num_segments)[entry_row[segment]]
+    _, _, segment, is_real = segment_table(rows.cu_offsets, rows.num_segments)
     real = np.where(is_real, unpadded[segment + 1] - unpadded[segment], 0)
     per_token = np.repeat(real, cu[segment + 1] - cu[segment]).reshape(n, rows.seq_len)
     mask: np.ndarray = np.asarray(rows.position_ids) < per_token

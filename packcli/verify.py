@@ -29,7 +29,7 @@ from numba import njit
 from packcli.errors import PackcliError
 from packcli.grouping import group_counts, row_token_hashes
 from packcli.manifest import Manifest, ShardEntry, load_manifest
-from packcli.rows import IGNORE_INDEX, Rows, longest_segments
+from packcli.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
 from packcli.shards import NPY_FILES, OPTIONAL_NPY_FILES, read_group_column, read_shard
 
 CHECK_BLOCK_ROWS = 8192
@@ -469,16 +469,12 @@ def check_padded_segments(
     if unpadded is None or len(unpadded) != len(cu):
         raise PackcliError(f"{where} {first_row}: cu_seqlens_unpadded is missing or does not match cu_seqlens")
     un = np.asarray(unpadded, dtype=np.int64)
-    entries = np.diff(off)
-    entry_row = np.repeat(np.arange(len(entries)), entries)
-    k = np.arange(len(cu)) - off[entry_row]
     if (un[off[:-1]] != 0).any():
         raise PackcliError(
             f"{where} {first_row + int(np.argmax(un[off[:-1]] != 0))}: cu_seqlens_unpadded does not start at 0"
         )
-    seg = np.flatnonzero(k < entries[entry_row] - 1)
+    entry_row, k, seg, is_real = segment_table(off, num_segments)
     row, padded, real = entry_row[seg], cu[seg + 1] - cu[seg], un[seg + 1] - un[seg]
-    is_real = k[seg] < np.asarray(num_segments)[row]
     bad = np.where(
         is_real, (real < 1) | (real > padded) | (padded % multiple != 0) | (padded - real >= multiple), real != padded
     )
