@@ -31,7 +31,7 @@ with needs_extra("torch", "packcli.torch_data needs PyTorch"):
 
 from packcli.api import pack_sequences
 from packcli.manifest import load_manifest
-from packcli.rows import Rows
+from packcli.rows import Rows, real_token_mask
 from packcli.shards import read_shard
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
@@ -160,6 +160,7 @@ class PackedBatch:
             per_row(rows.cu_seqlens),
             torch.as_tensor(np.asarray(rows.num_segments, dtype=np.int64)),
             unpadded,
+            torch.from_numpy(real_token_mask(rows)).long(),
         )
 
 
@@ -407,9 +408,18 @@ def _flash_varlen():
     return flash_attn_varlen_func
 
 
-def _batch(input_ids, labels, position_ids, row_cu: list, counts: torch.Tensor, row_unpadded: list | None = None):
+def _batch(
+    input_ids,
+    labels,
+    position_ids,
+    row_cu: list,
+    counts: torch.Tensor,
+    row_unpadded: list | None = None,
+    attention_mask: torch.Tensor | None = None,
+):
     """A PackedBatch; `counts`: the real segments of each row; `row_unpadded`: each row's
-    cu_seqlens_unpadded, or None."""
+    cu_seqlens_unpadded, or None; `attention_mask`: given when the rows are NumPy rows
+    (`real_token_mask`), else built here row by row from the tensors."""
     seq_len = input_ids.shape[1]
     pieces = [torch.zeros(1, dtype=torch.int32)]
     for r, cu in enumerate(row_cu):
@@ -423,13 +433,20 @@ def _batch(input_ids, labels, position_ids, row_cu: list, counts: torch.Tensor, 
             parts.append(unpadded[1:].to(torch.int64) + base)
             base += int(unpadded[-1])
         flat_unpadded = torch.cat(parts).to(torch.int32)
+    if attention_mask is None:
+        attention_mask = _attention_mask(input_ids, position_ids, row_cu, counts, row_unpadded)
+    return PackedBatch(input_ids, labels, position_ids, attention_mask, flat, max_seqlen, list(row_cu), flat_unpadded)
+
+
+def _attention_mask(input_ids, position_ids, row_cu: list, counts: torch.Tensor, row_unpadded: list | None):
+    """`real_token_mask`'s rule over collated tensors: a real segment, and a position below its real width."""
     attention_mask = torch.zeros_like(input_ids)
     for r, cu in enumerate(row_cu):
         widths = cu.diff().long()
         segment = torch.repeat_interleave(torch.arange(len(widths)), widths)
         real_width = widths if row_unpadded is None else row_unpadded[r].diff().long()
         attention_mask[r] = ((segment < counts[r]) & (position_ids[r] < real_width[segment])).long()
-    return PackedBatch(input_ids, labels, position_ids, attention_mask, flat, max_seqlen, list(row_cu), flat_unpadded)
+    return attention_mask
 
 
 def _long(values) -> torch.Tensor:
