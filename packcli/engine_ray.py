@@ -299,6 +299,9 @@ class PartedSpill:
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         part_of = np.searchsorted(self.first_token, starts, side="right") - 1
+        if len(part_of) and part_of.min() == part_of.max():  # one part has them all: no joining copy
+            part = int(part_of[0])
+            return self.parts[part].read_block(starts - self.first_token[part], lengths)
         token_at = np.empty(len(starts), dtype=np.int64)
         bit_at = np.empty(len(starts), dtype=np.int64)
         tokens, bits, token_base, byte_base = [], [], 0, 0
@@ -335,9 +338,14 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     ledger = Path(job.ledger) / f"shard-{index:05d}.json"
     stats = RowStats(job.seq_len)
     row_group = job.plan.row_group
-    groups = None if row_group is None else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
     recorded = _recorded(ledger, job.output, name)
     writer = None if recorded else _task_writer(job, index)
+    # The writer counts the groups of the rows it writes; a shard kept from before is counted here.
+    groups = (
+        None
+        if row_group is None or writer is not None
+        else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
+    )
     spill = PartedSpill(job.part_dirs, job.part_tokens)
     gathered = gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
     # As in the local engine: rows are built on a thread while the block before them is
@@ -359,6 +367,8 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         getattr(built, "close", lambda: None)()  # the thread stops before the parts close
         spill.close()
     info = recorded or _publish(job, writer, index, name, ledger)
+    if writer is not None and row_group is not None:
+        groups = writer.group_counts
     histograms = {k: v.tolist() for k, v in stats.histograms().items()}
     return {"info": info, "stats": histograms, "labels": stats.label_tokens, "groups": _listed(groups)}
 
@@ -372,10 +382,7 @@ def _recorded(ledger: Path, output: str, name: str) -> dict[str, Any] | None:
     """The ledger's entry for a shard that is in place already (a resumed run)."""
     if not ledger.is_file():
         return None
-    there = (
-        storage.exists(f"{output.rstrip('/')}/{name}") if storage.is_remote(output) else (Path(output) / name).exists()
-    )
-    if not there:
+    if not storage.exists(f"{output.rstrip('/')}/{name}"):
         return None
     entry: dict[str, Any] = json.loads(ledger.read_text(encoding="utf-8"))
     return entry
@@ -416,10 +423,7 @@ def _publish(job: ShardJob, writer: ShardWriter | None, index: int, name: str, l
 def merge_stats(seq_len: int, results: list[dict[str, Any]]) -> RowStats:
     stats = RowStats(seq_len)
     for result in results:
-        stats.fill += np.asarray(result["stats"]["fill_per_row"], dtype=np.int64)
-        stats.segments_per_row += np.asarray(result["stats"]["sequences_per_row"], dtype=np.int64)
-        stats.segment_lengths += np.asarray(result["stats"]["sequence_length"], dtype=np.int64)
-        stats.label_tokens += int(result["labels"])
+        stats.merge(RowStats.from_histograms(seq_len, result["stats"], result["labels"]))
     return stats
 
 

@@ -8,6 +8,7 @@ writes; `stats` feeds the rows it reads back from the shards: one code path for 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,16 @@ class RowStats:
             "sequences_per_row": self.segments_per_row,
             "sequence_length": self.segment_lengths,
         }
+
+    @classmethod
+    def from_histograms(cls, seq_len: int, histograms: dict[str, Any], label_tokens: int) -> RowStats:
+        """The figures `histograms()` and `label_tokens` gave, back (sent from another process)."""
+        stats = cls(seq_len)
+        stats.fill = np.asarray(histograms["fill_per_row"], dtype=np.int64)
+        stats.segments_per_row = np.asarray(histograms["sequences_per_row"], dtype=np.int64)
+        stats.segment_lengths = np.asarray(histograms["sequence_length"], dtype=np.int64)
+        stats.label_tokens = int(label_tokens)
+        return stats
 
 
 def _real_segment_lengths(rows: Rows) -> np.ndarray:

@@ -44,3 +44,19 @@ def test_row_stats_match_direct_computation(n_rows, seed):
 def test_median_of_histogram(values):
     hist = np.bincount(values, minlength=21)
     assert _median(hist) == float(np.median(values))
+
+
+def test_stats_sent_as_histograms_merge_to_the_same_summary():
+    """Shard tasks of the Ray engine send their figures as plain lists; merged back they
+    give the summary of counting every row in one place."""
+    rows = make_rows(30, seed=5)
+    whole = RowStats(16)
+    whole.add(rows)
+    merged = RowStats(16)
+    for start, stop in [(0, 11), (11, 30)]:
+        part = RowStats(16)
+        part.add(rows.slice(start, stop))
+        sent = {name: hist.tolist() for name, hist in part.histograms().items()}
+        merged.merge(RowStats.from_histograms(16, sent, part.label_tokens))
+    assert merged.summary() == whole.summary()
+    assert merged.summary()["label_tokens"] > 0
