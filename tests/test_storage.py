@@ -92,16 +92,25 @@ def test_a_non_empty_remote_output_needs_overwrite_or_resume(s3_server, corpus, 
 
 
 def test_resume_keeps_uploaded_shards_and_gives_the_same_bytes(s3_server, corpus, word_tokenizer, tmp_path):
-    """An interrupted remote run: the manifest and the last shard are gone; --resume
-    uploads what is missing and the output equals an uninterrupted run's."""
+    """An interrupted remote run: the manifest and the last shards are gone; --resume
+    uploads what is missing, leaves the uploaded shards alone, and the output equals an
+    uninterrupted run's."""
     out, prefix = f"s3://{BUCKET}/resumed", "resumed/"
     extra = {"rows_per_shard": 8}
     _pack([f"s3://{BUCKET}/in"], out, word_tokenizer, **extra)
     whole = _object_bytes(s3_server, prefix)
     shards = sorted(k for k in whole if k.startswith("shard-"))
+    assert len(shards) >= 4
     for key in ("manifest.json", "report.json", shards[-1], shards[-2]):
         s3_server.delete_object(Bucket=BUCKET, Key=prefix + key)
+    for key in shards[:-2]:  # marked in place (same bytes): an upload would replace the mark
+        source = {"Bucket": BUCKET, "Key": prefix + key}
+        s3_server.copy_object(
+            Bucket=BUCKET, Key=prefix + key, CopySource=source, Metadata={"kept": "1"}, MetadataDirective="REPLACE"
+        )
     _pack([f"s3://{BUCKET}/in"], out, word_tokenizer, resume=True, **extra)
+    marks = {key: s3_server.head_object(Bucket=BUCKET, Key=prefix + key)["Metadata"] for key in shards}
+    assert marks == {key: ({"kept": "1"} if key in shards[:-2] else {}) for key in shards}
     after = _object_bytes(s3_server, prefix)
     assert sorted(after) == sorted(whole)
     assert {k: v for k, v in after.items() if k != "report.json"} == {
