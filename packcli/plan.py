@@ -124,11 +124,8 @@ def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_wi
 def _plan_bin(
     starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_window: int = 0, groups: np.ndarray | None = None
 ) -> RowPlan:
-    size = s.window or max(1, len(lengths))
     rows, offsets, row_groups, base = [], [], [], 0
-    for window, first in enumerate(range(0, len(lengths), size), first_window):
-        part = None if groups is None else groups[first : first + size]
-        row_of, offset, n_rows, row_group = place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
+    for window, (row_of, offset, n_rows, row_group) in enumerate(_placed_windows(lengths, s, groups), first_window):
         if s.shuffle:
             row_of, row_group = _shuffled(row_of, row_group, n_rows, s.seed, window)
         rows.append(row_of + base)
@@ -146,6 +143,16 @@ def _plan_bin(
         n_rows=base,
         row_group=None if groups is None else _joined_groups(row_groups),
     )
+
+
+def _placed_windows(
+    lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]:
+    """`place` on each window of `--buffer-size` segments (one window without it)."""
+    size = s.window or max(1, len(lengths))
+    for first in range(0, len(lengths), size):
+        part = None if groups is None else groups[first : first + size]
+        yield place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
 
 
 def _shuffled(
@@ -193,9 +200,8 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
     costs is reported against it (planning alone is cheap). 0 for a user strategy."""
     if is_custom(settings.algorithm):
         return 0
-    lengths = np.asarray(lengths, dtype=np.int64)
-    s = PlanSettings(**{**settings.__dict__, "max_per_row": None, "shuffle": False})
-    return _plan_bin(np.cumsum(lengths) - lengths, lengths, s, groups=groups).n_rows
+    s = PlanSettings(**{**settings.__dict__, "max_per_row": None})
+    return sum(n_rows for _, _, n_rows, _ in _placed_windows(np.asarray(lengths, dtype=np.int64), s, groups))
 
 
 def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
