@@ -128,13 +128,23 @@ class GroupIds:
 
     def take(self, n: int) -> np.ndarray:
         """The next n ids (the first n not taken yet)."""
-        joined = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
-        if len(joined) < n:
-            raise PackcliError(f"internal: {n} group ids asked for, {len(joined)} held")
-        taken, rest = joined[:n], joined[n:]
-        self.parts = [rest] if len(rest) else []
-        self.held = len(rest)
-        return taken
+        if self.held < n:
+            raise PackcliError(f"internal: {n} group ids asked for, {self.held} held")
+        taken: list[np.ndarray] = []
+        wanted = n
+        while wanted:  # whole parts from the front, the last one split: the rest is not copied
+            part = self.parts[0]
+            if len(part) <= wanted:
+                taken.append(self.parts.pop(0))
+                wanted -= len(part)
+            else:
+                taken.append(part[:wanted])
+                self.parts[0] = part[wanted:]
+                wanted = 0
+        self.held -= n
+        if len(taken) == 1:
+            return taken[0]
+        return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int32)
 
 
 def group_slices(groups: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

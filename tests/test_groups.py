@@ -10,9 +10,11 @@ from collections import Counter
 import numpy as np
 import pytest
 from helpers import load_rows, real_segments, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
 
 from packcli.errors import PackcliError
-from packcli.grouping import GroupTable, group_key, group_slices, merge_tables
+from packcli.grouping import GroupIds, GroupTable, group_key, group_slices, merge_tables
 from packcli.shards import read_group_column
 from packcli.verify import verify_dir
 
@@ -302,3 +304,20 @@ def test_concat_drop_pads_nothing_and_hashes_nothing(grouped, packed, word_token
     assert all(entry["token_hash"] is None for entry in manifest["groups"])
     report = json.loads((out / "report.json").read_text())
     assert 0 < report["remainder"]["tokens"] < 32 * len(VALUES)  # each group drops its own tail
+
+
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 12)), max_size=30))
+def test_group_ids_are_handed_out_in_the_order_they_came(steps):
+    """Appends of `a` ids and takes of up to `t` of those held, against one flat list."""
+    ids, expected, counter = GroupIds(), [], 0
+    for appended, asked in steps:
+        ids.append(np.arange(counter, counter + appended, dtype=np.int32))
+        expected += list(range(counter, counter + appended))
+        counter += appended
+        n = min(asked, len(expected))
+        taken = ids.take(n)
+        assert taken.dtype == np.int32 and taken.tolist() == expected[:n]
+        expected = expected[n:]
+        assert ids.held == len(expected)
+    with pytest.raises(PackcliError, match="group ids asked for"):
+        ids.take(len(expected) + 1)
