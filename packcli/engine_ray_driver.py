@@ -212,7 +212,7 @@ def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list
         pad_id=job.setup.pad_id,
         output=job.remote.url if job.remote is not None else str(job.out_dir),
         ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
-        multiple=opts.pad_to_multiple_of or 1,
+        multiple=opts.pad_multiple,
     )
     shared = ray.put(shard_job)
     remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)

@@ -149,7 +149,7 @@ def build_manifest(
     if opts.group_by is not None:
         manifest["columns"]["group"] = "int32"
         manifest["groups"] = groups or []
-    if (opts.pad_to_multiple_of or 1) > 1:
+    if opts.pad_multiple > 1:
         manifest["columns"]["cu_seqlens_unpadded"] = "int32"
     return manifest
 

@@ -211,6 +211,11 @@ class PackOptions:
         if self.train_on != "assistant" and not self.messages_field:
             raise _usage("--train-on goes with --messages-field")
 
+    @property
+    def pad_multiple(self) -> int:
+        """--pad-to-multiple-of as the multiple every length rounds up to (1: no rounding)."""
+        return self.pad_to_multiple_of or 1
+
     def plan_settings(self) -> PlanSettings:
         from packcli.plan import PlanSettings  # lazy: a pack refused for bad usage stops before numba loads
 
@@ -223,7 +228,7 @@ class PackOptions:
             shuffle=self.shuffle,
             seed=self.seed,
             max_per_row=self.max_sequences_per_row,
-            multiple=self.pad_to_multiple_of or 1,
+            multiple=self.pad_multiple,
         )
 
 

@@ -520,7 +520,7 @@ def _what_if_for(opts: WhatIfOptions, corpus: Corpus, seq_len: int) -> dict:
         groups=corpus.groups,
         max_per_row=opts.input.max_sequences_per_row,
         segmented=segmented,
-        multiple=opts.input.pad_to_multiple_of or 1,
+        multiple=opts.input.pad_multiple,
     )
     if corpus.groups is not None and corpus.group_table is not None:
         if segmented is None:  # --overlong error with nothing too long: every sequence is one segment
