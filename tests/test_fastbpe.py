@@ -380,6 +380,19 @@ def test_a_gigatoken_difference_falls_back_to_tiktoken(tokenizers_under_test, tm
     )
 
 
+def test_gigatoken_is_renewed_when_its_cache_grows(tokenizers_under_test, tmp_path, monkeypatch):
+    """Memory stays bounded: past the growth allowed, the next chunk gets a fresh encoder
+    (an empty pre-token cache), and the ids do not change."""
+    tok = tokenizers_under_test["qwen-ranked"]
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path, threads=2)
+    assert encoder.backend == "gigatoken"
+    _assert_identical(tok, encoder, _training_text())
+    assert encoder.renewals == 0
+    monkeypatch.setattr(encoder, "renew_after_bytes", -1)  # any size is past it
+    _assert_identical(tok, encoder, _training_text() * 2)
+    assert encoder.renewals >= 1
+
+
 def test_gigatoken_verdict_is_cached_apart_from_tiktokens(tokenizers_under_test, tmp_path):
     tok = tokenizers_under_test["qwen-ranked"]
     assert fastbpe.make_encoder(tok, "tiktoken", [], cache_dir=tmp_path).backend == "tiktoken"
