@@ -4,6 +4,7 @@ scaling over workers, and the `datasets` / TRL recipes, all measured side by sid
     python scripts/bench_pipeline.py                    # 50M tokens, 2 rounds (about 35 minutes on 2 cores)
     python scripts/bench_pipeline.py --quick            # ~2M tokens, 1 round, a smoke run of a few minutes
     python scripts/bench_pipeline.py --tokens 20M --no-baselines --no-hf
+    python scripts/bench_pipeline.py --targets          # the default backend / HF limit on 10M and 1M tokens
 
 docs/benchmarks/ has the measured runs (pipeline-*.md).
 
