@@ -32,7 +32,7 @@ import numpy as np
 
 from packcli.bpe_convert import Conversion, build_encoding, load_or_convert
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 from packcli.tokcache import LazyTokenizer, Store
 from packcli.tokenizing import encode_texts, literal_alternation
 from packcli.tokenizing import fingerprint as tokenizing_fingerprint
@@ -307,8 +307,9 @@ def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes):
     if not conversion.exact:  # gigatoken rebuilds each token's merge from the ranks, as tiktoken's own files allow
         raise GigatokenUnavailable("gigatoken takes only ranks a merge list was made from (as Qwen's)")
     try:
-        from gigatoken.gigatoken_rs import BPETokenizer
-    except ImportError as exc:
+        with needs_extra("fast", "packcli's gigatoken encoder needs gigatoken"):
+            from gigatoken.gigatoken_rs import BPETokenizer
+    except PackcliError as exc:
         raise GigatokenUnavailable(f"gigatoken is not importable: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="packcli-gigatoken-") as tmp:
         path = Path(tmp) / "ranks.tiktoken"
