@@ -8,7 +8,9 @@ are matched exactly as the Hugging Face tokenizer matches them).
 
 The `tiktoken` backend is used only when the tokenizer converts *and* the converted
 encoding gives the same ids as the tokenizer on the sample of the input and on a fixed
-set of hard strings (see `hard_strings`). Anything else stays on the Hugging Face
+set of hard strings (see `hard_strings`). Under `auto`, gigatoken (the `packcli[fast]`
+extra) encodes the same ranks first where its scheme is the tokenizer's exact pattern,
+under the same check (`GigatokenEncoder`). Anything else stays on the Hugging Face
 tokenizer (`hf`), with the reason in `Encoder.reason`.
 
 The conversion and its cache are in `packcli.bpe_convert` (how a `tokenizer.json` maps
@@ -268,8 +270,11 @@ class GigatokenEncoder(TiktokenEncoder):
         super().__init__(tokenizer, conversion, **options)
 
     def _ranks_encoder(self, conversion: Conversion):
+        # The first build may be refused (its stderr silenced, before any thread of ours
+        # runs); a renewal rebuilds what was built once, with the reader thread writing.
+        quiet = not hasattr(self, "_rss_at_build")
         self._rss_at_build = _rss_bytes()
-        return _gigatoken_bpe(conversion, self._ranks_file).encode
+        return _gigatoken_bpe(conversion, self._ranks_file, quiet=quiet).encode
 
     def _encode_chunk(self, texts: Sequence[str]):
         if _rss_bytes() - self._rss_at_build > self.renew_after_bytes:
@@ -297,7 +302,7 @@ def ranks_file_bytes(conversion: Conversion) -> bytes:
     return b"".join([b2a(token, newline=False) + b" %d\n" % rank for token, rank in conversion.mergeable_ranks.items()])
 
 
-def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes):
+def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes, *, quiet: bool = True):
     """gigatoken's BPE over the converted ranks, without special tokens (their strings are text)."""
     import tempfile
 
@@ -314,7 +319,7 @@ def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes):
     with tempfile.TemporaryDirectory(prefix="packcli-gigatoken-") as tmp:
         path = Path(tmp) / "ranks.tiktoken"
         path.write_bytes(ranks_file)
-        with _quiet_stderr():  # a refusal is a Rust panic, whose message would reach the user's terminal
+        with _quiet_stderr() if quiet else contextlib.nullcontext():  # a refusal is a Rust panic, printed on stderr
             try:
                 return BPETokenizer.from_tiktoken(str(path), scheme, {})
             except (KeyboardInterrupt, SystemExit):
@@ -325,7 +330,7 @@ def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes):
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """File descriptor 2 to /dev/null for the duration (no thread of ours runs yet)."""
+    """File descriptor 2 to /dev/null for the duration (only while no other thread writes)."""
     saved = os.dup(2)
     try:
         with open(os.devnull, "wb") as null:
