@@ -312,8 +312,7 @@ def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes, *, quiet: bool = T
     if not conversion.exact:  # gigatoken rebuilds each token's merge from the ranks, as tiktoken's own files allow
         raise GigatokenUnavailable("gigatoken takes only ranks a merge list was made from (as Qwen's)")
     try:
-        with needs_extra("fast", "packcli's gigatoken encoder needs gigatoken"):
-            from gigatoken.gigatoken_rs import BPETokenizer
+        bpe_class = gigatoken_bpe_class()
     except PackcliError as exc:
         raise GigatokenUnavailable(f"gigatoken is not importable: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="packcli-gigatoken-") as tmp:
@@ -321,11 +320,18 @@ def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes, *, quiet: bool = T
         path.write_bytes(ranks_file)
         with _quiet_stderr() if quiet else contextlib.nullcontext():  # a refusal is a Rust panic, printed on stderr
             try:
-                return BPETokenizer.from_tiktoken(str(path), scheme, {})
+                return bpe_class.from_tiktoken(str(path), scheme, {})
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:  # its loader's errors, panics included (not Exception subclasses)
                 raise GigatokenUnavailable(f"gigatoken refused the converted ranks: {exc}") from exc
+
+
+def gigatoken_bpe_class():
+    """gigatoken's BPE class, or PackcliError naming the extra (`auto` then stays on tiktoken)."""
+    with needs_extra("fast", "packcli's gigatoken encoder needs gigatoken"):
+        from gigatoken.gigatoken_rs import BPETokenizer
+    return BPETokenizer
 
 
 @contextlib.contextmanager
