@@ -8,7 +8,9 @@ are matched exactly as the Hugging Face tokenizer matches them).
 
 The `tiktoken` backend is used only when the tokenizer converts *and* the converted
 encoding gives the same ids as the tokenizer on the sample of the input and on a fixed
-set of hard strings (see `hard_strings`). Anything else stays on the Hugging Face
+set of hard strings (see `hard_strings`). Under `auto`, gigatoken (the `packcli[fast]`
+extra) encodes the same ranks first where its scheme is the tokenizer's exact pattern,
+under the same check (`GigatokenEncoder`). Anything else stays on the Hugging Face
 tokenizer (`hf`), with the reason in `Encoder.reason`.
 
 The conversion and its cache are in `packcli.bpe_convert` (how a `tokenizer.json` maps
@@ -17,9 +19,11 @@ to tiktoken is described there and in docs/tokenizer-backends.md).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +34,7 @@ import numpy as np
 
 from packcli.bpe_convert import Conversion, build_encoding, load_or_convert
 from packcli.choices import TOKENIZER_BACKENDS as BACKENDS
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, needs_extra
 from packcli.tokcache import LazyTokenizer, Store
 from packcli.tokenizing import encode_texts, literal_alternation
 from packcli.tokenizing import fingerprint as tokenizing_fingerprint
@@ -91,9 +95,7 @@ class TiktokenEncoder:
         self.conversion = conversion
         self.reason: str | None = None
         self.parse_special_tokens = parse_special_tokens
-        self.encoding = build_encoding(conversion)
-        self._core = self.encoding._core_bpe
-        self._no_specials: set = set()
+        self._encode_ranks = self._ranks_encoder(conversion)
         self._rank_to_id = conversion.rank_to_id
         self.threads = max(1, threads or _available_cores())
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
@@ -110,6 +112,14 @@ class TiktokenEncoder:
         self._simple = (
             self._raw_re is None and self._norm_re is None and not conversion.normalizer and not conversion.prefix_space
         )
+
+    # What the encoder raises on a text it cannot take (a lone surrogate): that text goes to hf.
+    unencodable: tuple[type[Exception], ...] = (UnicodeEncodeError,)
+
+    def _ranks_encoder(self, conversion: Conversion):
+        """text -> uint32 ranks, with no special tokens (their strings are text here)."""
+        core, no_specials = build_encoding(conversion)._core_bpe, set[str]()
+        return lambda text: np.frombuffer(core.encode_to_tiktoken_buffer(text, no_specials), dtype=np.uint32)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -157,16 +167,15 @@ class TiktokenEncoder:
         return out
 
     def _encode_one(self, text: str) -> np.ndarray:
-        core = self._core
+        encode_ranks = self._encode_ranks
         if self._simple:
-            return self._to_ids(np.frombuffer(core.encode_to_tiktoken_buffer(text, self._no_specials), dtype=np.uint32))
+            return self._to_ids(encode_ranks(text))
         parts = []
         for piece in self._pieces(text):
             if isinstance(piece, int):
                 parts.append(np.array([piece], dtype=np.int32))
             else:
-                ranks = np.frombuffer(core.encode_to_tiktoken_buffer(piece, self._no_specials), dtype=np.uint32)
-                parts.append(self._to_ids(ranks))
+                parts.append(self._to_ids(encode_ranks(piece)))
         if not parts:
             return np.zeros(0, dtype=np.int32)
         return np.concatenate(parts)
@@ -189,7 +198,7 @@ class TiktokenEncoder:
                 continue
             try:
                 arrays.append(self._encode_one(text))
-            except UnicodeEncodeError:
+            except self.unencodable:
                 to_hf.append(i)
                 arrays.append(None)
         return arrays, to_hf
@@ -217,6 +226,125 @@ class TiktokenEncoder:
                 arrays[i] = flat[ends[k] - lengths[k] : ends[k]]
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=n)
         return np.concatenate(arrays).astype(np.int32, copy=False), lengths
+
+
+# Pre-tokenizer patterns gigatoken implements as a named scheme, matched by exact string:
+# its "qwen2" scheme is compiled from this pattern (the string is in its library), and
+# any other pattern, however similar, stays on tiktoken.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+GIGATOKEN_SCHEMES = {QWEN2_PATTERN: "qwen2"}
+
+
+class GigatokenUnavailable(Exception):
+    """gigatoken is not installed, has no scheme for the pattern, or refused the ranks."""
+
+
+def gigatoken_version() -> str | None:
+    """The installed gigatoken's version, or None (not installed: the tiktoken path)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gigatoken")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class GigatokenEncoder(TiktokenEncoder):
+    """The tiktoken path with gigatoken encoding the pieces: the same converted ranks, and
+    a pre-tokenizer scheme whose pattern is the tokenizer's own (GIGATOKEN_SCHEMES). It
+    releases the GIL, so the pool of threads runs in parallel like tiktoken's."""
+
+    backend = "gigatoken"
+    unencodable = (UnicodeEncodeError, TypeError)  # gigatoken: TypeError on a lone surrogate
+    # gigatoken keeps every distinct pre-token it has encoded (about 60 MB per million) and
+    # never empties that cache: once the process has grown this much since the encoder was
+    # built, it is built afresh (0.3-0.45 s), so memory is bounded on any corpus.
+    renew_after_bytes = 256 << 20
+
+    def __init__(self, tokenizer, conversion: Conversion, *, ranks_file: bytes | None = None, **options):
+        self._ranks_file = ranks_file if ranks_file is not None else ranks_file_bytes(conversion)
+        self._renew_lock = threading.Lock()
+        self.renewals = 0
+        super().__init__(tokenizer, conversion, **options)
+
+    def _ranks_encoder(self, conversion: Conversion):
+        # The first build may be refused (its stderr silenced, before any thread of ours
+        # runs); a renewal rebuilds what was built once, with the reader thread writing.
+        quiet = not hasattr(self, "_rss_at_build")
+        self._rss_at_build = _rss_bytes()
+        return _gigatoken_bpe(conversion, self._ranks_file, quiet=quiet).encode
+
+    def _encode_chunk(self, texts: Sequence[str]):
+        if _rss_bytes() - self._rss_at_build > self.renew_after_bytes:
+            with self._renew_lock:  # one thread renews; the others keep the encoder they hold
+                if _rss_bytes() - self._rss_at_build > self.renew_after_bytes:
+                    self._encode_ranks = self._ranks_encoder(self.conversion)
+                    self.renewals += 1
+        return super()._encode_chunk(texts)
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory, or 0 where /proc is not there (nothing is renewed)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def ranks_file_bytes(conversion: Conversion) -> bytes:
+    """The ranks as a `.tiktoken` file (base64 token, space, rank), gigatoken's input."""
+    import binascii
+
+    b2a = binascii.b2a_base64
+    return b"".join([b2a(token, newline=False) + b" %d\n" % rank for token, rank in conversion.mergeable_ranks.items()])
+
+
+def _gigatoken_bpe(conversion: Conversion, ranks_file: bytes, *, quiet: bool = True):
+    """gigatoken's BPE over the converted ranks, without special tokens (their strings are text)."""
+    import tempfile
+
+    scheme = GIGATOKEN_SCHEMES.get(conversion.pattern)
+    if scheme is None:
+        raise GigatokenUnavailable("gigatoken has no scheme for this pre-tokenizer pattern")
+    if not conversion.exact:  # gigatoken rebuilds each token's merge from the ranks, as tiktoken's own files allow
+        raise GigatokenUnavailable("gigatoken takes only ranks a merge list was made from (as Qwen's)")
+    try:
+        bpe_class = gigatoken_bpe_class()
+    except PackcliError as exc:
+        raise GigatokenUnavailable(f"gigatoken is not importable: {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="packcli-gigatoken-") as tmp:
+        path = Path(tmp) / "ranks.tiktoken"
+        path.write_bytes(ranks_file)
+        with _quiet_stderr() if quiet else contextlib.nullcontext():  # a refusal is a Rust panic, printed on stderr
+            try:
+                return bpe_class.from_tiktoken(str(path), scheme, {})
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # its loader's errors, panics included (not Exception subclasses)
+                raise GigatokenUnavailable(f"gigatoken refused the converted ranks: {exc}") from exc
+
+
+def gigatoken_bpe_class():
+    """gigatoken's BPE class, or PackcliError naming the extra (`auto` then stays on tiktoken)."""
+    with needs_extra("fast", "packcli's gigatoken encoder needs gigatoken"):
+        from gigatoken.gigatoken_rs import BPETokenizer
+    return BPETokenizer
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 to /dev/null for the duration (only while no other thread writes)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _balanced_bounds(texts: list[str], parts: int) -> list[int]:
@@ -340,7 +468,7 @@ def first_difference(tokenizer, encoder, texts: Sequence[str]) -> str | None:
         a = want_flat[want_ends[i] - want_len[i] : want_ends[i]]
         b = got_flat[got_ends[i] - got_len[i] : got_ends[i]]
         if not np.array_equal(a, b):
-            return f"text {i} ({texts[i][:40]!r}...): {len(a)} ids from the tokenizer, {len(b)} from tiktoken"
+            return f"text {i} ({texts[i][:40]!r}...): {len(a)} ids from the tokenizer, {len(b)} from {encoder.backend}"
     return "the outputs differ"
 
 
@@ -363,8 +491,10 @@ def make_encoder(
     - "hf": the Hugging Face tokenizer, as `packcli.tokenizing.encode_texts`.
     - "tiktoken": the converted encoding; PackcliError if the tokenizer does not convert
       or gives different ids on `sample_texts` or the hard strings.
-    - "auto": "tiktoken" if it converts and is identical on `sample_texts` and the hard
-      strings, else "hf" with `.reason` saying why.
+    - "auto": "gigatoken" (the same ranks, encoded by gigatoken) if it is installed, has a
+      scheme for exactly this pre-tokenizer pattern and is identical on `sample_texts` and
+      the hard strings; else "tiktoken" under the same condition; else "hf". `.reason` says
+      why a faster one was passed over.
 
     The conversion and the hard strings' verdict come from the start-up cache (`store`,
     else one over `cache_dir`, else the default one). With a cached verdict and an exact
@@ -386,21 +516,75 @@ def make_encoder(
         return HFEncoder(
             tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens
         )
-    encoder = TiktokenEncoder(tokenizer, result, threads=threads, parse_special_tokens=parse_special_tokens)
+    reason: str | None = None
+    for kind in _candidates(backend, result):
+        encoder, difference = _checked_encoder(
+            kind, tokenizer, result, store, fingerprint, sample_texts, threads, parse_special_tokens
+        )
+        if encoder is not None:
+            encoder.reason = reason  # why a faster candidate was passed over, if one was
+            return encoder
+        reason = difference
+    if backend == "tiktoken":
+        raise PackcliError(f"--tokenizer-backend tiktoken: {reason}")
+    return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
+
+
+def _candidates(backend: str, conversion: Conversion) -> list[type[TiktokenEncoder]]:
+    """gigatoken first under auto when it is installed and takes the conversion (its pattern
+    and ranks a merge list was made from); then tiktoken."""
+    takes = conversion.exact and conversion.pattern in GIGATOKEN_SCHEMES
+    return (
+        [GigatokenEncoder, TiktokenEncoder]
+        if backend == "auto" and takes and gigatoken_version()
+        else [TiktokenEncoder]
+    )
+
+
+def _checked_encoder(
+    kind: type[TiktokenEncoder],
+    tokenizer,
+    conversion: Conversion,
+    store: Store,
+    fingerprint: str,
+    sample_texts: Sequence[str],
+    threads: int | None,
+    parse_special_tokens: bool,
+) -> tuple[TiktokenEncoder | None, str | None]:
+    """(the encoder, None) if it gives the tokenizer's ids on the sample and the hard strings,
+    else (None, why). The hard strings' verdict is cached per encoder (and gigatoken version)."""
+    options: dict = {"threads": threads, "parse_special_tokens": parse_special_tokens}
+    if kind is GigatokenEncoder:
+        options["ranks_file"] = _cached_ranks_file(conversion, store, fingerprint)
+    try:
+        encoder = kind(tokenizer, conversion, **options)
+    except GigatokenUnavailable as exc:
+        return None, str(exc)
     verdict_key = f"{fingerprint.split(':', 1)[-1]}-{'parsed' if parse_special_tokens else 'text'}"
+    if kind is GigatokenEncoder:
+        verdict_key += f"-gigatoken-{gigatoken_version()}"
     known, verdict = store.load("identity", verdict_key)
     known = known and (verdict is None or isinstance(verdict, str))
-    reason = _identity_difference(tokenizer, encoder, sample_texts, check_sample=not (known and result.exact))
+    reason = _identity_difference(tokenizer, encoder, sample_texts, check_sample=not (known and conversion.exact))
     if reason is None and not known:
         verdict = _hard_strings_difference(tokenizer, encoder)
         store.save("identity", verdict_key, verdict)
     reason = reason or verdict
     if reason is not None:
         encoder.close()
-        if backend == "tiktoken":
-            raise PackcliError(f"--tokenizer-backend tiktoken: {reason}")
-        return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
-    return encoder
+        return None, reason
+    return encoder, None
+
+
+def _cached_ranks_file(conversion: Conversion, store: Store, fingerprint: str) -> bytes:
+    """gigatoken's ranks file from the start-up cache (a run saves building it: 0.1-0.2 s)."""
+    key = fingerprint.split(":", 1)[-1]
+    hit, stored = store.load("gigatoken", key)
+    if hit and isinstance(stored, bytes):
+        return stored
+    ranks_file = ranks_file_bytes(conversion)
+    store.save("gigatoken", key, ranks_file)
+    return ranks_file
 
 
 def _identity_difference(tokenizer, encoder, sample_texts: Sequence[str], *, check_sample: bool) -> str | None:
@@ -408,10 +592,18 @@ def _identity_difference(tokenizer, encoder, sample_texts: Sequence[str], *, che
     if not check_sample:
         return None
     difference = first_difference(tokenizer, encoder, list(sample_texts))
-    return None if difference is None else f"tiktoken ids differ from the tokenizer's on the input sample: {difference}"
+    return (
+        None
+        if difference is None
+        else f"{encoder.backend} ids differ from the tokenizer's on the input sample: {difference}"
+    )
 
 
 def _hard_strings_difference(tokenizer, encoder) -> str | None:
     """Why the encoder is not the tokenizer on the hard strings, or None (the verdict cached)."""
     difference = first_difference(tokenizer, encoder, hard_strings(tokenizer))
-    return None if difference is None else f"tiktoken ids differ from the tokenizer's on the hard strings: {difference}"
+    return (
+        None
+        if difference is None
+        else f"{encoder.backend} ids differ from the tokenizer's on the hard strings: {difference}"
+    )

@@ -4,6 +4,7 @@ scaling over workers, and the `datasets` / TRL recipes, all measured side by sid
     python scripts/bench_pipeline.py                    # 50M tokens, 2 rounds (about 35 minutes on 2 cores)
     python scripts/bench_pipeline.py --quick            # ~2M tokens, 1 round, a smoke run of a few minutes
     python scripts/bench_pipeline.py --tokens 20M --no-baselines --no-hf
+    python scripts/bench_pipeline.py --targets          # the default backend / HF limit on 10M and 1M tokens
 
 docs/benchmarks/ has the measured runs (pipeline-*.md).
 
@@ -397,6 +398,7 @@ class Config:
         self.key, self.name, self.kind, self.corpus, self.tokens = key, name, kind, corpus, tokens
         self.extra, self.threads, self.backend = list(extra), threads, backend
         self.runs: list[dict] = []
+        self.keep: Path | None = None
 
     def command(self, args, out: Path, cache: Path) -> list[str]:
         script = str(Path(__file__).resolve())
@@ -461,6 +463,9 @@ class Config:
             result["rows"] = manifest["totals"]["rows"]
             result["backend"] = manifest["tokenizer"].get("backend")
         result["out_mb"] = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / MB if out.exists() else 0
+        if self.keep is not None and out.exists():  # the last run's shards, for the identity check
+            shutil.rmtree(self.keep, ignore_errors=True)
+            out.rename(self.keep)
         for path in (out, cache):
             shutil.rmtree(path, ignore_errors=True)
         self.runs.append(result)
@@ -531,6 +536,18 @@ def main() -> None:
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-min load to drop below this")
     parser.add_argument("--max-wait", type=float, default=300, help="seconds to wait for a quiet machine, per round")
     parser.add_argument("--json-out", help="also write every run as JSON here")
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="the default backend against the HF limit on 10M and 1M tokens cut from --source (see run_targets)",
+    )
+    parser.add_argument(
+        "--source", default="/tmp/bsw-full/corpus-40000000-full.jsonl", help="--targets: the JSONL to cut"
+    )
+    parser.add_argument(
+        "--memory", action="store_true", help="--targets: also pack the whole --source once (peak memory)"
+    )
+    parser.add_argument("--extra", help="a directory appended to the children's PYTHONPATH (e.g. a pip --target)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="hf", help=argparse.SUPPRESS)
     parser.add_argument("--conversion-repeats", type=int, default=3, help=argparse.SUPPRESS)
@@ -551,6 +568,8 @@ def main() -> None:
         print(f"building the Qwen tokenizer in {args.tokenizer}", flush=True)
         subprocess.run([PYTHON, str(ROOT / "scripts" / "make_bench_tokenizer.py"), args.tokenizer], check=True)
 
+    if args.extra:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), args.extra]))
     temp = None
     if args.workdir:
         workdir = Path(args.workdir)
@@ -559,10 +578,134 @@ def main() -> None:
         temp = tempfile.TemporaryDirectory(prefix="packcli-bench-")
         workdir = Path(temp.name)
     try:
-        run_all(args, workdir, tokens, repeats)
+        if args.targets:
+            run_targets(args, workdir, repeats)
+        else:
+            run_all(args, workdir, tokens, repeats)
     finally:
         if temp is not None:
             temp.cleanup()
+
+
+# ----------------------------------------------------------------------------- --targets
+
+TARGETS = (("10M", 10_000_000, 2.5), ("1M", 1_000_000, 2.0))  # size, tokens, the ratio to reach
+
+
+def cut_corpus(source: Path, workdir: Path, tokenizer_dir: str, tokens: int) -> dict:
+    """The first documents of `source` holding at least `tokens` tokens (counted with the HF
+    tokenizer), as a JSONL file in workdir; reused if present."""
+    meta_path = workdir / f"cut-{tokens}.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if Path(meta["path"]).is_file() and meta["source"] == str(source):
+            return meta
+    sys.path.insert(0, str(ROOT))
+    from packcli.tokenizing import load_tokenizer
+
+    backend = load_tokenizer(tokenizer_dir).backend_tokenizer
+    path, n_tokens, n_docs = workdir / f"cut-{tokens}.jsonl", 0, 0
+    with open(source, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as out:
+        while n_tokens < tokens:
+            lines = [line for line in (src.readline() for _ in range(256)) if line.strip()]
+            if not lines:
+                sys.exit(f"{source} holds fewer than {tokens:,} tokens")
+            texts = [json.loads(line)["text"] for line in lines]
+            counts = [len(e) for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+            for line, count in zip(lines, counts):
+                if n_tokens >= tokens:
+                    break
+                out.write(line)
+                n_tokens, n_docs = n_tokens + count, n_docs + 1
+    meta = {"path": str(path), "source": str(source), "tokens": n_tokens, "documents": n_docs}
+    meta_path.write_text(json.dumps(meta))
+    return meta
+
+
+def same_shards(a: Path, b: Path) -> bool:
+    """Every shard file byte-identical (the manifest, the report and the run record name the
+    backend or the options, so they differ)."""
+
+    def shards(directory: Path) -> list[str]:
+        return sorted(p.name for p in directory.iterdir() if p.suffix not in (".json", ".tmp"))
+
+    names, other = shards(a), shards(b)
+    return bool(names) and names == other and all((a / n).read_bytes() == (b / n).read_bytes() for n in names)
+
+
+def run_targets(args, workdir: Path, repeats: int) -> None:
+    """The default backend (`pack` with no --tokenizer-backend, a subprocess, start-up included)
+    against the HF limit (encode_batch_fast alone, all cores, loading and reading excluded) on
+    10M and 1M tokens of real text cut from --source; also --tokenizer-backend tiktoken and hf,
+    and whether the default's shards are byte-identical to hf's. The start-up cache is warmed
+    first (PACKCLI_CACHE_DIR in the work directory), so the runs are warm runs."""
+    source = Path(args.source)
+    if not source.is_file():
+        source = Path(build_corpus(workdir, Path(args.data), args.tokenizer, 40_000_000)["full"]["path"])
+    os.environ["PACKCLI_CACHE_DIR"] = str(workdir / "packcli-cache")
+    scratch = workdir / "scratch"
+    scratch.mkdir(exist_ok=True)
+    sizes = []
+    for label, tokens, goal in TARGETS:
+        meta = cut_corpus(source, workdir, args.tokenizer, tokens)
+        path, n = meta["path"], meta["tokens"]
+        configs = [
+            Config("limit", "limit: HF encode_batch_fast, all cores", "limit", path, n),
+            Config("auto", "packcli pack (default backend)", "packcli", path, n),
+            Config(
+                "tiktoken",
+                "packcli pack --tokenizer-backend tiktoken",
+                "packcli",
+                path,
+                n,
+                ["--tokenizer-backend", "tiktoken"],
+            ),
+            Config("hf", "packcli pack --tokenizer-backend hf", "packcli", path, n, ["--tokenizer-backend", "hf"]),
+        ]
+        for config in configs[1:]:
+            config.keep = workdir / f"kept-{label}-{config.key}"
+        sizes.append((label, goal, meta, {c.key: c for c in configs}))
+    warm = Config("warm", "warm-up", "packcli", sizes[-1][2]["path"], 0)  # compiles the kernels, fills the cache
+    for extra in ([], ["--tokenizer-backend", "tiktoken"]):
+        warm.extra = extra
+        warm.run(args, scratch)
+    for round_no in range(1, repeats + 1):
+        wait_for_quiet(args.max_load, args.max_wait)
+        print(f"round {round_no}/{repeats} (load {load_average():.2f})", flush=True)
+        for label, _, _, configs in sizes:
+            for config in configs.values():
+                r = config.run(args, scratch)
+                seconds = r["out"]["encode_s"] if config.kind == "limit" else r["wall"]
+                print(
+                    f"  {label:>4} {config.name:<44} {seconds:6.2f} s  cpu {r['cpu']:6.2f} s  "
+                    f"pss {max(r['maxrss_mb'], r['pss_mb']):6.0f} MB  backend {r.get('backend', '-')}",
+                    flush=True,
+                )
+    memory = None
+    if args.memory:
+        memory = Config("memory", "packcli pack, whole source", "packcli", str(source), 0)
+        memory.run(args, scratch)
+    print()
+    for label, goal, meta, c in sizes:
+        limit, auto, tiktoken_run, hf = c["limit"], c["auto"], c["tiktoken"], c["hf"]
+        ratio = limit.seconds / auto.seconds
+        same = same_shards(auto.keep, hf.keep) and same_shards(tiktoken_run.keep, hf.keep)
+        print(
+            f"{label} ({meta['tokens']:,} tokens, {meta['documents']:,} documents): default backend "
+            f"[{auto.best.get('backend')}] {ratio:.2f}x the HF limit (target {goal}x: "
+            f"{'met' if ratio >= goal else 'NOT met'}); shards byte-identical to --tokenizer-backend hf: "
+            f"{'yes' if same else 'NO'}"
+        )
+        print(
+            f"    limit {limit.seconds:.2f} s (+ {limit.best['out']['load_s']:.2f} s loading the tokenizer, "
+            f"{limit.best['out']['read_s']:.2f} s reading); pack: default {auto.seconds:.2f} s "
+            f"(cpu {auto.best['cpu']:.2f} s), tiktoken {tiktoken_run.seconds:.2f} s (cpu {tiktoken_run.best['cpu']:.2f} s), "
+            f"hf {hf.seconds:.2f} s; limit with loading {(limit.seconds + limit.best['out']['load_s']) / auto.seconds:.2f}x; "
+            f"default / tiktoken end to end {tiktoken_run.seconds / auto.seconds:.2f}x; "
+            f"hf {limit.seconds / hf.seconds:.2f}x the limit; default peak {auto.peak_mb:.0f} MB"
+        )
+    if memory is not None:
+        print(f"peak memory of the default backend on the whole source: {memory.peak_mb:.0f} MB (PSS of the tree)")
 
 
 def make_configs(args, meta: dict) -> tuple[list[Config], list[Config]]:

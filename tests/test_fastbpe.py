@@ -123,7 +123,51 @@ def tokenizers_under_test(gpt2_json, tmp_path_factory) -> dict:
     loaded = {"bundled": load_tokenizer(BUNDLED_NAME)}
     for name, (spec, added) in specs.items():
         loaded[name] = load_tokenizer(str(_save(spec, root / name, added=added)))
+    ranked = _ranked_spec(loaded["gpt2"], QWEN_PATTERN, root / "ranks")
+    loaded["qwen-ranked"] = load_tokenizer(str(_save(ranked, root / "qwen-ranked", added=NON_SPECIAL)))
     return loaded
+
+
+def _ranked_spec(trained, pattern: str, workdir: Path) -> dict:
+    """A tokenizer.json whose merge list is made from tiktoken ranks (as Qwen's is), with
+    `pattern`: the trained tokenizer's ranks, keeping each token that byte-pair encoding
+    by the ranks before it makes from exactly two (as in a real tiktoken vocabulary),
+    through transformers' own TikTokenConverter."""
+    import base64
+
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    conversion = bpe_convert.load_or_convert(trained, workdir)
+    assert isinstance(conversion, bpe_convert.Conversion)
+    kept: dict[bytes, int] = {}
+    for token, _ in sorted(conversion.mergeable_ranks.items(), key=lambda item: item[1]):
+        if len(token) == 1 or len(_rank_bpe(token, kept)) == 2:
+            kept[token] = len(kept)
+    workdir.mkdir(parents=True, exist_ok=True)
+    ranks_file = workdir / "ranks.tiktoken"
+    ranks_file.write_text("".join(f"{base64.b64encode(token).decode()} {rank}\n" for token, rank in kept.items()))
+
+    class RankFileConverter(TikTokenConverter):
+        @staticmethod
+        def load_tiktoken_bpe(path):
+            lines = Path(path).read_bytes().splitlines()
+            return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in lines if line)}
+
+    converter = RankFileConverter(vocab_file=str(ranks_file), pattern=pattern, extra_special_tokens=SPECIALS)
+    return json.loads(converter.converted().to_str())
+
+
+def _rank_bpe(word: bytes, ranks: dict[bytes, int]) -> list[bytes]:
+    """tiktoken's byte-pair encoding: merge the adjacent pair of lowest rank until none is a token."""
+    parts = [word[i : i + 1] for i in range(len(word))]
+    while len(parts) > 1:
+        pair_ranks = [ranks.get(a + b) for a, b in zip(parts, parts[1:])]
+        known = [(r, i) for i, r in enumerate(pair_ranks) if r is not None]
+        if not known:
+            break
+        _, i = min(known)
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+    return parts
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +181,11 @@ def encoders(tokenizers_under_test, tmp_path_factory) -> dict:
             assert encoder.backend == "tiktoken" and encoder.reason is None, name
             assert encoder.parse_special_tokens is parse
             out[name, parse] = (tok, encoder)
+    for parse in (False, True):  # auto takes gigatoken for the Qwen pattern and ranks like Qwen's
+        tok = tokenizers_under_test["qwen-ranked"]
+        encoder = fastbpe.make_encoder(tok, "auto", cache_dir=cache, threads=2, parse_special_tokens=parse)
+        assert encoder.backend == "gigatoken" and encoder.reason is None
+        out["qwen-ranked-gigatoken", parse] = (tok, encoder)
     return out
 
 
@@ -152,7 +201,15 @@ def _assert_identical(tokenizer, encoder, texts):
             assert a == b, f"text {i}: {text!r}"
 
 
-NAMES = ["bundled", "gpt2", "gpt2-prefix-space", "qwen-style", "llama3-style-nfc"]
+NAMES = [
+    "bundled",
+    "gpt2",
+    "gpt2-prefix-space",
+    "qwen-style",
+    "llama3-style-nfc",
+    "qwen-ranked",
+    "qwen-ranked-gigatoken",
+]
 PARSE = pytest.mark.parametrize("parse", [False, True], ids=["specials-as-text", "parse-specials"])
 
 
@@ -246,13 +303,104 @@ def test_unknown_backend_is_a_usage_error(tokenizers_under_test):
     assert err.value.usage
 
 
-def test_lone_surrogate_behaves_as_hf(encoders):
-    tok, encoder = encoders["gpt2", False]
+@pytest.mark.parametrize("name", ["gpt2", "qwen-ranked-gigatoken"])
+def test_lone_surrogate_behaves_as_hf(encoders, name):
+    tok, encoder = encoders[name, False]
     with pytest.raises(Exception) as want:
         encode_texts(tok, ["a\ud800b"])
     with pytest.raises(Exception) as got:
         encoder.encode_batch(["ok", "a\ud800b"])
     assert type(got.value) is type(want.value)
+    assert str(got.value) == str(want.value)  # the tokenizer's own error: the text went to hf
+
+
+# ------------------------------------------------------------------ gigatoken
+
+
+def test_gigatoken_needs_the_exact_qwen2_pattern_and_ranks(tokenizers_under_test, tmp_path):
+    """Only a pattern equal, as a string, to the one gigatoken's scheme implements: Llama 3's
+    differs from Qwen's by `\\p{N}{1,3}` and GPT-2's by far more; both stay on tiktoken, as
+    does the Qwen pattern over a trained merge list (gigatoken rebuilds merges from ranks)."""
+    assert QWEN_PATTERN == fastbpe.QWEN2_PATTERN
+    for name in ("bundled", "gpt2", "llama3-style-nfc", "qwen-style"):
+        encoder = fastbpe.make_encoder(tokenizers_under_test[name], "auto", cache_dir=tmp_path)
+        assert encoder.backend == "tiktoken" and encoder.reason is None, name
+    conversion = bpe_convert.load_or_convert(tokenizers_under_test["llama3-style-nfc"], tmp_path)
+    with pytest.raises(fastbpe.GigatokenUnavailable, match="no scheme"):
+        fastbpe.GigatokenEncoder(tokenizers_under_test["llama3-style-nfc"], conversion)
+    conversion = bpe_convert.load_or_convert(tokenizers_under_test["qwen-style"], tmp_path)
+    with pytest.raises(fastbpe.GigatokenUnavailable, match="merge list was made from"):
+        fastbpe.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
+
+
+def test_ranks_gigatoken_refuses_are_a_reason_not_a_crash(tokenizers_under_test, tmp_path, capfd):
+    """gigatoken panics on ranks it cannot rebuild merges from: a reason, and nothing on stderr."""
+    conversion = bpe_convert.load_or_convert(tokenizers_under_test["qwen-style"], tmp_path)
+    conversion.exact = True  # claimed, not true: a trained merge list
+    with pytest.raises(fastbpe.GigatokenUnavailable, match="refused"):
+        fastbpe.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
+    assert capfd.readouterr().err == ""
+
+
+def test_tiktoken_backend_never_takes_gigatoken(tokenizers_under_test, tmp_path):
+    encoder = fastbpe.make_encoder(tokenizers_under_test["qwen-ranked"], "tiktoken", cache_dir=tmp_path)
+    assert encoder.backend == "tiktoken"
+
+
+def test_without_gigatoken_auto_is_tiktoken(tokenizers_under_test, tmp_path, monkeypatch):
+    tok = tokenizers_under_test["qwen-ranked"]
+    monkeypatch.setattr(fastbpe, "gigatoken_version", lambda: None)  # not installed
+    encoder = fastbpe.make_encoder(tok, "auto", ["some text"], cache_dir=tmp_path)
+    assert encoder.backend == "tiktoken" and encoder.reason is None
+    monkeypatch.setattr(fastbpe, "gigatoken_version", lambda: "0.0-broken")
+    monkeypatch.setitem(__import__("sys").modules, "gigatoken.gigatoken_rs", None)  # installed, not importable
+    encoder = fastbpe.make_encoder(tok, "auto", ["some text"], cache_dir=tmp_path)
+    assert encoder.backend == "tiktoken" and "gigatoken is not importable" in encoder.reason
+    _assert_identical(tok, encoder, _training_text())
+
+
+def test_a_gigatoken_difference_falls_back_to_tiktoken(tokenizers_under_test, tmp_path, monkeypatch):
+    """gigatoken passes the same identity check as tiktoken; if it differs, tiktoken is
+    checked and used, and the reason says why gigatoken was not."""
+    tok = tokenizers_under_test["qwen-ranked"]
+    real = fastbpe.GigatokenEncoder._ranks_encoder
+
+    def off_by_one(self, conversion):
+        encode = real(self, conversion)
+        return lambda text: encode(text)[::-1] if len(text) > 3 else encode(text)  # wrong order on longer texts
+
+    monkeypatch.setattr(fastbpe.GigatokenEncoder, "_ranks_encoder", off_by_one)
+    encoder = fastbpe.make_encoder(tok, "auto", ["hello world, again"], cache_dir=tmp_path)
+    assert (
+        encoder.backend == "tiktoken" and "gigatoken ids differ" in encoder.reason and "input sample" in encoder.reason
+    )
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path / "2")
+    assert (
+        encoder.backend == "tiktoken" and "gigatoken ids differ" in encoder.reason and "hard strings" in encoder.reason
+    )
+
+
+def test_gigatoken_is_renewed_when_its_cache_grows(tokenizers_under_test, tmp_path, monkeypatch):
+    """Memory stays bounded: past the growth allowed, the next chunk gets a fresh encoder
+    (an empty pre-token cache), and the ids do not change."""
+    tok = tokenizers_under_test["qwen-ranked"]
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path, threads=2)
+    assert encoder.backend == "gigatoken"
+    _assert_identical(tok, encoder, _training_text())
+    assert encoder.renewals == 0
+    monkeypatch.setattr(encoder, "renew_after_bytes", -1)  # any size is past it
+    _assert_identical(tok, encoder, _training_text() * 2)
+    assert encoder.renewals >= 1
+
+
+def test_gigatoken_verdict_is_cached_apart_from_tiktokens(tokenizers_under_test, tmp_path):
+    tok = tokenizers_under_test["qwen-ranked"]
+    assert fastbpe.make_encoder(tok, "tiktoken", [], cache_dir=tmp_path).backend == "tiktoken"
+    keys = sorted(p.name for p in (tmp_path / "identity").iterdir())
+    assert fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path).backend == "gigatoken"
+    added = sorted({p.name for p in (tmp_path / "identity").iterdir()} - set(keys))
+    assert len(added) == 1 and f"gigatoken-{fastbpe.gigatoken_version()}" in added[0]
+    assert (tmp_path / "gigatoken").is_dir()  # the ranks file, cached
 
 
 def test_special_tokens_are_text_unless_parsed(gpt2_json, tmp_path):

@@ -298,6 +298,12 @@ def _ray_engine(parquet_out, monkeypatch):
     engine_ray.connect(None, 1)
 
 
+def _gigatoken(parquet_out, monkeypatch):
+    from packcli import fastbpe
+
+    fastbpe.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_fastbpe.py)
+
+
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
     ("torch_data", "<module>"): _import_torch_data,
@@ -309,6 +315,7 @@ TRIGGERS = {
     ("storage", "filesystem"): _remote_url,
     ("engine_ray", "connect"): _ray_engine,
     ("torch_data", "packed_seq_params"): _packed_seq_params,
+    ("fastbpe", "gigatoken_bpe_class"): _gigatoken,
 }
 SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 
