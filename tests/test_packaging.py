@@ -301,6 +301,7 @@ def _ray_engine(parquet_out, monkeypatch):
 def _gigatoken(parquet_out, monkeypatch):
     from packcli import fastbpe
 
+    monkeypatch.setitem(sys.modules, "gigatoken.gigatoken_rs", None)  # imported already by an earlier test
     fastbpe.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_fastbpe.py)
 
 
