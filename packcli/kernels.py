@@ -48,10 +48,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from packcli.choices import ALGORITHMS
 from packcli.errors import PackcliError
+from packcli.jit import njit
 from packcli.kernels_fit import _bfd_kernel, _bfd_plan, _ff_kernel, _ffd_kernel, _nf_kernel
 from packcli.kernels_improve import _improve_kernel
 

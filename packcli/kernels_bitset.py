@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import config as numba_config
-from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+
+from packcli.jit import njit
 
 # numba.config sets DISABLE_JIT from the environment at import; the stubs do not declare it.
 if getattr(numba_config, "DISABLE_JIT", False):  # the intrinsics below only exist in compiled code

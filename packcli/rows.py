@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.jit import njit
 
 IGNORE_INDEX = -100
 
