@@ -10,8 +10,12 @@ import re
 from typing import Annotated, Any
 
 import typer
-from typer import _coercion
 from typer.core import TyperCommand, TyperGroup
+
+try:
+    from typer import _coercion
+except ImportError:  # a typer that does not coerce through pydantic (or moved it): its own coercion throughout
+    _coercion = None  # type: ignore[assignment]
 
 from packcli.choices import (
     BAD_RECORD_POLICIES,
@@ -38,7 +42,7 @@ def option(*decls: str, panel: str, help: str, **kwargs):
 _DECIMAL = re.compile(r"-?[0-9]+")
 
 
-class _PlainParam(_coercion.RuntimeParam):
+class _PlainParam(_coercion.RuntimeParam if _coercion else object):  # type: ignore[misc]
     """Coerces the plain str, int and bool values of a command line without pydantic.
 
     Typer builds a pydantic TypeAdapter for every parameter it coerces, which imports
@@ -68,7 +72,7 @@ def _converted(value: Any, kind: type) -> Any:
 
 def _has_plain_values(param: Any) -> bool:
     descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is None:
+    if descriptor is None or _coercion is None:
         return False  # a typer without these internals: its own coercion, unchanged
     info = descriptor.parameter_info
     special = descriptor.is_choice or descriptor.is_path or descriptor.is_file or descriptor.is_ranged
