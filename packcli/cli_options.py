@@ -12,11 +12,6 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-try:
-    from typer import _coercion
-except ImportError:  # a typer that does not coerce through pydantic (or moved it): its own coercion throughout
-    _coercion = None  # type: ignore[assignment]
-
 from packcli.choices import (
     BAD_RECORD_POLICIES,
     OVERLONG_POLICIES,
@@ -40,6 +35,10 @@ def option(*decls: str, panel: str, help: str, **kwargs):
 
 
 _DECIMAL = re.compile(r"-?[0-9]+")
+
+# typer's coercion module, which `import typer` loads; None for a typer without one (one
+# that does not coerce through pydantic, or keeps it elsewhere): its own coercion throughout.
+_coercion: Any = getattr(typer, "_coercion", None)
 
 
 class _PlainParam(_coercion.RuntimeParam if _coercion else object):  # type: ignore[misc]

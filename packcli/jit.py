@@ -2,7 +2,7 @@
 
 Before loading any cached kernel numba refreshes its CPU target: it imports every typing
 and lowering module it has (numba.cpython, numba.np, cffi, ...) and rebuilds its
-registries, 0.3-0.5 s of CPU once per process, and a five-document `pack` pays it in
+registries, 0.25-0.5 s of CPU once per process, and a five-document `pack` pays it in
 full. Loading compiled code needs none of that, only numba's runtime (NRT), whose
 symbols the compiled code calls. Compiling (a cache miss, a new signature) refreshes the
 target itself, so kernels that are compiled rather than loaded get everything as before.
