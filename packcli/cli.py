@@ -40,6 +40,8 @@ from packcli.cli_options import (
     Overlong,
     PadId,
     ParseSpecialTokens,
+    PlainCommand,
+    PlainGroup,
     PromptField,
     TextField,
     Tokenizer,
@@ -59,6 +61,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=PlainGroup,
 )
 
 
@@ -101,7 +104,7 @@ def _stdout():
     return Console(soft_wrap=False)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def pack(
     inputs: Annotated[
         list[str],
@@ -285,7 +288,7 @@ def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> No
         _stdout().print(render.render_table(report, title))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def stats(
     ctx: typer.Context,
     paths: Annotated[
@@ -446,7 +449,7 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
         console.print(f"[dim]plot written to {plot}[/dim]")
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def verify(
     path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
     json_output: Json = False,
@@ -466,11 +469,13 @@ def verify(
         print(render.verify_line(path, summary))
 
 
-export_app = typer.Typer(help="Write packed output in other training frameworks' formats.", no_args_is_help=True)
+export_app = typer.Typer(
+    help="Write packed output in other training frameworks' formats.", no_args_is_help=True, cls=PlainGroup
+)
 app.add_typer(export_app, name="export")
 
 
-@export_app.command("megatron")
+@export_app.command("megatron", cls=PlainCommand)
 def export_megatron_command(
     path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
     prefix: Annotated[str, typer.Argument(help="Output prefix: writes PREFIX.bin and PREFIX.idx.", show_default=False)],
@@ -524,7 +529,7 @@ def _export(kind: str, debug: bool, json_output: bool, **options: Any) -> None:
         print(summary_line(summary))
 
 
-@export_app.command("mds")
+@export_app.command("mds", cls=PlainCommand)
 def export_mds_command(
     path: ExportSource,
     out: ExportOut,
@@ -544,7 +549,7 @@ def export_mds_command(
     _export("mds", debug, json_output, source=path, out=out, compression=compression, overwrite=overwrite)
 
 
-@export_app.command("energon")
+@export_app.command("energon", cls=PlainCommand)
 def export_energon_command(
     path: ExportSource, out: ExportOut, overwrite: Overwrite = False, json_output: Json = False, debug: Debug = False
 ) -> None:
@@ -552,7 +557,7 @@ def export_energon_command(
     _export("energon", debug, json_output, source=path, out=out, overwrite=overwrite)
 
 
-@export_app.command("nanotron")
+@export_app.command("nanotron", cls=PlainCommand)
 def export_nanotron_command(
     path: ExportSource, out: ExportOut, overwrite: Overwrite = False, json_output: Json = False, debug: Debug = False
 ) -> None:

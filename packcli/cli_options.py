@@ -6,9 +6,11 @@ Both commands take every input option of `pack` through these aliases, and
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from packcli.choices import (
     BAD_RECORD_POLICIES,
@@ -30,6 +32,72 @@ def one_of(names: tuple[str, ...]) -> str:
 def option(*decls: str, panel: str, help: str, **kwargs):
     kwargs.setdefault("show_default", False)
     return typer.Option(*decls, help=help, rich_help_panel=panel, **kwargs)
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+# typer's coercion module, which `import typer` loads; None for a typer without one (one
+# that does not coerce through pydantic, or keeps it elsewhere): its own coercion throughout.
+_coercion: Any = getattr(typer, "_coercion", None)
+
+
+class _PlainParam(_coercion.RuntimeParam if _coercion else object):  # type: ignore[misc]
+    """Coerces the plain str, int and bool values of a command line without pydantic.
+
+    Typer builds a pydantic TypeAdapter for every parameter it coerces, which imports
+    pydantic (0.2-0.4 s of every run). The common values (any str, a decimal int) need
+    none of it; anything else goes to typer's own coercion, so results and error
+    messages stay typer's."""
+
+    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, (list, tuple)) and self.annotation in (list[str], list[int]):
+            item = str if self.annotation == list[str] else int
+            if all(_plain(entry, item) for entry in value):
+                return [_converted(entry, item) for entry in value]
+        elif self.annotation in (str, int, bool) and _plain(value, self.annotation):
+            return _converted(value, self.annotation)
+        return _coercion.build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+
+def _plain(value: Any, kind: type) -> bool:
+    if type(value) is kind:
+        return True
+    return kind is int and type(value) is str and _DECIMAL.fullmatch(value) is not None
+
+
+def _converted(value: Any, kind: type) -> Any:
+    return value if type(value) is kind else int(value)
+
+
+def _has_plain_values(param: Any) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None or _coercion is None:
+        return False  # a typer without these internals: its own coercion, unchanged
+    info = descriptor.parameter_info
+    special = descriptor.is_choice or descriptor.is_path or descriptor.is_file or descriptor.is_ranged
+    return not special and info.parser is None and descriptor.annotation in (str, int, bool, list[str], list[int])
+
+
+class _PlainParams:
+    """Gives each plain str, int, bool or list parameter (--help too) a _PlainParam."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "_runtime_param", False) is None and _has_plain_values(param):
+                descriptor = param.type_descriptor
+                param._runtime_param = _PlainParam(
+                    parameter_info=descriptor.parameter_info, annotation=descriptor.annotation
+                )
+        return params
+
+
+class PlainCommand(_PlainParams, TyperCommand):
+    """A typer command whose options are coerced without pydantic where they can be."""
+
+
+class PlainGroup(_PlainParams, TyperGroup):
+    """A typer group (the root's --version and --help) coerced like PlainCommand."""
 
 
 Debug = Annotated[bool, option("--debug", panel=RUN, help="Show the full traceback on errors.")]

@@ -48,10 +48,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from packcli.choices import ALGORITHMS
 from packcli.errors import PackcliError
+from packcli.jit import kernel, njit
 from packcli.kernels_fit import _bfd_kernel, _bfd_plan, _ff_kernel, _ffd_kernel, _nf_kernel
 from packcli.kernels_improve import _improve_kernel
 
@@ -118,7 +118,7 @@ def _as_lengths(lengths, capacity: int) -> np.ndarray:
     if array.dtype.kind not in "iu":
         raise PackcliError(f"lengths must be integers, got dtype {array.dtype}")
     given, array = array, np.ascontiguousarray(array, dtype=np.int64)
-    smallest, largest = _min_max(array)  # one pass; locate the culprit only on error
+    smallest, largest = kernel(_min_max, array.size)(array)  # one pass; locate the culprit only on error
     if smallest < 1 or largest > capacity or (given.dtype == np.uint64 and given.max() > MAX_CAPACITY):  # wrapped
         i = int(np.flatnonzero((given < 1) | (given > capacity))[0])
         value = int(given[i])
@@ -165,16 +165,17 @@ def _pack(lengths: np.ndarray, capacity: int, algorithm: str, cap: int) -> Packe
     # buffer for both is big enough (>= 4 MiB from 512Ki sequences) for numpy to ask for
     # transparent huge pages, 512 times fewer faults.
     row, offset = np.empty((2, lengths.shape[0]), dtype=np.int32)
+    work = lengths.shape[0] + capacity
     if cap:
         n_rows = _capped(algorithm, lengths, capacity, cap, row, offset)
     elif algorithm == "nf":
-        n_rows = _nf_kernel(lengths, capacity, row, offset)
+        n_rows = kernel(_nf_kernel, work)(lengths, capacity, row, offset)
     elif algorithm == "ff":
-        n_rows = _ff_kernel(lengths, capacity, row, offset)
+        n_rows = kernel(_ff_kernel, work)(lengths, capacity, row, offset)
     elif algorithm == "ffd":
-        n_rows = _ffd_kernel(lengths, capacity, row, offset)
+        n_rows = kernel(_ffd_kernel, work)(lengths, capacity, row, offset)
     elif algorithm == "bfd":
-        n_rows = _bfd_kernel(lengths, capacity, row, offset)
+        n_rows = kernel(_bfd_kernel, work)(lengths, capacity, row, offset)
     else:
         from packcli.kernels_histogram import _histogram_kernel
 
@@ -237,7 +238,8 @@ def _repair(lengths: np.ndarray, capacity: int, placed: PackedLengths, budget: i
     """improve_rows on checked input; rewrites placed.row and placed.offset in place."""
     if budget is None:
         budget = IMPROVE_WORK_PER_SEQUENCE * len(lengths) + IMPROVE_WORK_BASE
-    n_rows = _improve_kernel(lengths, capacity, placed.row, placed.offset, placed.n_rows, int(budget))
+    repair = kernel(_improve_kernel, len(lengths) + capacity)
+    n_rows = repair(lengths, capacity, placed.row, placed.offset, placed.n_rows, int(budget))
     return PackedLengths(row=placed.row, offset=placed.offset, n_rows=int(n_rows))
 
 
@@ -270,7 +272,7 @@ def bfd_rows_from_counts(counts, capacity: int) -> int:
     n = int(counts.sum())
     if n == 0:
         return 0
-    return int(_bfd_plan(counts, capacity, n)[3])
+    return int(kernel(_bfd_plan, n + capacity)(counts, capacity, n)[3])
 
 
 def lower_bound_rows(lengths, capacity: int) -> int:

@@ -10,8 +10,8 @@ validates and dispatches (the histogram packers take the cap natively).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from packcli.jit import njit
 from packcli.kernels_bitset import _bitset_add, _bitset_new, _bitset_next, _bitset_remove
 from packcli.kernels_fit import _room_tree_leftmost, _room_tree_new, _room_tree_take
 

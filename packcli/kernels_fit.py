@@ -6,8 +6,8 @@ and trusts its input (``packcli.kernels.pack_lengths`` validates)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from packcli.jit import njit
 from packcli.kernels_bitset import _bitset_add, _bitset_new, _bitset_next, _bitset_remove, _lowest_bit
 from packcli.kernels_runs import (
     _R_COLUMNS,

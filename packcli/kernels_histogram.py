@@ -7,8 +7,8 @@ alone, in whole groups of identical rows, then one pass to place the sequences.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from packcli.jit import njit
 from packcli.kernels_bitset import _bitset_add, _bitset_new, _bitset_next, _bitset_prev, _bitset_remove
 from packcli.kernels_runs import (
     _R_COLUMNS,

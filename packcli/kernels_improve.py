@@ -42,8 +42,8 @@ budget but is always valid and deterministic.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from packcli.jit import njit
 from packcli.kernels_bitset import _highest_bit, _lowest_bit
 
 _WORD = 32  # bits per bitset word, held in int64 so that NUMBA_DISABLE_JIT runs the same code

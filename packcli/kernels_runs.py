@@ -4,7 +4,8 @@ out positions to sequences in one sequential pass."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from packcli.jit import njit
 
 # --------------------------------------------------------------------------------------
 # The length histogram

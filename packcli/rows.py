@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.jit import kernel, njit
 
 IGNORE_INDEX = -100
 
@@ -247,7 +247,7 @@ def fill_rows(
     bits (little bit order), piece i's first at bit bit_starts[i]. `multiple` > 1 pads every
     piece to a multiple of it (--pad-to-multiple-of; the offsets must leave room)."""
     masked = learned is not None
-    ids, labels, positions, fill, num_segments, real_at = _place(
+    ids, labels, positions, fill, num_segments, real_at = kernel(_place, n_rows * seq_len)(
         tokens,
         np.asarray(starts, dtype=np.int64),
         learned if masked else np.zeros(1, dtype=np.uint8),
@@ -261,7 +261,8 @@ def fill_rows(
         pad_id,
         multiple,
     )
-    cu, offsets, max_seqlen, unpadded = _segments(positions, fill, real_at, n_rows, seq_len, multiple)
+    segments = kernel(_segments, n_rows * seq_len)
+    cu, offsets, max_seqlen, unpadded = segments(positions, fill, real_at, n_rows, seq_len, multiple)
     return Rows(ids, labels, positions, cu, offsets, num_segments, max_seqlen, unpadded if multiple > 1 else None)
 
 
@@ -332,4 +333,6 @@ def cut_pieces(starts, lengths, width: int, aligned: bool):
     sequence split into rows); aligned=True cuts at multiples of `width` in the shared
     coordinate (a token stream cut into rows). Returns (start, length, owner span index).
     """
-    return _cut_pieces(np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), width, aligned)
+    starts, lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    work = len(starts) + int(lengths.sum()) // max(int(width), 1)
+    return kernel(_cut_pieces, work)(starts, lengths, width, aligned)

@@ -9,7 +9,9 @@ Times, in the same run and interleaved (the machine may be shared), the best of
   of packcli needs at least;
 - warm: `python -m packcli pack five.jsonl --tokenizer T --seq-len 512` with the start-up
   cache filled by one run before;
-- cold: the same with `--no-cache`,
+- cold: the same with `--no-cache`;
+- before (with `--before DIR`): warm, with the packcli of another checkout (e.g. a
+  `git archive` of an earlier commit), so that a change is measured under the same load,
 
 and prints warm / baseline and cold / baseline, by wall time and by CPU time (user +
 system of the child; steadier on a shared machine). Then `python -X importtime` of one
@@ -18,7 +20,9 @@ cache log (`NUMBA_DEBUG_CACHE`) counts the compiled kernels one warm run loads.
 
 The children run with bytecode caching on (`PYTHONDONTWRITEBYTECODE` removed, packcli
 compiled first), as an installed package runs: without it every packcli module is
-compiled from source on each start, about 0.4 s on a loaded 2-core machine.
+compiled from source on each start, about 0.4 s on a loaded 2-core machine. They run in
+the temporary directory: `python -m` puts the working directory first on sys.path, and a
+packcli there would shadow PYTHONPATH's.
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one run of cmd."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=env["PACKCLI_CACHE_DIR"]
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -64,7 +70,12 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float]:
 def kernels_loaded(cmd: list[str], env: dict) -> list[str]:
     """The compiled kernels (cache entries) one run loads, from numba's cache log."""
     result = subprocess.run(
-        cmd, env={**env, "NUMBA_DEBUG_CACHE": "1"}, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        cmd,
+        env={**env, "NUMBA_DEBUG_CACHE": "1"},
+        check=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=env["PACKCLI_CACHE_DIR"],
     )
     lines = result.stdout.decode(errors="replace").splitlines()
     return [line.rsplit("/", 1)[-1].rstrip("'") for line in lines if line.startswith("[cache] data loaded")]
@@ -73,7 +84,12 @@ def kernels_loaded(cmd: list[str], env: dict) -> list[str]:
 def import_breakdown(cmd: list[str], env: dict, top: int) -> list[tuple[str, float]]:
     """Seconds of import per top-level package, from -X importtime (self times summed)."""
     result = subprocess.run(
-        [cmd[0], "-X", "importtime", *cmd[1:]], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [cmd[0], "-X", "importtime", *cmd[1:]],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=env["PACKCLI_CACHE_DIR"],
     )
     totals: dict[str, float] = defaultdict(float)
     for line in result.stderr.decode().splitlines():
@@ -88,28 +104,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default=str(ROOT / "bench-out" / "qwen-tokenizer"))
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--before", type=Path, help="another checkout whose packcli is timed warm beside this one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         corpus = five_documents(work / "five.jsonl")
+        (work / "cache").mkdir()
         env = {**os.environ, "PACKCLI_CACHE_DIR": str(work / "cache"), "PYTHONPATH": str(ROOT)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        compileall.compile_dir(str(ROOT / "packcli"), quiet=1)
         pack = [sys.executable, "-m", "packcli", "pack", str(corpus), "--tokenizer", args.tokenizer]
         pack += ["--seq-len", "512", "-o", str(work / "out"), "--overwrite"]
         commands = {"baseline": [sys.executable, "-c", BASELINE], "warm": pack, "cold": [*pack, "--no-cache"]}
-        timed(pack, env)  # fills the cache (and numba's)
+        envs = dict.fromkeys(commands, env)
+        if args.before:
+            commands["before"], envs["before"] = pack, {**env, "PYTHONPATH": str(args.before.resolve())}
+        for name in ("warm", "before"):
+            if name in commands:
+                compileall.compile_dir(envs[name]["PYTHONPATH"] + "/packcli", quiet=1)
+                timed(pack, envs[name])  # fills the cache (and numba's)
         best = {name: [float("inf"), float("inf")] for name in commands}
         for _ in range(args.repeats):
             for name, cmd in commands.items():
-                best[name] = [min(old, new) for old, new in zip(best[name], timed(cmd, env))]
+                best[name] = [min(old, new) for old, new in zip(best[name], timed(cmd, envs[name]))]
         load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
         print(f"# {os.cpu_count()} cores, best of {args.repeats}, tokenizer {args.tokenizer}, load average {load}")
         wall, cpu = best["baseline"]
         print(f'baseline `python -c "{BASELINE}"`: {wall:.2f} s wall, {cpu:.2f} s CPU')
-        for name in ("warm", "cold"):
-            w, c = best[name]
-            print(f"pack, {name} cache: {w:.2f} s wall = {w / wall:.2f}x, {c:.2f} s CPU = {c / cpu:.2f}x the baseline")
+        labels = {"warm": "warm cache", "cold": "cold cache", "before": f"warm cache, {args.before}"}
+        for name in ("warm", "cold", "before"):
+            if name in best:
+                w, c = best[name]
+                print(
+                    f"pack, {labels[name]}: {w:.2f} s wall = {w / wall:.2f}x, {c:.2f} s CPU = {c / cpu:.2f}x the baseline"
+                )
         loaded = kernels_loaded(pack, env)
         print(f"compiled kernels loaded by one warm run: {len(loaded)} ({', '.join(loaded)})")
         print("import time of one warm run, by top-level package (self times summed):")

@@ -21,6 +21,15 @@ from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
 
 
 @pytest.fixture(scope="session", autouse=True)
+def compiled_kernels() -> None:
+    """Kernels run compiled here whatever the size of the work (a small run in a process of
+    its own runs their interpreted twins, which tests/test_jit.py checks)."""
+    from packcli import jit
+
+    jit.SMALL_WORK = -1
+
+
+@pytest.fixture(scope="session", autouse=True)
 def start_up_cache(tmp_path_factory) -> Path:
     """The start-up cache of every test run in a temporary directory, never the user's."""
     path = tmp_path_factory.mktemp("packcli-cache")
