@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.jit import njit
 
 if TYPE_CHECKING:
     from packcli.manifest import GroupEntry

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from numba import njit
 
 from packcli.errors import PackcliError
+from packcli.jit import njit
 from packcli.tokenizing import SpecialTokenFinder, add_boundary_tokens
 
 if TYPE_CHECKING:

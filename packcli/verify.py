@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-from numba import njit
 
 from packcli.errors import PackcliError
 from packcli.grouping import group_counts, row_token_hashes
+from packcli.jit import njit
 from packcli.manifest import Manifest, ShardEntry, load_manifest
 from packcli.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
 from packcli.shards import NPY_FILES, OPTIONAL_NPY_FILES, read_group_column, read_shard
