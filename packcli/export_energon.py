@@ -203,11 +203,14 @@ class _Layout:
         starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         for c in range(len(COLUMNS)):
             rows[:, starts[c] : starts[c] + tarfile.BLOCKSIZE] = self.headers[a:b, c]
-            rows[:, starts[c] + tarfile.BLOCKSIZE : starts[c + 1]] = 0
         for c, (header, values) in enumerate(self.fixed):
             at = starts[c] + tarfile.BLOCKSIZE
+            end = at + len(header) + values.shape[1]
             rows[:, at : at + len(header)] = header
-            rows[:, at + len(header) : at + len(header) + values.shape[1]] = values[a:b]
+            rows[:, at + len(header) : end] = values[a:b]
+            rows[:, end : starts[c + 1]] = 0
+        for c in (3, 4):  # small members: zeros first, the content over them
+            rows[:, starts[c] + tarfile.BLOCKSIZE : starts[c + 1]] = 0
         at, width = starts[3] + tarfile.BLOCKSIZE, int(self.cu_lengths[a])
         rows[:, at : at + width] = self.cu_headers[a:b, :width]
         # each row's cu_seqlens values after its header: an int32 scatter (the rows are 512-byte multiples)
