@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import itertools
 import json
 import os
 import queue
@@ -324,6 +323,29 @@ class EnergonIndex:
         self.thread.join()
 
 
+DIGITS = 20  # an int64 as fixed-width decimal text, for the inserts' blobs
+_POWERS = 10 ** np.arange(DIGITS - 1, -1, -1, dtype=np.uint64)
+_SERIES = "WITH RECURSIVE r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i + 1 < ?1) "
+_PART_NAMES = " ".join(f"WHEN {c} THEN '{column}.npy'" for c, column in enumerate(COLUMNS))
+INSERT_SAMPLES = (
+    "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) "
+    + _SERIES
+    + f"SELECT ?2, printf('%0{KEY_DIGITS}d', ?3 + i), ?4 + i, {{}}, {{}} FROM r ORDER BY i"
+).format(*(f"CAST(substr(?5, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
+INSERT_PARTS = (
+    "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
+    + _SERIES
+    + f"SELECT ?2, ?3 + i / {len(COLUMNS)}, CASE i % {len(COLUMNS)} {_PART_NAMES} END, {{}}, {{}} FROM r ORDER BY i"
+).format(*(f"CAST(substr(?4, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
+
+
+def _decimal_blob(*columns: np.ndarray) -> bytes:
+    """Each row's values as DIGITS-digit decimals, row after row: what the inserts cut
+    with substr (a blob, so that substr indexes bytes without scanning)."""
+    values = np.stack([np.asarray(c, dtype=np.int64).ravel() for c in columns], axis=1).astype(np.uint64)
+    return ((values[..., None] // _POWERS) % 10 + ord("0")).astype(np.uint8).tobytes()
+
+
 def _insert_block(
     db: Any,
     tar_id: int,
@@ -333,29 +355,16 @@ def _insert_block(
     row_bytes: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
-    """A block's rows of energon's two tables, as its SqliteIndexWriter inserts them."""
+    """A block's rows of energon's two tables, in the order its SqliteIndexWriter inserts
+    them: one statement per table, its rows generated inside SQLite from a blob of the
+    numbers, so the GIL is free while they are inserted (executemany takes it back for
+    every row)."""
     n = len(sizes)
-    db.executemany(
-        "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
-        zip(
-            itertools.repeat(tar_id),
-            [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
-            range(first_index, first_index + n),
-            offsets[:, 0].tolist(),
-            row_bytes.tolist(),
-        ),
-    )
-    db.executemany(
-        "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
-        "VALUES (?, ?, ?, ?, ?)",
-        zip(
-            itertools.repeat(tar_id),
-            np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
-            itertools.cycle([f"{column}.npy" for column in COLUMNS]),
-            (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
-            sizes.ravel().tolist(),
-        ),
-    )
+    if n == 0:
+        return  # the series starts at 0 whatever its end
+    db.execute(INSERT_SAMPLES, (n, tar_id, first_row, first_index, _decimal_blob(offsets[:, 0], row_bytes)))
+    parts = _decimal_blob(offsets + tarfile.BLOCKSIZE, sizes)
+    db.execute(INSERT_PARTS, (n * len(COLUMNS), tar_id, first_index, parts))
 
 
 def _energon() -> SimpleNamespace:
