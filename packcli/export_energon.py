@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import itertools
 import json
 import os
 import queue
 import tarfile
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +35,7 @@ from packcli.export import Block, ExportDir, Progress, blocks, prefault, read_so
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 KEY_DIGITS = 10
+CHUNK_BYTES = 1 << 21  # members laid out and written at a time: the buffer stays in cache
 LAYOUT_MAJOR = "7"  # the energon major version whose `.nv-meta/` layout EnergonIndex writes
 
 
@@ -44,6 +45,9 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     size = 10 + len(header) + 1
     header += " " * (-size % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
+
+
+NPY_SCALAR = npy_header(np.dtype("<i4"), ())  # num_segments: one int32
 
 
 def _header_template() -> bytearray:
@@ -64,6 +68,7 @@ class _TarShard:
         self.file: BinaryIO = open(path, "wb")
         self.name, self.shard = path.name, shard
         self.template = _header_template()
+        self.buffer = np.empty(CHUNK_BYTES, dtype=np.uint8)
         self.position = 0
 
     def member_headers(self, first_row: int, sizes: np.ndarray) -> np.ndarray:
@@ -90,9 +95,25 @@ class _TarShard:
         headers[:, :, 155] = ord(" ")
         return headers
 
-    def write(self, views: list[Any], nbytes: int) -> None:
-        write_views(self.file.fileno(), views)
-        self.position += nbytes
+    def write_layout(self, layout: _Layout) -> None:
+        """A block's members, laid out in the reused buffer a run of rows at a time and
+        written a buffer at a time."""
+        used = 0
+        for a, b in layout.runs(CHUNK_BYTES):
+            nbytes = int(layout.member_bytes[a:b].sum())
+            if used + nbytes > len(self.buffer):
+                self._flush(used)
+                used = 0
+                if nbytes > len(self.buffer):
+                    self.buffer = np.empty(nbytes, dtype=np.uint8)
+            layout.fill(self.buffer[used : used + nbytes], a, b)
+            used += nbytes
+        self._flush(used)
+
+    def _flush(self, used: int) -> None:
+        if used:
+            write_views(self.file.fileno(), [self.buffer[:used]])
+            self.position += used
 
     def close(self) -> None:
         self.file.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
@@ -100,13 +121,16 @@ class _TarShard:
 
 
 def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: EnergonIndex | None) -> None:
-    """The block's rows as tar members, five per row, in one gathered write: the member
-    headers are built for the whole block at once, the data written from the columns;
-    where each member landed goes to the index."""
+    """The block's rows as tar members, five per row: the member headers built for the
+    whole block at once, the members laid out in a reused buffer a run of rows at a time
+    (see `_Layout`) and written with one call per buffer; where each member landed goes
+    to the index."""
     rows = block.rows
     n, seq_len = len(rows), rows.seq_len
     if block.first_row + n > 10**KEY_DIGITS:
         raise PackcliError(f"energon sample keys have {KEY_DIGITS} digits: an output of more than 10^{KEY_DIGITS} rows")
+    if n == 0:
+        return
     prefault(rows.input_ids, rows.labels, rows.position_ids)
     int32 = np.dtype("<i4")
     fixed = [
@@ -114,107 +138,89 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
         (npy_header(int32, (seq_len,)), np.ascontiguousarray(rows.labels, dtype=int32)),
         (npy_header(int32, (seq_len,)), np.ascontiguousarray(rows.position_ids, dtype=int32)),
     ]
-    segments_header = npy_header(int32, ())
-    counts = rows.num_segments.astype(int32)
-    cu = np.ascontiguousarray(rows.cu_seqlens, dtype=int32)
     offsets = rows.cu_offsets - rows.cu_offsets[0]
     widths = np.diff(offsets)
-    # one cu_seqlens .npy header per distinct width, and each row's index into them
-    unique, inverse = np.unique(widths, return_inverse=True)
+    unique, inverse = np.unique(widths, return_inverse=True)  # one cu_seqlens .npy header per distinct width
     cu_texts = [npy_header(int32, (w,)) for w in unique.tolist()]
     cu_lengths = np.array([len(t) for t in cu_texts], dtype=np.int64)[inverse]
     sizes = np.empty((n, len(COLUMNS)), dtype=np.int64)
     for c, (header, values) in enumerate(fixed):
-        sizes[:, c] = len(header) + values[0].nbytes if n else 0
+        sizes[:, c] = len(header) + values[0].nbytes
     sizes[:, 3] = cu_lengths + 4 * widths
-    sizes[:, 4] = len(segments_header) + 4
-    headers = tar.member_headers(block.first_row, sizes)
-    padding = -sizes % tarfile.BLOCKSIZE
-    member_bytes = (tarfile.BLOCKSIZE + sizes + padding).ravel()
-    member_offsets = tar.position + np.cumsum(member_bytes) - member_bytes
+    sizes[:, 4] = len(NPY_SCALAR) + 4
+    member_bytes = tarfile.BLOCKSIZE + sizes + (-sizes % tarfile.BLOCKSIZE)
+    member_offsets = (tar.position + np.cumsum(member_bytes) - member_bytes.ravel()).reshape(n, len(COLUMNS))
     if index is not None:
-        index.add(tar, block.first_row, member_offsets.reshape(n, -1), member_bytes.reshape(n, -1), sizes)
-    glue, first, cut = _glue(
-        headers, padding, [header for header, _ in fixed], (cu_texts, inverse, cu_lengths), segments_header, counts
-    )
-    data = [values.data.cast("B") for _, values in fixed] + [cu.data.cast("B")]
-    steps = [values[0].nbytes if n else 0 for _, values in fixed]
-    views: list[Any] = [first]
-    cu_bounds = (4 * offsets).tolist()
-    e1, e2 = cut.after_ids, cut.after_labels
-    for i, row in enumerate(glue):
-        views += (data[0][i * steps[0] : (i + 1) * steps[0]], row[:e1])
-        views += (data[1][i * steps[1] : (i + 1) * steps[1]], row[e1:e2])
-        views += (data[2][i * steps[2] : (i + 1) * steps[2]], row[e2 : cut.after_positions[i]])
-        views += (data[3][cu_bounds[i] : cu_bounds[i + 1]], row[cut.tail_starts[i] : cut.tail_ends[i]])
-    tar.write(views, int(member_bytes.sum()))
-
-
-def _glue(
-    headers: np.ndarray,
-    padding: np.ndarray,
-    fixed_headers: list[bytes],
-    cu_headers: tuple[list[bytes], np.ndarray, np.ndarray],
-    segments_header: bytes,
-    counts: np.ndarray,
-) -> tuple[list[memoryview], memoryview, Cut]:
-    """Everything of a block's tar but the columns' values, in one array, a row of it
-    per sample, so that each row takes 8 views (not 20): row i holds what follows its
-    input_ids up to its labels, then up to its position_ids, then up to its cu_seqlens
-    values, and then up to the next row's input_ids. Returns the rows (as one
-    memoryview per row), what precedes the first row's input_ids, and where each row's
-    four pieces end (the cu_seqlens .npy header's length and the padding after the
-    values vary, so the pieces are cut from wider slots: the header left-aligned, the
-    padding right-aligned before what follows)."""
-    n, block = len(headers), tarfile.BLOCKSIZE
-    cu_texts, inverse, cu_lengths = cu_headers  # distinct headers, each row's, each row's length
-    cu_slot = max((len(t) for t in cu_texts), default=0)
-    cu_table = np.zeros((len(cu_texts), cu_slot), dtype=np.uint8)
+        index.add(tar, block.first_row, member_offsets, member_bytes, sizes)
+    cu_table = np.zeros((len(cu_texts), max(map(len, cu_texts))), dtype=np.uint8)
     for k, text in enumerate(cu_texts):
         cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
-    pads = padding[0].tolist() if n else [0] * len(COLUMNS)  # the fixed columns pad alike on every row
-    pieces: list[tuple[str, int]] = []
-    for c in (1, 2):
-        pieces += [("zero", pads[c - 1]), (f"header{c}", block), (f"npy{c}", len(fixed_headers[c]))]
-    pieces += [("zero", pads[2]), ("header3", block), ("npy3", cu_slot), ("zero", block - 1)]
-    pieces += [("header4", block), ("npy4", len(segments_header)), ("count", 4), ("zero", pads[4])]
-    pieces += [("next0", block), ("npy0", len(fixed_headers[0]))]
-    starts = np.cumsum([0] + [width for _, width in pieces])
-    glue = np.zeros((n, int(starts[-1])), dtype=np.uint8)
-    place = {name: slice(int(a), int(b)) for (name, _), a, b in zip(pieces, starts[:-1], starts[1:], strict=True)}
-    for c in (1, 2, 3, 4):
-        glue[:, place[f"header{c}"]] = headers[:, c]
-    for c in (1, 2):
-        glue[:, place[f"npy{c}"]] = np.frombuffer(fixed_headers[c], dtype=np.uint8)
-    glue[:, place["npy3"]] = cu_table[inverse]
-    glue[:, place["npy4"]] = np.frombuffer(segments_header, dtype=np.uint8)
-    glue[:, place["count"]] = counts.astype("<i4").view(np.uint8).reshape(n, 4)
-    glue[:-1, place["next0"]] = headers[1:, 0]
-    glue[:, place["npy0"]] = np.frombuffer(fixed_headers[0], dtype=np.uint8)
-    first = memoryview(b"".join([headers[0, 0].tobytes(), fixed_headers[0]]) if n else b"")
-    g4_ends = [place["npy0"].stop] * n
-    if n:
-        g4_ends[-1] = place["next0"].start  # the block's last row: the next block starts its own
-    cut = Cut(
-        place["npy1"].stop,
-        place["npy2"].stop,
-        (place["npy3"].start + cu_lengths).tolist(),
-        (place["header4"].start - padding[:, 3]).tolist(),
-        g4_ends,
+    layout = _Layout(
+        headers=tar.member_headers(block.first_row, sizes),
+        member_bytes=member_bytes,
+        fixed=[(np.frombuffer(h, dtype=np.uint8), np.asarray(v).reshape(n, -1).view(np.uint8)) for h, v in fixed],
+        cu_headers=cu_table[inverse],
+        cu_lengths=cu_lengths,
+        cu_values=np.ascontiguousarray(rows.cu_seqlens, dtype=int32)[rows.cu_offsets[0] : rows.cu_offsets[-1]],
+        cu_starts=offsets,
+        counts=rows.num_segments.astype(int32).view(np.uint8).reshape(n, 4),
     )
-    flat = glue.data.cast("B")
-    return [flat[i * glue.shape[1] : (i + 1) * glue.shape[1]] for i in range(n)], first, cut
+    tar.write_layout(layout)
 
 
 @dataclass
-class Cut:
-    """Where a glue row's pieces end (see `_glue`)."""
+class _Layout:
+    """A block's members, row by row: [n, columns, 512] headers, their bytes in the tar
+    (header, content, padding), the fixed columns' (.npy header, [n, bytes] values), each
+    row's cu_seqlens .npy header (left-aligned in a [n, width] table) and its length, the
+    cu_seqlens values (int32, flat) and each row's start in them, the counts ([n, 4] bytes)."""
 
-    after_ids: int
-    after_labels: int
-    after_positions: list[int]
-    tail_starts: list[int]
-    tail_ends: list[int]
+    headers: np.ndarray
+    member_bytes: np.ndarray
+    fixed: list[tuple[np.ndarray, np.ndarray]]
+    cu_headers: np.ndarray
+    cu_lengths: np.ndarray
+    cu_values: np.ndarray
+    cu_starts: np.ndarray
+    counts: np.ndarray
+
+    def runs(self, most: int) -> Iterator[tuple[int, int]]:
+        """Rows [a, b) whose members all have the same sizes (most rows of a block: only
+        rows with a longer cu_seqlens differ), at most `most` bytes of them at a time."""
+        shape = np.concatenate([self.member_bytes, self.cu_lengths[:, None]], axis=1)
+        cuts = np.flatnonzero((shape[1:] != shape[:-1]).any(axis=1)) + 1
+        row_bytes = self.member_bytes.sum(axis=1)
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(shape)], strict=True):
+            step = max(1, most // int(row_bytes[a]))
+            for start in range(a, b, step):
+                yield start, min(start + step, b)
+
+    def fill(self, out: np.ndarray, a: int, b: int) -> None:
+        """Rows [a, b) (members of the same sizes) into `out`, which holds exactly their bytes."""
+        k, sizes = b - a, self.member_bytes[a]
+        rows = out.reshape(k, -1)
+        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        for c in range(len(COLUMNS)):
+            rows[:, starts[c] : starts[c] + tarfile.BLOCKSIZE] = self.headers[a:b, c]
+        for c, (header, values) in enumerate(self.fixed):
+            at = starts[c] + tarfile.BLOCKSIZE
+            end = at + len(header) + values.shape[1]
+            rows[:, at : at + len(header)] = header
+            rows[:, at + len(header) : end] = values[a:b]
+            rows[:, end : starts[c + 1]] = 0
+        for c in (3, 4):  # small members: zeros first, the content over them
+            rows[:, starts[c] + tarfile.BLOCKSIZE : starts[c + 1]] = 0
+        at, width = starts[3] + tarfile.BLOCKSIZE, int(self.cu_lengths[a])
+        rows[:, at : at + width] = self.cu_headers[a:b, :width]
+        # each row's cu_seqlens values after its header: an int32 scatter (the rows are 512-byte multiples)
+        counts = np.diff(self.cu_starts[a : b + 1])
+        first = (np.arange(k) * rows.shape[1] + at + width) // 4 - (self.cu_starts[a:b] - self.cu_starts[a])
+        out.view(np.int32)[np.repeat(first, counts) + np.arange(int(counts.sum()))] = self.cu_values[
+            self.cu_starts[a] : self.cu_starts[b]
+        ]
+        at = starts[4] + tarfile.BLOCKSIZE
+        rows[:, at : at + len(NPY_SCALAR)] = np.frombuffer(NPY_SCALAR, dtype=np.uint8)
+        rows[:, at + len(NPY_SCALAR) : at + len(NPY_SCALAR) + 4] = self.counts[a:b]
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
@@ -317,6 +323,29 @@ class EnergonIndex:
         self.thread.join()
 
 
+DIGITS = 20  # an int64 as fixed-width decimal text, for the inserts' blobs
+_POWERS = 10 ** np.arange(DIGITS - 1, -1, -1, dtype=np.uint64)
+_SERIES = "WITH RECURSIVE r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i + 1 < ?1) "
+_PART_NAMES = " ".join(f"WHEN {c} THEN '{column}.npy'" for c, column in enumerate(COLUMNS))
+INSERT_SAMPLES = (
+    "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) "
+    + _SERIES
+    + f"SELECT ?2, printf('%0{KEY_DIGITS}d', ?3 + i), ?4 + i, {{}}, {{}} FROM r ORDER BY i"
+).format(*(f"CAST(substr(?5, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
+INSERT_PARTS = (
+    "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
+    + _SERIES
+    + f"SELECT ?2, ?3 + i / {len(COLUMNS)}, CASE i % {len(COLUMNS)} {_PART_NAMES} END, {{}}, {{}} FROM r ORDER BY i"
+).format(*(f"CAST(substr(?4, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
+
+
+def _decimal_blob(*columns: np.ndarray) -> bytes:
+    """Each row's values as DIGITS-digit decimals, row after row: what the inserts cut
+    with substr (a blob, so that substr indexes bytes without scanning)."""
+    values = np.stack([np.asarray(c, dtype=np.int64).ravel() for c in columns], axis=1).astype(np.uint64)
+    return ((values[..., None] // _POWERS) % 10 + ord("0")).astype(np.uint8).tobytes()
+
+
 def _insert_block(
     db: Any,
     tar_id: int,
@@ -326,29 +355,16 @@ def _insert_block(
     row_bytes: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
-    """A block's rows of energon's two tables, as its SqliteIndexWriter inserts them."""
+    """A block's rows of energon's two tables, in the order its SqliteIndexWriter inserts
+    them: one statement per table, its rows generated inside SQLite from a blob of the
+    numbers, so the GIL is free while they are inserted (executemany takes it back for
+    every row)."""
     n = len(sizes)
-    db.executemany(
-        "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)",
-        zip(
-            itertools.repeat(tar_id),
-            [f"{row:0{KEY_DIGITS}d}" for row in range(first_row, first_row + n)],
-            range(first_index, first_index + n),
-            offsets[:, 0].tolist(),
-            row_bytes.tolist(),
-        ),
-    )
-    db.executemany(
-        "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size) "
-        "VALUES (?, ?, ?, ?, ?)",
-        zip(
-            itertools.repeat(tar_id),
-            np.repeat(np.arange(first_index, first_index + n), len(COLUMNS)).tolist(),
-            itertools.cycle([f"{column}.npy" for column in COLUMNS]),
-            (offsets + tarfile.BLOCKSIZE).ravel().tolist(),
-            sizes.ravel().tolist(),
-        ),
-    )
+    if n == 0:
+        return  # the series starts at 0 whatever its end
+    db.execute(INSERT_SAMPLES, (n, tar_id, first_row, first_index, _decimal_blob(offsets[:, 0], row_bytes)))
+    parts = _decimal_blob(offsets + tarfile.BLOCKSIZE, sizes)
+    db.execute(INSERT_PARTS, (n * len(COLUMNS), tar_id, first_index, parts))
 
 
 def _energon() -> SimpleNamespace:

@@ -7,10 +7,13 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from megatron.energon import (
     Cooker,
     CrudeSample,
@@ -173,3 +176,48 @@ def test_a_failed_export_stops_its_index_thread(tmp_path, packed, word_tokenizer
         export_energon(source, tmp_path / "out")
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not [t for t in threading.enumerate() if t.name == "packcli-energon-index"]
+
+
+def random_rows(seed: int, n: int, seq_len: int, most_segments: int):
+    """Rows with random values and cu_seqlens of 2 to `most_segments` + 1 entries each."""
+    from packcli.rows import Rows
+
+    rng = np.random.default_rng(seed)
+    widths = rng.integers(2, most_segments + 2, size=n)
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    return Rows(
+        input_ids=rng.integers(0, 60_000, size=(n, seq_len)).astype(np.uint16),
+        labels=rng.integers(-100, 60_000, size=(n, seq_len)).astype(np.int32),
+        position_ids=rng.integers(0, seq_len, size=(n, seq_len)).astype(np.int32),
+        cu_seqlens=np.sort(rng.integers(0, seq_len, size=int(offsets[-1]))).astype(np.int32),
+        cu_offsets=offsets,
+        num_segments=rng.integers(1, 9, size=n).astype(np.int32),
+    )
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+    seq_len=st.sampled_from([1, 3, 16, 200]),
+    most_segments=st.sampled_from([1, 5, 130, 400]),
+    first_row=st.integers(0, 10**10 - 41),
+)
+@settings(max_examples=60, deadline=None)
+def test_tar_members_are_what_tarfile_writes(tmp_path_factory, seed, n, seq_len, most_segments, first_row):
+    """A block's members, laid out a run of equal-sized rows at a time (cu_seqlens of
+    different member sizes split the runs; a small buffer splits them further), against
+    tarfile writing each row's np.save bytes."""
+    from naive_tar import naive_members
+
+    from packcli import export_energon as module
+    from packcli.export import Block
+
+    rows = random_rows(seed, n, seq_len, most_segments)
+    path = tmp_path_factory.mktemp("tar") / "shard.tar"
+    tar = module._TarShard(path, 0)
+    tar.buffer = np.empty(1 << 14, dtype=np.uint8)  # smaller than some rows: the buffer grows
+    block = Block(0, first_row, rows, np.zeros(n, dtype=np.int64))
+    with mock.patch.object(module, "CHUNK_BYTES", 1 << 15):
+        module._write_block(tar, block, np.dtype(np.uint16), None)
+    tar.file.close()
+    assert path.read_bytes() == naive_members(rows, first_row, np.uint16)
