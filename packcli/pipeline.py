@@ -33,7 +33,7 @@ from packcli.options import PackOptions
 from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
-from packcli.rows import padded_lengths
+from packcli.rows import RowBuffers, padded_lengths
 from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
 from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
@@ -393,7 +393,9 @@ def _write_one_shard(
     opts, first = job.opts, part.first_shard * job.rows_per_shard
     end = min(first + job.rows_per_shard, plan.n_rows)
     stats = RowStats(opts.seq_len)
-    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, opts.pad_to_multiple_of or 1, end, order)
+    buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
+    multiple = opts.pad_to_multiple_of or 1
+    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, multiple, end, order, buffers)
     try:
         for rows in rows_of:
             if stop.is_set():
