@@ -600,13 +600,18 @@ def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
 
 
 def _finish(job: Job, outcome: Outcome, report: Report) -> None:
-    """Report, then manifest (last: its presence means complete), then the spill goes."""
+    """Report, then manifest (last: its presence means complete), while the spill goes:
+    every shard is written, so a run that fails here needs no spill (--resume keeps the
+    shards and reads the input again)."""
     out = job.out_dir
-    outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
-    outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
-    if job.remote is not None:
-        remote_output.finish(job.remote, out)
-    remove_spill(job.spill_dir)
+    removal = spilling.start_removal(job.spill_dir)
+    try:
+        outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
+        outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
+        if job.remote is not None:
+            remote_output.finish(job.remote, out)
+    finally:
+        removal.join()
 
 
 def _finished_report(job: Job) -> Report:
