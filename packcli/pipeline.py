@@ -33,7 +33,7 @@ from packcli.options import PackOptions
 from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
-from packcli.rows import padded_lengths
+from packcli.rows import RowBuffers, padded_lengths
 from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
 from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
@@ -393,7 +393,9 @@ def _write_one_shard(
     opts, first = job.opts, part.first_shard * job.rows_per_shard
     end = min(first + job.rows_per_shard, plan.n_rows)
     stats = RowStats(opts.seq_len)
-    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, opts.pad_to_multiple_of or 1, end, order)
+    buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
+    multiple = opts.pad_to_multiple_of or 1
+    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, multiple, end, order, buffers)
     try:
         for rows in rows_of:
             if stop.is_set():
@@ -598,13 +600,18 @@ def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
 
 
 def _finish(job: Job, outcome: Outcome, report: Report) -> None:
-    """Report, then manifest (last: its presence means complete), then the spill goes."""
+    """Report, then manifest (last: its presence means complete), while the spill goes:
+    every shard is written, so a run that fails here needs no spill (--resume keeps the
+    shards and reads the input again)."""
     out = job.out_dir
-    outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
-    outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
-    if job.remote is not None:
-        remote_output.finish(job.remote, out)
-    remove_spill(job.spill_dir)
+    removal = spilling.start_removal(job.spill_dir)
+    try:
+        outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
+        outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
+        if job.remote is not None:
+            remote_output.finish(job.remote, out)
+    finally:
+        removal.join()
 
 
 def _finished_report(job: Job) -> Report:

@@ -17,7 +17,7 @@ import numpy as np
 
 from packcli.grouping import group_slices
 from packcli.kernels import plan_lengths
-from packcli.rows import Rows, cut_pieces, fill_rows, padded_lengths
+from packcli.rows import RowBuffers, Rows, cut_pieces, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
 if TYPE_CHECKING:
@@ -270,8 +270,10 @@ def gather_rows(
     multiple: int = 1,
     end_row: int | None = None,
     order: tuple[np.ndarray, np.ndarray] | None = None,
+    buffers: RowBuffers | None = None,
 ) -> Iterator[Rows]:
-    """Rows in output order, built from the spill block by block (memory: one block)."""
+    """Rows in output order, built from the spill block by block (memory: one block).
+    `buffers`: each block is built in these, over the one before (see RowBuffers)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
     for first, last, pick in plan.row_blocks(block, first_row, end_row, order):
         lengths = plan.piece_len[pick]
@@ -288,4 +290,5 @@ def gather_rows(
             seq_len,
             pad_id,
             multiple,
+            buffers,
         )

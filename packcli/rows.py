@@ -9,6 +9,7 @@ writes the columns so the conventions of a row live in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -189,6 +190,77 @@ def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_
 
 
 @njit(cache=True, nogil=True)
+def _runs_on(order, offset_of, lengths, row_of, n_rows, multiple):
+    """Whether, taken in `order` (by row, then offset), every piece starts where the one
+    before it in its row ended, as the planners place them: then the pieces cover each
+    row's cells up to its fill once each, and nothing needs filling beforehand."""
+    end = np.zeros(n_rows, dtype=np.int64)
+    for i in order:
+        r = row_of[i]
+        if offset_of[i] != end[r]:
+            return False
+        n = lengths[i]
+        end[r] += (n + multiple - 1) // multiple * multiple if multiple > 1 else n
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _place_once(
+    order,
+    input_ids,
+    out_labels,
+    positions,
+    real_at,
+    tokens,
+    starts,
+    learned,
+    bit_starts,
+    masked,
+    lengths,
+    row_of,
+    n_rows,
+    pad_id,
+    multiple,
+):
+    """_place for pieces that run on in their rows in `order` (`_runs_on`), into arrays of
+    any prior content: every cell of a row is written exactly once (the positions after
+    its fill are left to `_segments`)."""
+    seq_len = input_ids.shape[1]
+    fill = np.zeros(n_rows, dtype=np.int64)
+    num_segments = np.zeros(n_rows, dtype=np.int32)
+    for i in order:
+        r = row_of[i]
+        o = fill[r]
+        s = starts[i]
+        b = bit_starts[i]
+        n = lengths[i]
+        for j in range(n):
+            t = np.int32(tokens[s + j])
+            input_ids[r, o + j] = t
+            positions[r, o + j] = j
+            k = b + j
+            if j > 0 and (not masked or (learned[k >> 3] >> (k & 7)) & 1):
+                out_labels[r, o + j] = t
+            else:
+                out_labels[r, o + j] = -100
+        end = n
+        if multiple > 1:
+            end = (n + multiple - 1) // multiple * multiple
+            for j in range(n, end):
+                input_ids[r, o + j] = pad_id
+                out_labels[r, o + j] = -100
+                positions[r, o + j] = j
+            real_at[r, o] = n
+        num_segments[r] += 1
+        fill[r] = o + end
+    for r in range(n_rows):
+        for j in range(fill[r], seq_len):
+            input_ids[r, j] = pad_id
+            out_labels[r, j] = -100
+    return fill, num_segments
+
+
+@njit(cache=True, nogil=True)
 def _segments(positions, fill, real_at, n_rows, seq_len, multiple):
     """cu_seqlens (CSR), max_seqlen and, with padding, cu_seqlens_unpadded. Padding is one
     last segment whose positions restart like any other; in cu_seqlens_unpadded it
@@ -229,6 +301,26 @@ def _segments(positions, fill, real_at, n_rows, seq_len, multiple):
     return cu_seqlens, cu_offsets, max_seqlen, unpadded
 
 
+Pieces = tuple[Any, Any, Any, Any, bool, Any, Any, int]  # tokens .. row_of (as _place takes them), n_rows
+
+
+class RowBuffers:
+    """Reusable arrays for the columns of one block of rows, for a caller that is done with
+    a block's Rows before it asks for the next (writing npy, which keeps nothing): fresh
+    arrays per block cost a page fault and the kernel's zeroing on every page."""
+
+    def __init__(self) -> None:
+        self._arrays: tuple[np.ndarray, ...] = ()
+
+    def take(self, n_rows: int, seq_len: int, multiple: int) -> tuple[np.ndarray, ...]:
+        """input_ids, labels, positions and real_at (rows with --pad-to-multiple-of) arrays
+        of n_rows rows, their contents left as they were."""
+        if not self._arrays or len(self._arrays[0]) < n_rows or self._arrays[0].shape[1] != seq_len:
+            self._arrays = tuple(np.empty((n_rows, seq_len), dtype=np.int32) for _ in range(4))
+        ids, labels, positions, real_at = (a[:n_rows] for a in self._arrays)
+        return ids, labels, positions, real_at if multiple > 1 else real_at[:0]
+
+
 def fill_rows(
     tokens,
     starts,
@@ -241,13 +333,15 @@ def fill_rows(
     seq_len: int,
     pad_id: int,
     multiple: int = 1,
+    buffers: RowBuffers | None = None,
 ) -> Rows:
     """Rows from placed pieces of `tokens` (a flat id array of any integer dtype), piece i
     starting at tokens[starts[i]]; `learned` is None when every token is learned, else packed
     bits (little bit order), piece i's first at bit bit_starts[i]. `multiple` > 1 pads every
-    piece to a multiple of it (--pad-to-multiple-of; the offsets must leave room)."""
+    piece to a multiple of it (--pad-to-multiple-of; the offsets must leave room).
+    `buffers`: the columns are written into these (the Rows returned are views of them)."""
     masked = learned is not None
-    ids, labels, positions, fill, num_segments, real_at = kernel(_place, n_rows * seq_len)(
+    args: Pieces = (
         tokens,
         np.asarray(starts, dtype=np.int64),
         learned if masked else np.zeros(1, dtype=np.uint8),
@@ -255,15 +349,30 @@ def fill_rows(
         masked,
         np.asarray(lengths, dtype=np.int64),
         np.asarray(row_of, dtype=np.int64),
-        np.asarray(offset_of, dtype=np.int64),
         n_rows,
-        seq_len,
-        pad_id,
-        multiple,
     )
-    segments = kernel(_segments, n_rows * seq_len)
+    offset_of = np.asarray(offset_of, dtype=np.int64)
+    work = n_rows * seq_len
+    placed = None if buffers is None else _place_in(buffers, args, offset_of, seq_len, pad_id, multiple)
+    if placed is None:
+        placed = kernel(_place, work)(*args[:7], offset_of, n_rows, seq_len, pad_id, multiple)
+    ids, labels, positions, fill, num_segments, real_at = placed
+    segments = kernel(_segments, work)
     cu, offsets, max_seqlen, unpadded = segments(positions, fill, real_at, n_rows, seq_len, multiple)
     return Rows(ids, labels, positions, cu, offsets, num_segments, max_seqlen, unpadded if multiple > 1 else None)
+
+
+def _place_in(buffers: RowBuffers, args: Pieces, offset_of, seq_len: int, pad_id: int, multiple: int):
+    """_place_once into `buffers`, or None when the pieces leave gaps in a row (then
+    _place, which fills every cell first, lays them out). `args`: the pieces and n_rows."""
+    lengths, row_of, n_rows = args[5], args[6], args[7]
+    order = np.argsort(row_of * (seq_len + 1) + offset_of, kind="stable")
+    work = n_rows * seq_len
+    if not kernel(_runs_on, len(order))(order, offset_of, lengths, row_of, n_rows, multiple):
+        return None
+    ids, labels, positions, real_at = buffers.take(n_rows, seq_len, multiple)
+    fill, num_segments = kernel(_place_once, work)(order, ids, labels, positions, real_at, *args, pad_id, multiple)
+    return ids, labels, positions, fill, num_segments, real_at
 
 
 def padded_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:

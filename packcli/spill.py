@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,5 +297,24 @@ def spill_size(directory: Path) -> int:
 
 
 def remove_spill(directory: Path) -> None:
-    if Path(directory).is_dir():
-        shutil.rmtree(directory, ignore_errors=True)
+    for path in (Path(directory), _retired(directory)):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _retired(directory: Path) -> Path:
+    directory = Path(directory)
+    return directory.with_name(directory.name + ".removing")
+
+
+def start_removal(directory: Path) -> threading.Thread:
+    """Remove a spill on a thread (join it): the directory is renamed first, so nothing
+    of it is found again whatever point the removal reaches; freeing a GB of the
+    spill's pages and blocks takes about as long as the fsyncs it then overlaps."""
+    directory, retired = Path(directory), _retired(directory)
+    if directory.is_dir():
+        remove_spill(retired)
+        os.replace(directory, retired)
+    thread = threading.Thread(target=remove_spill, args=(retired,), name="packcli-spill-removal", daemon=True)
+    thread.start()
+    return thread

@@ -233,6 +233,9 @@ def make_cases(args, text: dict, ids: dict) -> dict[str, Case]:
         cases += version_cases(args, "old", " (before)", str(Path(args.before).resolve()), text, ids)
     npy = pack_cmd(ids["full"]["path"], None, IDS_SEQ_LEN, [*IDS_OPTS, "--format", "npy"])
     cases.append(Case("new-ids-npy-4n", "ids 4N, --format npy", npy, ids["full"]["tokens"], code))
+    if args.before:
+        before = str(Path(args.before).resolve())
+        cases.append(Case("old-ids-npy-4n", "ids 4N, --format npy (before)", npy, ids["full"]["tokens"], before))
     return {c.key: c for c in cases}
 
 
@@ -332,7 +335,7 @@ def run_rounds(args, cases: dict[str, Case], scratch: Path) -> list[float]:
             r = case.run(scratch)
             seconds = r["out"]["encode_s"] if case.limit else r["wall"]
             print(
-                f"  {case.name:<48} {r['wall']:7.1f} s wall  {case.tokens / seconds / 1e6:7.2f} M tok/s  "
+                f"  {case.name:<48} {r['wall']:7.1f} s wall  {r['cpu']:6.1f} s CPU  {case.tokens / seconds / 1e6:7.2f} M tok/s  "
                 f"peak {max(r['maxrss_mb'], r['pss_mb']):6.0f} MB  (maxrss {r['maxrss_mb']:.0f}, "
                 f"pss sum {r['pss_mb']:.0f})  {stage_line(r['out'])}",
                 flush=True,
@@ -381,11 +384,12 @@ def memory_figures(c: dict[str, Case]) -> list[Figure]:
 
 def copy_figures(c: dict[str, Case]) -> list[Figure]:
     copy, rows = c.get("copy"), []
-    for key, label, goal in (("new-ids-npy-4n", "npy", 0.5), ("new-ids-4n", "parquet", 0.3)):
-        if copy is not None and key in c:
-            ratio = c[key].rate / copy.rate
-            name = f"ids -> {label} / copy limit ({copy.rate / 1e6:.0f} M tok/s)"
-            rows.append(check(name, f"{ratio:.2f}x", f">= {goal}x", ratio >= goal, True))
+    for v, which in (("new", ""), ("old", " (before)")):
+        for key, label, goal in ((f"{v}-ids-npy-4n", "npy", 0.5), (f"{v}-ids-4n", "parquet", 0.3)):
+            if copy is not None and key in c:
+                ratio = c[key].rate / copy.rate
+                name = f"ids -> {label}{which} / copy limit ({copy.rate / 1e6:.0f} M tok/s)"
+                rows.append(check(name, f"{ratio:.2f}x", f">= {goal}x", ratio >= goal, v == "new"))
     return rows
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from naive_layout import naive_cut_pieces, naive_rows
 
 from packcli.kernels import pack_lengths
-from packcli.rows import Rows, build_rows, cut_pieces
+from packcli.rows import RowBuffers, Rows, build_rows, cut_pieces, fill_rows
 from packcli.verify import check_rows
 
 
@@ -83,6 +83,46 @@ def test_pieces_in_any_order_give_the_same_rows(case, rng):
     assert [rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]].tolist() for r in range(placed.n_rows)] == (
         want["cu_seqlens"]
     )
+
+
+ROW_FIELDS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments", "max_seqlen")
+
+
+def assert_same_rows(got: Rows, want: Rows) -> None:
+    for name in (*ROW_FIELDS, "cu_seqlens_unpadded"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None and b is None) or a.tolist() == b.tolist(), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(placed_sequences(), st.integers(1, 3), st.randoms(use_true_random=False))
+def test_rows_built_in_reused_buffers_are_the_same(case, multiple, rng):
+    # Buffers hold the block before (here: garbage); bfd's rows hold pieces out of offset
+    # order, and with padding every piece takes a multiple of `multiple` cells.
+    seq_len, lengths, tokens, labels = case
+    starts = np.cumsum([0] + lengths[:-1]) if lengths else np.zeros(0, dtype=np.int64)
+    width = seq_len * multiple
+    placed = pack_lengths(-(-np.asarray(lengths, dtype=np.int64) // multiple) * multiple, width, "bfd")
+    bits = None if labels is None else np.packbits(labels != -100, bitorder="little")
+    order = np.asarray(rng.sample(range(len(lengths)), len(lengths)), dtype=np.int64)
+    args = (tokens, starts[order], bits, starts[order], np.asarray(lengths)[order])
+    rest = (placed.row[order], placed.offset[order], placed.n_rows, width, 7, multiple)
+    buffers = RowBuffers()
+    for array in buffers.take(placed.n_rows + 2, width, 2):
+        array[...] = rng.randrange(-5, 5)
+    assert_same_rows(fill_rows(*args, *rest, buffers=buffers), fill_rows(*args, *rest))
+
+
+def test_rows_with_a_gap_in_reused_buffers_are_the_same():
+    # Offsets that leave a gap in a row are not what the planners give: the fill is kept.
+    tokens = np.arange(10, 20, dtype=np.int32)
+    args = (tokens, [0, 3], None, [0, 3], [3, 2], [0, 0], [0, 4], 1, 8, 0)
+    buffers = RowBuffers()
+    for array in buffers.take(1, 8, 2):
+        array[...] = 99
+    got = fill_rows(*args, buffers=buffers)
+    assert got.input_ids.tolist() == [[10, 11, 12, 0, 13, 14, 0, 0]]
+    assert_same_rows(got, fill_rows(*args))
 
 
 @settings(max_examples=150, deadline=None)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from packcli import ingest, pipeline
 from packcli.errors import PackcliError
-from packcli.spill import COMPLETE_FILE, Spill, SpillWriter, open_complete
+from packcli.spill import COMPLETE_FILE, Spill, SpillWriter, open_complete, start_removal
 from packcli.verify import verify_dir
 
 
@@ -81,6 +81,21 @@ def test_incomplete_or_foreign_spills_are_not_reused(tmp_path):
     assert open_complete(tmp_path / "s", "run") is None
     with pytest.raises(PackcliError, match="does not match its record"):
         Spill.open(tmp_path / "s")
+
+
+def test_a_spill_being_removed_is_never_found_again(tmp_path, monkeypatch):
+    writer = SpillWriter(tmp_path / "s", np.dtype(np.int32), False)
+    writer.append(np.arange(5, dtype=np.int32), np.array([2, 3]), None)
+    writer.finish({"run_id": "run"}).close()
+    monkeypatch.setattr("packcli.spill.remove_spill", lambda directory: None)  # the run stops mid-removal
+    start_removal(tmp_path / "s").join()
+    assert open_complete(tmp_path / "s", "run") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.removing"]
+    monkeypatch.undo()
+    SpillWriter(tmp_path / "s", np.dtype(np.int32), False).abort()  # the next spill clears what was left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+    start_removal(tmp_path / "s").join()
+    assert list(tmp_path.iterdir()) == []
 
 
 def spill_dirs(*places: Path) -> list[str]:
