@@ -324,7 +324,7 @@ def _plan_and_write(
 ) -> RowPlan:
 
     opts = job.opts
-    multiple = opts.pad_to_multiple_of or 1
+    multiple = opts.pad_multiple
     plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
     pad_id = job.setup.pad_id
     if SHARD_THREADS > 1 and final and not writer.started and plan.n_rows > job.rows_per_shard:
@@ -394,7 +394,7 @@ def _write_one_shard(
     end = min(first + job.rows_per_shard, plan.n_rows)
     stats = RowStats(opts.seq_len)
     buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
-    multiple = opts.pad_to_multiple_of or 1
+    multiple = opts.pad_multiple
     rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, multiple, end, order, buffers)
     try:
         for rows in rows_of:
@@ -435,7 +435,7 @@ def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
     seq_len = job.opts.seq_len
     if job.opts.mode == "bin":
-        placed = padded_lengths(plan.piece_len, job.opts.pad_to_multiple_of or 1)  # the room each one took
+        placed = padded_lengths(plan.piece_len, job.opts.pad_multiple)  # the room each one took
         counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens
