@@ -13,7 +13,6 @@ import functools
 import importlib.util
 import os
 import sys
-import tempfile
 import types
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -119,8 +118,23 @@ class EncodedBlock:
             spans[:, k, 1] = width
         return spans.reshape(-1, 2)
 
+    def parts(self, start: int, stop: int) -> list[memoryview]:
+        """Samples start..stop-1 as byte views, for a shard joined into one bytes object
+        (what MDSWriter's compressors take): a Python step per row, which the compressor
+        makes small beside its own time."""
+        if start == stop:
+            return []
+        offsets = self.head_offsets[start : stop + 1].tolist()
+        heads = self.heads.data.cast("B")
+        columns = [(column.data.cast("B"), column.shape[1]) for column in self.columns]
+        out: list[memoryview] = []
+        for k, i in enumerate(range(start, stop)):
+            out.append(heads[offsets[k] : offsets[k + 1]])
+            out += [data[i * width : (i + 1) * width] for data, width in columns]
+        return out
+
     def sample(self, i: int) -> bytes:
-        return b"".join(ctypes.string_at(int(address), int(length)) for address, length in self.spans(i, i + 1))
+        return b"".join(self.parts(i, i + 1))
 
 
 def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
@@ -206,28 +220,13 @@ def _libc_writev() -> Any:
     return writev
 
 
-def _gather(head: bytes, spans: np.ndarray, size: int) -> bytes:
-    """A shard's bytes as one object (what MDSWriter's compressors take): the spans
-    gathered by `writev` into an anonymous in-memory file, then read back whole."""
-    memfd = getattr(os, "memfd_create", None)
-    with open(memfd("packcli-mds"), "w+b", buffering=0) if memfd else tempfile.TemporaryFile(buffering=0) as f:
-        write_views(f.fileno(), [head])
-        write_spans(f.fileno(), spans)
-        parts, done = [], 0
-        while done < size:
-            parts.append(os.pread(f.fileno(), size - done, done))
-            if not parts[-1]:
-                raise PackcliError("packcli export mds: a shard could not be read back from memory")
-            done += len(parts[-1])
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
 class _ShardCutter:
     """Samples into MDS shard files, cut where MDSWriter cuts them (a sample that would
     take the shard past `size_limit` starts the next one); MDSWriter's own bookkeeping
     (names, compression, index.json) kept. A shard's samples go out as spans of the
     blocks' own pages (`EncodedBlock.spans`), gathered by the kernel in a few `writev`
-    calls: nothing copied in this process, no Python step per row."""
+    calls: nothing copied in this process, no Python step per row. A shard to compress
+    is joined into one bytes object first, as MDSWriter's compressors need."""
 
     def __init__(self, writer: Any):
         self.writer = writer
@@ -274,7 +273,6 @@ class _ShardCutter:
         np.cumsum(sizes, out=offsets[1:])
         offsets += 4 + 4 * (count + 1) + len(writer.config_data)
         head = np.concatenate([np.array([count], "<u4"), offsets.astype("<u4")]).tobytes() + writer.config_data
-        spans = np.concatenate([encoded.spans(start, stop) for encoded, start, stop in self.runs] or [_NO_SPANS])
         raw_basename, zip_basename = writer._name_next_shard()
         shard: dict[str, Any] = {"samples": count, "raw_data": None, "zip_data": None}  # MDSWriter's keys, in order
         shard.update(writer.get_config())
@@ -284,18 +282,22 @@ class _ShardCutter:
             # as MDSWriter compresses it, a few in flight at most
             while len(self.compressing) >= self.workers:
                 self.compressing.popleft().result()
-            data = _gather(head, spans, int(offsets[-1]))
+            data = self._joined(head)
             self.compressing.append(self.pool.submit(self._process, data, raw_basename, zip_basename, shard))
         elif writer.hashes:
-            self._process(_gather(head, spans, int(offsets[-1])), raw_basename, None, shard)
+            self._process(self._joined(head), raw_basename, None, shard)
         else:
             with open(os.path.join(writer.local, raw_basename), "wb", buffering=0) as f:
                 write_views(f.fileno(), [head])
-                write_spans(f.fileno(), spans)
+                spans = [encoded.spans(start, stop) for encoded, start, stop in self.runs]
+                write_spans(f.fileno(), np.concatenate(spans) if spans else _NO_SPANS)
             shard["raw_data"] = {"basename": raw_basename, "bytes": int(offsets[-1]), "hashes": {}}
             self._upload(raw_basename)
         self.runs, self.sizes = [], []
         self.shard_size = writer.extra_bytes_per_shard
+
+    def _joined(self, head: bytes) -> bytes:
+        return b"".join([head, *(part for run in self.runs for part in run[0].parts(run[1], run[2]))])
 
     def _process(self, data: bytes, raw_basename: str, zip_basename: str | None, shard: dict[str, Any]) -> None:
         """MDSWriter's own: hashes, compression, the file."""

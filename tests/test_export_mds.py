@@ -203,7 +203,7 @@ def random_block(seed: int, rows: int, seq_len: int, max_width: int):
     wide=st.booleans(),
     data=st.data(),
 )
-def test_spans_hold_each_sample_as_mds_lays_it_out(seed, rows, seq_len, max_width, wide, data):
+def test_spans_and_parts_hold_each_sample_as_mds_lays_it_out(seed, rows, seq_len, max_width, wide, data):
     from naive_mds import naive_gather, naive_sample
 
     from packcli.export_mds import encode_block
@@ -226,6 +226,7 @@ def test_spans_hold_each_sample_as_mds_lays_it_out(seed, rows, seq_len, max_widt
         for i in range(start, stop)
     ]
     assert naive_gather(encoded.spans(start, stop)) == b"".join(expected)
+    assert b"".join(encoded.parts(start, stop)) == b"".join(expected)
     assert encoded.sizes()[start:stop].tolist() == [len(sample) for sample in expected]
 
 
