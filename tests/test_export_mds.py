@@ -1,12 +1,19 @@
-"""`packcli export mds`: every row read back by streaming's own StreamingDataset."""
+"""`packcli export mds`: every row read back by streaming's own StreamingDataset; the byte layout
+against MDSWriter and the references in naive_mds."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
+import os
+import tempfile
 
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packcli.export_mds import streaming_base
 
@@ -165,3 +172,122 @@ def test_shards_and_index_are_the_bytes_mds_writer_writes(tmp_path, packed, big_
     ours = {p.name: p.read_bytes() for p in (tmp_path / "ours").iterdir()}
     theirs = {p.name: p.read_bytes() for p in (tmp_path / "theirs").iterdir()}
     assert len(theirs) > 4 and ours == theirs
+
+
+def random_block(seed: int, rows: int, seq_len: int, max_width: int):
+    """A block of `rows` random rows (cu_seqlens of 1..max_width entries each), as the export reads one."""
+    from packcli.export import Block
+    from packcli.rows import Rows
+
+    rng = np.random.default_rng(seed)
+    widths = rng.integers(1, max_width + 1, size=rows)
+    cu_offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    rows_ = Rows(
+        input_ids=rng.integers(0, 1 << 17, size=(rows, seq_len), dtype=np.int64).astype(np.int32),
+        labels=rng.integers(-100, 1 << 17, size=(rows, seq_len), dtype=np.int32),
+        position_ids=rng.integers(0, seq_len, size=(rows, seq_len), dtype=np.int32),
+        cu_seqlens=rng.integers(0, seq_len + 1, size=int(cu_offsets[-1]), dtype=np.int32),
+        cu_offsets=cu_offsets,
+        num_segments=rng.integers(1, 9, size=rows, dtype=np.int32),
+        max_seqlen=np.zeros(rows, dtype=np.int32),  # unused by the export
+    )
+    return Block(0, 0, rows_, np.full(rows, seq_len, dtype=np.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(0, 6),
+    seq_len=st.integers(1, 9),
+    max_width=st.sampled_from([1, 4, 300]),
+    wide=st.booleans(),
+    data=st.data(),
+)
+def test_spans_and_parts_hold_each_sample_as_mds_lays_it_out(seed, rows, seq_len, max_width, wide, data):
+    from naive_mds import naive_gather, naive_sample
+
+    from packcli.export_mds import encode_block
+
+    block = random_block(seed, rows, seq_len, max_width)
+    dtype, fmt = (np.dtype(np.uint32), "I") if wide else (np.dtype(np.uint16), "H")
+    encoded = encode_block(block, dtype)
+    start = data.draw(st.integers(0, rows))
+    stop = data.draw(st.integers(start, rows))
+    r = block.rows
+    expected = [
+        naive_sample(
+            r.input_ids[i].astype(dtype),
+            fmt,
+            r.labels[i],
+            r.position_ids[i],
+            r.cu_seqlens[r.cu_offsets[i] : r.cu_offsets[i + 1]],
+            r.num_segments[i],
+        )
+        for i in range(start, stop)
+    ]
+    assert naive_gather(encoded.spans(start, stop)) == b"".join(expected)
+    assert b"".join(encoded.parts(start, stop)) == b"".join(expected)
+    assert encoded.sizes()[start:stop].tolist() == [len(sample) for sample in expected]
+
+
+def spans_of(pieces: list[bytes]) -> tuple[np.ndarray, list[np.ndarray]]:
+    arrays = [np.frombuffer(piece, dtype=np.uint8) for piece in pieces]
+    spans = np.array([[a.ctypes.data, a.nbytes] for a in arrays], dtype=np.uint64).reshape(-1, 2)
+    return spans, arrays  # the arrays keep the memory alive
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.binary(min_size=0, max_size=40), max_size=30),
+    most=st.integers(1, 50),
+    batch=st.integers(1, 7),
+)
+def test_write_spans_resumes_after_short_writes(pieces, most, batch):
+    """A writev that writes at most `most` bytes a call (as a full disk or a signal can
+    make it) and takes `batch` spans a call: the file still gets every span, in order."""
+    from naive_mds import naive_gather
+
+    from packcli import export_mds
+
+    def short_writev(fd, address, count):
+        table = np.frombuffer(ctypes.string_at(address, 16 * count), dtype=np.uint64).reshape(-1, 2)
+        return os.write(fd, naive_gather(table)[:most])
+
+    spans, _alive = spans_of(pieces)
+    with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryFile() as f:
+        patch.setattr(export_mds, "_libc_writev", lambda: short_writev)
+        patch.setattr(export_mds, "IOV_MAX", batch)
+        export_mds.write_spans(f.fileno(), spans)
+        f.seek(0)
+        assert f.read() == b"".join(pieces)
+
+
+def test_write_spans_writes_more_spans_than_one_writev_takes(tmp_path):
+    from packcli.export import IOV_MAX
+    from packcli.export_mds import write_spans
+
+    rng = np.random.default_rng(5)
+    pieces = [rng.bytes(int(n)) for n in rng.integers(0, 100, size=3 * IOV_MAX + 7)]
+    spans, _alive = spans_of(pieces)
+    with open(tmp_path / "out", "wb", buffering=0) as f:
+        write_spans(f.fileno(), spans[::-1])
+    assert (tmp_path / "out").read_bytes() == b"".join(reversed(pieces))
+
+
+def test_write_spans_reports_the_system_error(tmp_path):
+    from packcli.export_mds import write_spans
+
+    spans, _alive = spans_of([b"abc"])
+    (tmp_path / "ro").write_bytes(b"")
+    with open(tmp_path / "ro", "rb") as f, pytest.raises(OSError) as raised:
+        write_spans(f.fileno(), spans)
+    assert raised.value.errno == errno.EBADF
+
+
+def test_spans_refuse_rows_outside_the_block():
+    from packcli.errors import PackcliError
+    from packcli.export_mds import encode_block
+
+    encoded = encode_block(random_block(1, 3, 4, 3), np.dtype(np.uint16))
+    with pytest.raises(PackcliError, match="outside the block"):
+        encoded.spans(2, 4)
