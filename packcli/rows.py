@@ -152,6 +152,50 @@ def real_token_mask(rows: Rows) -> np.ndarray:
     return mask
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lay_piece(
+    i,
+    o,
+    input_ids,
+    out_labels,
+    positions,
+    real_at,
+    tokens,
+    starts,
+    learned,
+    bit_starts,
+    masked,
+    lengths,
+    row_of,
+    pad_id,
+    multiple,
+    write_pads,
+):
+    """Piece i from offset o of its row: its tokens, positions from 0, labels (-100 at its
+    first token and wherever `learned` has no bit), and its pads to a multiple of
+    `multiple` (their ids and labels written only with `write_pads`). Returns its room."""
+    r, s, b, n = row_of[i], starts[i], bit_starts[i], lengths[i]
+    for j in range(n):
+        t = np.int32(tokens[s + j])
+        input_ids[r, o + j] = t
+        positions[r, o + j] = j
+        k = b + j
+        if j > 0 and (not masked or (learned[k >> 3] >> (k & 7)) & 1):
+            out_labels[r, o + j] = t
+        else:
+            out_labels[r, o + j] = -100
+    end = n
+    if multiple > 1:
+        end = (n + multiple - 1) // multiple * multiple
+        for j in range(n, end):
+            if write_pads:
+                input_ids[r, o + j] = pad_id
+                out_labels[r, o + j] = -100
+            positions[r, o + j] = j
+        real_at[r, o] = n
+    return end
+
+
 @njit(cache=True, nogil=True)  # built on a thread while the previous block is written
 def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_of, n_rows, seq_len, pad_id, multiple):
     """input_ids, labels and positions of the placed pieces; each piece's pads (to a multiple
@@ -164,25 +208,25 @@ def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_
     fill = np.zeros(n_rows, dtype=np.int64)
     num_segments = np.zeros(n_rows, dtype=np.int32)
     for i in range(len(starts)):
-        r = row_of[i]
-        o = offset_of[i]
-        s = starts[i]
-        b = bit_starts[i]
-        n = lengths[i]
-        for j in range(n):
-            t = np.int32(tokens[s + j])
-            input_ids[r, o + j] = t
-            positions[r, o + j] = j
-            if j > 0:
-                k = b + j
-                if not masked or (learned[k >> 3] >> (k & 7)) & 1:
-                    out_labels[r, o + j] = t
-        end = n
-        if multiple > 1:
-            end = (n + multiple - 1) // multiple * multiple
-            for j in range(n, end):
-                positions[r, o + j] = j
-            real_at[r, o] = n
+        r, o = row_of[i], offset_of[i]
+        end = _lay_piece(
+            i,
+            o,
+            input_ids,
+            out_labels,
+            positions,
+            real_at,
+            tokens,
+            starts,
+            learned,
+            bit_starts,
+            masked,
+            lengths,
+            row_of,
+            pad_id,
+            multiple,
+            False,
+        )  # the pads keep pad_id and -100
         num_segments[r] += 1
         if o + end > fill[r]:
             fill[r] = o + end
@@ -230,29 +274,25 @@ def _place_once(
     num_segments = np.zeros(n_rows, dtype=np.int32)
     for i in order:
         r = row_of[i]
-        o = fill[r]
-        s = starts[i]
-        b = bit_starts[i]
-        n = lengths[i]
-        for j in range(n):
-            t = np.int32(tokens[s + j])
-            input_ids[r, o + j] = t
-            positions[r, o + j] = j
-            k = b + j
-            if j > 0 and (not masked or (learned[k >> 3] >> (k & 7)) & 1):
-                out_labels[r, o + j] = t
-            else:
-                out_labels[r, o + j] = -100
-        end = n
-        if multiple > 1:
-            end = (n + multiple - 1) // multiple * multiple
-            for j in range(n, end):
-                input_ids[r, o + j] = pad_id
-                out_labels[r, o + j] = -100
-                positions[r, o + j] = j
-            real_at[r, o] = n
+        fill[r] += _lay_piece(
+            i,
+            fill[r],
+            input_ids,
+            out_labels,
+            positions,
+            real_at,
+            tokens,
+            starts,
+            learned,
+            bit_starts,
+            masked,
+            lengths,
+            row_of,
+            pad_id,
+            multiple,
+            True,
+        )
         num_segments[r] += 1
-        fill[r] = o + end
     for r in range(n_rows):
         for j in range(fill[r], seq_len):
             input_ids[r, j] = pad_id

@@ -160,3 +160,26 @@ def special_ids(tokenizer, *tokens) -> list[int]:
 
 def report_of(out) -> dict:
     return json.loads((out / "report.json").read_text())
+
+
+def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) -> list[str]:
+    """Which of `packages` a `packcli pack ARGS` run in a fresh interpreter has imported by
+    its end (the run must succeed); `cache`: its PACKCLI_CACHE_DIR."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from packcli.cli import main\n"
+        "sys.argv = ['packcli', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PACKCLI_CACHE_DIR": str(cache), "PYTHONPATH": str(root)}
+    run = subprocess.run(
+        [sys.executable, "-c", script, "pack", *map(str, args)], env=env, capture_output=True, text=True, check=True
+    )
+    imported: list[str] = json.loads(run.stdout.splitlines()[-1])
+    return imported

@@ -6,13 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import multiprocessing
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import write_jsonl
+from helpers import packages_a_pack_imports, write_jsonl
 
 from packcli import bpe_convert, tokcache, tokenizing
 from packcli.tokcache import Store
@@ -176,26 +173,10 @@ def test_warm_pack_uses_no_tokenizer(cli, tmp_path, monkeypatch, ranked_tokenize
 
 def test_warm_pack_imports_no_transformers(tmp_path, ranked_tokenizer):
     corpus = write_jsonl(tmp_path / "in.jsonl", [{"text": f"doc {i}"} for i in range(5)])
-    script = (
-        "import sys\n"
-        "from packcli.cli import main\n"
-        "sys.argv = ['packcli', *sys.argv[1:]]\n"
-        "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
-        "print(sorted(m for m in ('transformers', 'tokenizers') if m in sys.modules))\n"
-    )
-    env = {**os.environ, "PACKCLI_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     args = [corpus, "--tokenizer", ranked_tokenizer, "--seq-len", "64", "--overwrite", "--workers", "1"]
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", script, "pack", *map(str, args), "-o", str(tmp_path / "out")],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()[-1]
-        for _ in range(2)
-    ]
-    assert runs == ["['tokenizers']", "[]"]  # cold: loaded with tokenizers alone; warm: neither
+    args += ["-o", tmp_path / "out"]
+    runs = [packages_a_pack_imports(args, tmp_path / "cache", ("transformers", "tokenizers")) for _ in range(2)]
+    assert runs == [["tokenizers"], []]  # cold: loaded with tokenizers alone; warm: neither
 
 
 def test_a_warm_run_that_falls_back_to_hf_loads_the_tokenizer_once(tmp_path, ranked_tokenizer, monkeypatch):
