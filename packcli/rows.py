@@ -169,11 +169,12 @@ def _lay_piece(
     row_of,
     pad_id,
     multiple,
-    write_pads,
+    overwrite,
 ):
-    """Piece i from offset o of its row: its tokens, positions from 0, labels (-100 at its
-    first token and wherever `learned` has no bit), and its pads to a multiple of
-    `multiple` (their ids and labels written only with `write_pads`). Returns its room."""
+    """Piece i from offset o of its row: its tokens, positions from 0, labels, and its pads
+    to a multiple of `multiple`. The -100 labels (its first token, tokens `learned` has no
+    bit for) and the pads' ids and labels are written only with `overwrite`: arrays made
+    for the rows hold pad_id and -100 already. Returns its room."""
     r, s, b, n = row_of[i], starts[i], bit_starts[i], lengths[i]
     for j in range(n):
         t = np.int32(tokens[s + j])
@@ -182,13 +183,13 @@ def _lay_piece(
         k = b + j
         if j > 0 and (not masked or (learned[k >> 3] >> (k & 7)) & 1):
             out_labels[r, o + j] = t
-        else:
+        elif overwrite:
             out_labels[r, o + j] = -100
     end = n
     if multiple > 1:
         end = (n + multiple - 1) // multiple * multiple
         for j in range(n, end):
-            if write_pads:
+            if overwrite:
                 input_ids[r, o + j] = pad_id
                 out_labels[r, o + j] = -100
             positions[r, o + j] = j
@@ -226,7 +227,7 @@ def _place(tokens, starts, learned, bit_starts, masked, lengths, row_of, offset_
             pad_id,
             multiple,
             False,
-        )  # the pads keep pad_id and -100
+        )  # the arrays hold pad_id and -100 already
         num_segments[r] += 1
         if o + end > fill[r]:
             fill[r] = o + end
