@@ -251,5 +251,6 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path):
     small, large = peaks
     extra_kb = (_token_count(tmp_path / "large.parquet") - _token_count(tmp_path / "small.parquet")) * 4 // 1024
     # Holding the extra tokens in memory even once (as int32) would add extra_kb; what is
-    # allowed is half of that, and 10% over the small run.
-    assert large - small <= extra_kb // 2 and large <= small * 1.10, (peaks, extra_kb)
+    # allowed is half of that. (The peak of two runs of one corpus differs by up to ~30 MB
+    # with how far reading runs ahead, so a ratio of the peaks would only test the timing.)
+    assert large - small <= extra_kb // 2, (peaks, extra_kb)
