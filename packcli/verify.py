@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from packcli import parquet_pages
 from packcli.errors import PackcliError
 from packcli.grouping import group_counts, row_token_hashes
 from packcli.jit import njit
@@ -417,8 +418,9 @@ def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterat
                 ),
             )
         return
-    names = _parquet_columns(path)
-    for rows in read_shard(path, fmt, seq_len, block_rows=block_rows):
+    pages = parquet_pages.ShardPages.of(path)  # without pyarrow's list decoding, most of its read
+    names = _parquet_columns(path) if pages is None else pages.columns
+    for rows in read_shard(path, fmt, seq_len, block_rows=block_rows) if pages is None else pages.rows(seq_len):
         block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
         yield block, (rows.max_seqlen if "max_seqlen" in names else None, rows.cu_seqlens_unpadded)
 

@@ -1,0 +1,417 @@
+"""Parquet shards decoded page by page, for `verify`: a shard's int32 columns without
+Arrow's list assembly.
+
+pyarrow turns each `list<int32>` page's repetition and definition levels into Arrow
+offsets and validity one value at a time, and that is most of its cost on packed rows
+(docs/benchmarks/verify-2026-11-24.md); verify needs only where each row starts and that
+nothing is null. This reads what packcli's writer produces (PLAIN values, RLE levels, no
+dictionary, data pages v1 or v2, one of the codecs below) straight from the column
+chunks: row starts and nulls are found run by run over the levels by one Numba pass, the
+values are copied once out of the decompressed pages. `shard_rows` leaves any other
+layout to pyarrow, deciding from the file's metadata before a row is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.errors import PackcliError
+from packcli.jit import kernel, njit
+from packcli.rows import Rows
+from packcli.shards import ROW_COLUMNS
+
+CODECS = {"UNCOMPRESSED": None, "ZSTD": "zstd", "SNAPPY": "snappy", "GZIP": "gzip"}
+DATA_PAGE, DATA_PAGE_V2, PLAIN, RLE = 0, 3, 0, 3  # Thrift enum values: page types, encodings
+MAX_GROUP_BYTES = 1 << 28  # a row group decoded at once; bigger ones are streamed by pyarrow
+
+
+@dataclass(frozen=True)
+class Column:
+    """One int32 column of a shard: flat values, and for a list column where each row starts."""
+
+    values: np.ndarray  # int32
+    offsets: np.ndarray | None  # int64 [rows + 1]; None for a plain int32 column
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Where each row starts, and the end: the offsets of a list column."""
+        if self.offsets is None:
+            raise ValueError("a plain column where packed rows hold lists")
+        return self.offsets
+
+
+def plain_layout(metadata: Any, columns: list[str]) -> bool:
+    """Whether every chunk of `columns` is laid out as this module reads: INT32 leaves, at
+    most one level of lists, PLAIN values, no dictionary, a known codec."""
+    schema = metadata.schema
+    leaves = _leaves(schema)
+    if any(name not in leaves for name in columns):
+        return False
+    for name in columns:
+        leaf = schema.column(leaves[name])
+        if leaf.physical_type != "INT32" or leaf.max_repetition_level > 1 or leaf.max_definition_level > 3:
+            return False
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        if group.total_byte_size > MAX_GROUP_BYTES:
+            return False
+        for name in columns:
+            chunk = group.column(leaves[name])
+            if chunk.compression not in CODECS or chunk.has_dictionary_page:
+                return False
+            if not set(chunk.encodings) <= {"PLAIN", "RLE"}:
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class ShardPages:
+    """A Parquet shard laid out as this module reads, with the columns it holds."""
+
+    path: Path
+    metadata: Any  # pyarrow.parquet.FileMetaData
+    columns: list[str]
+
+    @classmethod
+    def of(cls, path: Path) -> ShardPages | None:
+        """None when the file is laid out otherwise, or its metadata does not load (pyarrow
+        then names the damage)."""
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_metadata(str(path))
+        except Exception:
+            return None
+        names = set(_leaves(metadata.schema))
+        columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
+        columns += [name for name in ("max_seqlen", "cu_seqlens_unpadded") if name in names]
+        return cls(path, metadata, columns) if plain_layout(metadata, columns) else None
+
+    def rows(self, seq_len: int) -> Iterator[Rows]:
+        """One block per row group, as `shards.read_shard` gives them, with the same checks
+        and messages."""
+        return _rows_of_groups(self.path, seq_len, read_row_groups(self.path, self.metadata, self.columns))
+
+
+def _rows_of_groups(path: Path, seq_len: int, groups: Iterator[tuple[int, dict[str, Column]]]) -> Iterator[Rows]:
+    first_row = 0
+    for n, decoded in groups:
+        fixed = {}
+        for name in ROW_COLUMNS:
+            widths = np.diff(decoded[name].rows)
+            if (widths != seq_len).any():
+                bad = int(np.argmax(widths != seq_len))
+                raise PackcliError(
+                    f"{path.name} row {first_row + bad}: {name} has {widths[bad]} tokens, not seq_len {seq_len}"
+                )
+            fixed[name] = decoded[name].values.reshape(n, seq_len)
+        cu, unpadded = decoded["cu_seqlens"], decoded.get("cu_seqlens_unpadded")
+        if unpadded is not None and not np.array_equal(np.diff(unpadded.rows), np.diff(cu.rows)):
+            bad = int(np.argmax(np.diff(unpadded.rows) != np.diff(cu.rows)))
+            raise PackcliError(
+                f"{path.name} row {first_row + bad}: cu_seqlens_unpadded and cu_seqlens differ in length"
+            )
+        longest = decoded.get("max_seqlen")
+        yield Rows(
+            fixed["input_ids"],
+            fixed["labels"],
+            fixed["position_ids"],
+            cu.values,
+            cu.rows,
+            decoded["num_segments"].values,
+            None if longest is None else longest.values,
+            None if unpadded is None else unpadded.values,
+        )
+        first_row += n
+
+
+def read_row_groups(path: Path, metadata: Any, columns: list[str]) -> Iterator[tuple[int, dict[str, Column]]]:
+    """(rows, {name: Column}) per row group of a file whose metadata `plain_layout` accepted.
+    A page that does not decode (damage the checksum would also show) is a PackcliError
+    naming the file."""
+    schema = metadata.schema
+    leaves = _leaves(schema)
+    chunk_bytes = bytearray()
+    with open(path, "rb", buffering=0) as f:
+        try:
+            for g in range(metadata.num_row_groups):
+                group = metadata.row_group(g)
+                decoded = {}
+                for name in columns:
+                    chunk, leaf = group.column(leaves[name]), schema.column(leaves[name])
+                    size = chunk.total_compressed_size
+                    if len(chunk_bytes) < size:
+                        chunk_bytes = bytearray(size)
+                    raw = memoryview(chunk_bytes)[:size]
+                    if os.preadv(f.fileno(), [raw], chunk.data_page_offset) != size:
+                        raise ValueError(f"column {name} runs past the end of the file")
+                    out = _values_buffer(chunk.num_values)
+                    decoded[name] = _read_chunk(np.frombuffer(raw, dtype=np.uint8), chunk, leaf, out)
+                    offsets = decoded[name].offsets
+                    rows = group.num_rows if offsets is None else len(offsets) - 1
+                    if rows != group.num_rows:
+                        raise ValueError(f"{name} holds {rows} rows in a row group of {group.num_rows}")
+                yield group.num_rows, decoded
+        except PackcliError:
+            raise
+        except Exception as exc:  # damaged bytes can fail anywhere in a page; name the file
+            raise PackcliError(f"{path.name}: cannot read shard ({exc})") from exc
+
+
+def _values_buffer(count: int) -> np.ndarray:
+    """Room for `count` int32 values from Arrow's memory pool, which keeps freed memory for
+    the next allocation: a buffer from numpy would fault its pages in afresh for every
+    shard, about a quarter of the decoding time."""
+    import pyarrow as pa
+
+    return np.frombuffer(pa.allocate_buffer(4 * count), dtype=np.int32)
+
+
+def _leaves(schema: Any) -> dict[str, int]:
+    """Top-level column name -> index of its leaf (one leaf each in packcli's shards)."""
+    return {schema.column(j).path.split(".")[0]: j for j in range(len(schema))}
+
+
+def _read_chunk(data: np.ndarray, chunk: Any, leaf: Any, out: np.ndarray) -> Column:
+    """One column chunk's pages, their values gathered into `out`."""
+    import pyarrow as pa
+
+    codec = CODECS[chunk.compression]
+    decompress = pa.Codec(codec).decompress if codec else None
+    levels = Levels(leaf.max_repetition_level, leaf.max_definition_level)
+    starts: list[np.ndarray] = []  # where each row starts, page by page
+    pos = seen = 0
+    while seen < chunk.num_values:
+        header, pos = read_struct(data, pos, {5: {}, 8: {}})
+        size = header.get(3, -1)
+        if not 0 <= size <= len(data) - pos:
+            raise ValueError(f"page of {size} bytes runs past column {leaf.path}")
+        count = header.get(5, header.get(8, {})).get(1, -1)
+        if not 0 <= count <= chunk.num_values - seen or not 0 <= header.get(2, -1) <= 8 * count + 1024:
+            raise ValueError(f"page of {count} values and {header.get(2)} bytes in column {leaf.path}")
+        page = data[pos : pos + size]
+        if header.get(1) == DATA_PAGE:
+            page_starts, values = levels.page_v1(header[5], page, header[2], decompress)
+        elif header.get(1) == DATA_PAGE_V2:
+            page_starts, values = levels.page_v2(header[8], page, header[2], decompress)
+        else:
+            raise ValueError(f"page of type {header.get(1)} in column {leaf.path}, not a data page")
+        out.view(np.uint8)[4 * seen : 4 * (seen + count)] = values  # bytes: a page's values need not be aligned
+        if page_starts is not None:
+            starts.append(page_starts + seen)
+        seen += count
+        pos += size
+    if levels.max_rep == 0:
+        return Column(out[:seen], None)
+    offsets = np.concatenate([*starts, np.array([seen], dtype=np.int64)])
+    if len(offsets) == 1 or offsets[0] != 0:
+        raise ValueError(f"column {leaf.path} does not start a row at its first value")
+    return Column(out[:seen], offsets)
+
+
+@dataclass(frozen=True)
+class Levels:
+    """A leaf's maximum repetition and definition levels, and its data pages read with them:
+    (where each row starts or None, the bytes of the page's int32 values)."""
+
+    max_rep: int
+    max_def: int
+
+    def page_v1(self, header: dict, page: np.ndarray, full_size: int, decompress: Any) -> tuple:
+        """Levels and values all compressed; each level run prefixed by its byte length."""
+        count = header.get(1, -1)
+        self._check_encodings(header.get(2), header.get(4), header.get(3))
+        if decompress is not None:
+            page = np.frombuffer(decompress(page, decompressed_size=full_size), dtype=np.uint8)
+        pos, runs = 0, []
+        for present in (self.max_rep, self.max_def):
+            if present:
+                if len(page) < pos + 4:
+                    raise ValueError("page shorter than its levels")
+                length = int(page[pos : pos + 4].view("<u4")[0])
+                runs.append((pos + 4, pos + 4 + length))
+                pos += 4 + length
+            else:
+                runs.append((pos, pos))
+        starts = self._starts_checking_nulls(page, count, *runs)
+        return starts, self._values(page, pos, count)
+
+    def page_v2(self, header: dict, page: np.ndarray, full_size: int, decompress: Any) -> tuple:
+        """Levels uncompressed, unprefixed, before the (maybe compressed) values."""
+        count = header.get(1, -1)
+        self._check_encodings(header.get(4), RLE, RLE)
+        rep_bytes, def_bytes = header.get(6, 0), header.get(5, 0)
+        pos = rep_bytes + def_bytes
+        if rep_bytes < 0 or def_bytes < 0 or pos > len(page):
+            raise ValueError("levels run past their page")
+        starts = self._starts_checking_nulls(page, count, (0, rep_bytes), (rep_bytes, pos))
+        values = page[pos:]
+        if decompress is not None and header.get(7, True):
+            values = np.frombuffer(decompress(values, decompressed_size=full_size - pos), dtype=np.uint8)
+        return starts, self._values(values, 0, count)
+
+    def _check_encodings(self, values: int | None, repetition: int | None, definition: int | None) -> None:
+        if values != PLAIN or (self.max_rep and repetition != RLE) or (self.max_def and definition != RLE):
+            raise ValueError("a data page not of PLAIN values and RLE levels")
+
+    def _starts_checking_nulls(
+        self, page: np.ndarray, count: int, rep: tuple[int, int], defs: tuple[int, int]
+    ) -> np.ndarray | None:
+        if self.max_def:
+            nulls = level_positions(page, defs[0], defs[1], self.max_def.bit_length(), count, self.max_def, False)
+            if len(nulls):
+                raise ValueError("null or empty list where packed rows have values")
+        if not self.max_rep:
+            return None
+        return level_positions(page, rep[0], rep[1], self.max_rep.bit_length(), count, 0, True)
+
+    @staticmethod
+    def _values(page: np.ndarray, pos: int, count: int) -> np.ndarray:
+        """The bytes of `count` little-endian int32 values at `pos`."""
+        if len(page) - pos < 4 * count:
+            raise ValueError("page shorter than its values")
+        return page[pos : pos + 4 * count]
+
+
+def level_positions(
+    buf: np.ndarray, start: int, stop: int, bit_width: int, count: int, level: int, equal: bool
+) -> np.ndarray:
+    """Positions, among the first `count` levels that Parquet's RLE/bit-packed hybrid runs of
+    `bit_width` (1-8) bits in buf[start:stop] hold, of those equal (or, `equal` False, not
+    equal) to `level`: the row starts of repetition levels, the nulls of definition levels,
+    found run by run without writing out every level."""
+    if not 1 <= bit_width <= 8 or buf.dtype != np.uint8:
+        raise ValueError("levels of 1 to 8 bits in a uint8 buffer")
+    if not 0 <= start <= stop <= len(buf):
+        raise ValueError("level range outside the page")
+    found = np.empty(count, dtype=np.int64)
+    decoded, n_found = kernel(_level_positions, count)(buf, start, stop, bit_width, count, level, equal, found)
+    if decoded != count:
+        raise ValueError(f"{decoded} levels where the page has {count}")
+    return found[:n_found]
+
+
+@njit(cache=True, nogil=True)
+def _level_positions(
+    buf, pos, stop, bit_width, count, level, equal, found
+):  # pragma: no cover - compiled; tests run its twin
+    mask = (1 << bit_width) - 1
+    n = 0
+    n_found = 0
+    while n < count and pos < stop:
+        header = 0
+        shift = 0
+        while True:
+            if pos >= stop:
+                return -1, n_found
+            b = int(buf[pos])  # a numpy uint8 would overflow the shift when interpreted
+            pos += 1
+            header |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        if header & 1 == 0:  # a run of one value
+            if pos >= stop:
+                return -1, n_found
+            end = min(count, n + (header >> 1))
+            if ((buf[pos] & mask) == level) == equal:
+                for i in range(n, end):
+                    found[n_found] = i
+                    n_found += 1
+            pos += 1
+            n = end
+        else:  # groups of 8 values, bit_width bits each, least significant bit first
+            groups = header >> 1
+            if pos + groups * bit_width > stop:
+                return -1, n_found
+            bit = 0
+            for _ in range(groups * 8):
+                if n >= count:
+                    break
+                at = pos + (bit >> 3)
+                shift = bit & 7
+                value = int(buf[at]) >> shift
+                if shift + bit_width > 8:
+                    value |= int(buf[at + 1]) << (8 - shift)
+                if ((value & mask) == level) == equal:
+                    found[n_found] = n
+                    n_found += 1
+                n += 1
+                bit += bit_width
+            pos += groups * bit_width
+    return n, n_found
+
+
+def read_struct(buf: Any, pos: int, nested: dict) -> tuple[dict, int]:
+    """The integer and boolean fields of a Thrift compact-protocol struct at `pos`, by field
+    id, with the structs whose ids `nested` names read the same way (its values: their own
+    `nested`); other fields are skipped. Returns (fields, the position after the struct)."""
+    fields: dict[int, Any] = {}
+    field = 0
+    while True:
+        head = int(buf[pos])
+        pos += 1
+        if head == 0:
+            return fields, pos
+        kind, delta = head & 15, head >> 4
+        if delta:
+            field += delta
+        else:
+            raw, pos = _varint(buf, pos)
+            field = _zigzag(raw)
+        if kind in (4, 5, 6):
+            raw, pos = _varint(buf, pos)
+            fields[field] = _zigzag(raw)
+        elif kind in (1, 2):
+            fields[field] = kind == 1
+        elif kind == 12 and field in nested:
+            fields[field], pos = read_struct(buf, pos, nested[field])
+        else:
+            pos = _skip(buf, pos, kind)
+
+
+def _skip(buf: Any, pos: int, kind: int) -> int:
+    if kind in (1, 2):
+        return pos
+    if kind == 3:
+        return pos + 1
+    if kind in (4, 5, 6):
+        return _varint(buf, pos)[1]
+    if kind == 7:
+        return pos + 8
+    if kind == 8:
+        size, pos = _varint(buf, pos)
+        return pos + size
+    if kind in (9, 10):
+        head = int(buf[pos])
+        pos += 1
+        size, element = head >> 4, head & 15
+        if size == 15:
+            size, pos = _varint(buf, pos)
+        for _ in range(size):
+            pos = _skip(buf, pos, element)
+        return pos
+    if kind == 12:
+        return read_struct(buf, pos, {})[1]
+    raise ValueError(f"Thrift field of type {kind} in a page header")
+
+
+def _varint(buf: Any, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = int(buf[pos])
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
