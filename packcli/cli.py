@@ -566,7 +566,12 @@ def export_nanotron_command(
 
 
 def main() -> None:
-    from packcli.flow import return_freed_memory
+    from packcli.flow import exit_now, return_freed_memory
 
     return_freed_memory()
-    app()
+    try:
+        app()
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            exit_now(stop.code or 0)
+        raise

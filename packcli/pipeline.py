@@ -67,6 +67,7 @@ class Job:
     remote: storage.RemoteDir | None = None  # a remote --output; out_dir is then its local staging
     published: int = 0  # shards uploaded to the remote output so far
     engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
+    spill_removal: threading.Thread | None = None  # the spill going, once every row is gathered
 
     @property
     def run_id(self) -> str:
@@ -363,9 +364,19 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
     order = plan.row_order()
     stop = threading.Event()
     spill.open_files()  # before the threads share them
+    gathering = [shards]  # shards whose rows are still being read from the spill
+    lock = threading.Lock()
+
+    def gathered() -> None:
+        """The last shard's rows are read: the spill goes while the shards are finished."""
+        with lock:
+            gathering[0] -= 1
+            if gathering[0] == 0 and job.remote is None:
+                spill.close()
+                job.spill_removal = spilling.start_removal(job.spill_dir)
 
     def one(index: int) -> tuple[ShardWriter, RowStats]:
-        return _write_one_shard(job, spill, plan, writer.for_shard(index), order, stop)
+        return _write_one_shard(job, spill, plan, writer.for_shard(index), order, stop, gathered)
 
     pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
     futures = [pool.submit(one, i) for i in range(shards)]
@@ -389,6 +400,7 @@ def _write_one_shard(
     part: ShardWriter,
     order: tuple[np.ndarray, np.ndarray],
     stop: threading.Event,
+    gathered: Callable[[], None],
 ) -> tuple[ShardWriter, RowStats]:
     opts, first = job.opts, part.first_shard * job.rows_per_shard
     end = min(first + job.rows_per_shard, plan.n_rows)
@@ -404,6 +416,7 @@ def _write_one_shard(
             row_group = None if plan.row_group is None else plan.row_group[first : first + len(rows)]
             outdir.guarded(job.out_dir, part.add, rows, row_group)
             first += len(rows)
+        gathered()
         outdir.guarded(job.out_dir, part.close)
     except BaseException:
         part.abort()
@@ -600,11 +613,12 @@ def _manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
 
 
 def _finish(job: Job, outcome: Outcome, report: Report) -> None:
-    """Report, then manifest (last: its presence means complete), while the spill goes:
-    every shard is written, so a run that fails here needs no spill (--resume keeps the
-    shards and reads the input again)."""
+    """Report, then manifest (last: its presence means complete), while the spill goes (it
+    may be going already: `_write_shards_at_once` starts its removal once every row is
+    gathered). A run that fails from then on has no spill: --resume keeps the finished
+    shards and reads the input again."""
     out = job.out_dir
-    removal = spilling.start_removal(job.spill_dir)
+    removal = job.spill_removal or spilling.start_removal(job.spill_dir)
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
         outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))

@@ -1,5 +1,6 @@
 """Parquet's RLE/bit-packed hybrid written and read the slow, obvious way, one value at a
-time, for checking packcli.parquet_pages's kernel."""
+time, for checking packcli.parquet_pages's kernels (levels, and dictionary indices of up
+to 32 bits)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def encode_hybrid(levels: list[int], bit_width: int, runs: list[tuple[bool, int]
     for rle, size in runs:
         if rle:
             assert len(set(levels[at : at + size])) == 1
-            out += _varint(size << 1) + bytes([levels[at]])
+            out += _varint(size << 1) + levels[at].to_bytes((bit_width + 7) // 8, "little")
             at += size
             continue
         group = levels[at : at + 8 * size]
@@ -52,8 +53,11 @@ def decode_hybrid(data: bytes, bit_width: int, count: int) -> list[int]:
             if byte < 0x80:
                 break
         if header & 1 == 0:
-            values += [data[pos]] * (header >> 1)
-            pos += 1
+            width = (bit_width + 7) // 8
+            values += [int.from_bytes(data[pos : pos + width], "little")] * (header >> 1)
+            pos += width
+        elif bit_width == 0:  # groups of 8 values of no bits: zeros
+            values += [0] * (8 * (header >> 1))
         else:
             size = (header >> 1) * bit_width
             bits = [(data[pos + i // 8] >> (i % 8)) & 1 for i in range(size * 8)]

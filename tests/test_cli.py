@@ -360,3 +360,21 @@ def test_stats_and_verify_on_something_that_is_no_output(cli, tmp_path):
     assert "no manifest.json" in line
     line = one_error_line(cli("stats", tmp_path / "missing"))
     assert "no such directory" in line
+
+
+def test_the_process_ends_with_the_commands_code_after_atexit_handlers(tmp_path):
+    """`main` skips the interpreter's teardown (flow.exit_now): the exit code, the output
+    and other libraries' atexit handlers (coverage, Ray) must all survive it."""
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('atexit ran', flush=True)); "
+        "sys.argv = ['packcli'] + sys.argv[1:]; from packcli.cli import main; main()"
+    )
+    shown = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0
+    assert "Usage" in shown.stdout and shown.stdout.rstrip().endswith("atexit ran")
+    failed = subprocess.run(
+        [sys.executable, "-c", code, "stats", str(tmp_path / "none")], capture_output=True, text=True
+    )
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "atexit ran" in failed.stdout
+    usage = subprocess.run([sys.executable, "-c", code, "pack", "--no-such-option"], capture_output=True, text=True)
+    assert usage.returncode == 2

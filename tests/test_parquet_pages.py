@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from packcli import jit
 from packcli.errors import PackcliError
-from packcli.parquet_pages import ShardPages, level_positions
+from packcli.parquet_pages import ShardPages, dictionary_values, id_list_batches, level_positions
 from packcli.shards import read_shard_parquet
 from tests.naive_parquet import decode_hybrid, encode_hybrid
 
@@ -72,13 +72,16 @@ def _joined(blocks) -> dict[str, np.ndarray]:
     page_bytes=st.sampled_from([64, 1000, 1 << 20]),
     group_rows=st.integers(1, 50),
     unpadded=st.booleans(),
+    dictionary=st.booleans(),
 )
-def test_rows_are_pyarrows(tmp_path_factory, seed, rows, seq_len, codec, version, page_bytes, group_rows, unpadded):
+def test_rows_are_pyarrows(
+    tmp_path_factory, seed, rows, seq_len, codec, version, page_bytes, group_rows, unpadded, dictionary
+):
     """Pages that split rows, several row groups, each codec and page version: the same
     arrays as pyarrow's reader (shards.read_shard_parquet)."""
     options = {
         "compression": codec,
-        "use_dictionary": False,
+        "use_dictionary": dictionary,
         "data_page_version": version,
         "data_page_size": page_bytes,
         "row_group_size": group_rows,
@@ -152,11 +155,10 @@ def test_level_runs_cut_short_are_an_error():
 @pytest.mark.parametrize(
     "options",
     [
-        {"compression": "zstd"},  # dictionary pages
         {"compression": "lz4", "use_dictionary": False},
         {"compression": "zstd", "use_dictionary": False, "column_encoding": {"num_segments": "DELTA_BINARY_PACKED"}},
     ],
-    ids=["dictionary", "lz4", "delta"],
+    ids=["lz4", "delta"],
 )
 def test_other_layouts_are_left_to_pyarrow(tmp_path, options):
     path = _shard(tmp_path / "s.parquet", np.random.default_rng(0), 5, 16, **options)
@@ -234,3 +236,77 @@ def test_damaged_pages_are_an_error_naming_the_file(tmp_path_factory, seed, code
         assert str(exc).startswith("s.parquet")
         return
     assert sum(len(r) for r in rows) == 6
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["compiled", "interpreted"])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), bit_width=st.integers(0, 32), draw_rle=st.lists(st.booleans(), min_size=1, max_size=6))
+def test_dictionary_values_against_naive(monkeypatch, twin, data, bit_width, draw_rle):
+    """Indices of every width (a page's last values read byte by byte), against the naive
+    decoder, looked up in the dictionary; an index past it is an error."""
+    size = data.draw(st.integers(1, min(1 << bit_width, 3000)))
+    indices = data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=300))
+    repeats = data.draw(st.integers(1, 300))
+    indices = [v for v in indices for _ in range(repeats if v == indices[0] else 1)]
+    encoded = encode_hybrid(indices, bit_width, _runs(indices, draw_rle))
+    assert decode_hybrid(encoded, bit_width, len(indices)) == indices
+    dictionary = np.arange(size, dtype=np.int64) * 7 - 3
+    buf = np.frombuffer(b"\xff" + encoded, dtype=np.uint8)
+    monkeypatch.setattr(jit, "SMALL_WORK", 1 << 30 if twin else -1)
+    monkeypatch.setattr(jit, "_compiled", False)
+    out = np.empty(len(indices), dtype=np.int64)
+    dictionary_values(buf, 1, len(buf), bit_width, dictionary, out)
+    assert out.tolist() == [int(dictionary[i]) for i in indices]
+    if size < (1 << bit_width):
+        with pytest.raises(ValueError, match="past the dictionary"):
+            dictionary_values(buf, 1, len(buf), bit_width, dictionary[: max(indices)], out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 60),
+    dtype=st.sampled_from([np.int32, np.int64]),
+    codec=st.sampled_from(["zstd", "snappy", "none"]),
+    version=st.sampled_from(["1.0", "2.0"]),
+    dictionary=st.booleans(),
+    group_rows=st.integers(1, 30),
+    batch_rows=st.integers(1, 25),
+    vocab=st.sampled_from([2, 300, 200_000]),
+)
+def test_id_lists_are_pyarrows(
+    tmp_path_factory, seed, rows, dtype, codec, version, dictionary, group_rows, batch_rows, vocab
+):
+    """An input's token-id lists decoded page by page: the same rows as
+    ParquetFile.iter_batches, for the whole file and a range of row groups."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 400, size=rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    ids = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(rng.integers(0, vocab, size=int(offsets[-1])).astype(dtype))
+    )
+    path = tmp_path_factory.mktemp("ids") / "in.parquet"
+    options = {"compression": codec, "use_dictionary": dictionary, "data_page_version": version, "data_page_size": 2000}
+    pq.write_table(pa.table({"ids": ids, "text": ["x"] * rows}), str(path), row_group_size=group_rows, **options)
+    groups = pq.read_metadata(path).num_row_groups
+    part = range(groups // 3, groups)
+    for chosen in (None, part):
+        batches = id_list_batches(str(path), ["ids"], batch_rows, chosen)
+        assert batches is not None
+        got = list(batches)
+        want = list(pq.ParquetFile(str(path)).iter_batches(batch_size=batch_rows, columns=["ids"], row_groups=chosen))
+        assert all(0 < b.num_rows <= batch_rows for b in got)  # batches end at row groups too
+        assert [row for b in got for row in b.column("ids").to_pylist()] == [
+            row for b in want for row in b.column("ids").to_pylist()
+        ]
+
+
+def test_id_lists_with_nulls_or_empty_lists_are_left_to_pyarrow(tmp_path):
+    for ids in ([[1, 2], None], [[1, 2], []], [[1, None]]):
+        path = tmp_path / "in.parquet"
+        pq.write_table(pa.table({"ids": pa.array(ids, type=pa.list_(pa.int32()))}), str(path))
+        assert id_list_batches(str(path), ["ids"], 10) is None
+    pq.write_table(pa.table({"ids": pa.array([[1, 2]], type=pa.list_(pa.int32()))}), str(path), write_statistics=False)
+    assert id_list_batches(str(path), ["ids"], 10) is None  # no statistics: nulls not ruled out
+    pq.write_table(pa.table({"ids": pa.array([["a"]], type=pa.list_(pa.string()))}), str(path))
+    assert id_list_batches(str(path), ["ids"], 10) is None

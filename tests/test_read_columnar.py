@@ -271,3 +271,39 @@ def test_sharegpt_column_with_an_unknown_speaker(tmp_path):
     assert fail_message([path], {"m": "messages"}).startswith(
         f"{path} row 1: field 'm' item 0 'from' is 'robot', not one of"
     )
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_token_ids_decoded_page_by_page_as_pyarrow_reads_them(tmp_path, monkeypatch, dictionary):
+    """Columns of token ids alone are read by packcli.parquet_pages: the same records, row
+    numbers and integer types as through pyarrow's reader."""
+    from packcli import parquet_pages
+
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 70_000, size=int(n)).astype(np.int32).tolist() for n in rng.integers(1, 300, size=80)]
+    path = tmp_path / "ids.parquet"
+    pq.write_table(
+        pa.table({"ids": pa.array(ids, pa.list_(pa.int32()))}), path, row_group_size=7, use_dictionary=dictionary
+    )
+    decoded = []
+    real = parquet_pages.id_list_batches
+    monkeypatch.setattr(parquet_pages, "id_list_batches", lambda *a: decoded.append(1) or real(*a))
+    fast = read_all([path], {"ids": "ids"}, batch_size=5)
+    monkeypatch.setattr(parquet_pages, "id_list_batches", lambda *a: None)
+    slow = read_all([path], {"ids": "ids"}, batch_size=5)
+    assert decoded  # the first read went through the page decoder
+    assert [(where, r["ids"].tolist(), r["ids"].dtype) for where, r in fast] == [
+        (where, r["ids"].tolist(), r["ids"].dtype) for where, r in slow
+    ]
+    assert [r["ids"].tolist() for _, r in fast] == ids
+
+
+def test_a_damaged_page_of_token_ids_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "ids.parquet"
+    pq.write_table(pa.table({"ids": pa.array([[1, 2, 3]] * 50, pa.list_(pa.int32()))}), path, use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    first = pq.read_metadata(path).row_group(0).column(0).data_page_offset
+    data[first : first + 6] = b"\xff" * 6  # the first page header
+    path.write_bytes(bytes(data))
+    message = fail_message([path], {"ids": "ids"})
+    assert message.startswith(f"{path}: cannot read Parquet file near row 0 (") and "\n" not in message
