@@ -123,6 +123,19 @@ def return_freed_memory() -> None:
         pass
 
 
+def pooled_empty(count: int, dtype: Any) -> Any:
+    """An uninitialised numpy array in memory from Arrow's pool (mimalloc), which keeps freed
+    blocks for the next allocation. A large array from numpy is a fresh mapping (glibc's mmap
+    threshold is fixed at 1 MiB, see return_freed_memory) whose every page the kernel faults
+    in and zeroes again: 12% of the CPU of an `--ids-field` pack went to that zeroing
+    (docs/benchmarks/spill-2026-11-24.md). For arrays a stage makes and drops per block."""
+    import numpy as np
+    import pyarrow as pa
+
+    dtype = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(count * dtype.itemsize), dtype=dtype, count=count)
+
+
 def exit_now(code: int) -> NoReturn:
     """End the process as Python's own exit does, without the interpreter's teardown:
     threads that are not daemons are joined and atexit handlers run (coverage, Ray), stdout

@@ -1,14 +1,13 @@
-"""Parquet shards decoded page by page, for `verify`: a shard's int32 columns without
-Arrow's list assembly.
+"""Parquet `list<int32|int64>` columns decoded page by page, without Arrow's list assembly:
+packcli's shards for `verify`, and the token-id columns of `--ids-field` input.
 
-pyarrow turns each `list<int32>` page's repetition and definition levels into Arrow
-offsets and validity one value at a time, and that is most of its cost on packed rows
-(docs/benchmarks/verify-2026-11-24.md); verify needs only where each row starts and that
-nothing is null. This reads what packcli's writer produces (PLAIN values, RLE levels, no
-dictionary, data pages v1 or v2, one of the codecs below) straight from the column
-chunks: row starts and nulls are found run by run over the levels by one Numba pass, the
-values are copied once out of the decompressed pages. `shard_rows` leaves any other
-layout to pyarrow, deciding from the file's metadata before a row is read.
+pyarrow turns each list page's repetition and definition levels into Arrow offsets and
+validity one value at a time, and that is most of its cost on token lists
+(docs/benchmarks/verify-2026-11-24.md, spill-2026-11-24.md). Here the levels give only
+where each row starts and whether anything is null, found run by run by one Numba pass;
+values are PLAIN (copied once out of the page) or indices into the chunk's dictionary
+(looked up as they are read). Data pages v1 and v2, the codecs of CODECS. Any other
+layout is left to pyarrow, decided from the file's metadata before a row is read.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.flow import pooled_empty
 from packcli.jit import kernel, njit
 from packcli.rows import Rows
 
@@ -213,7 +213,7 @@ def read_row_groups(
                     first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
                     if os.preadv(f.fileno(), [raw], first) != size:
                         raise ValueError(f"column {name} runs past the end of the file")
-                    out = _values_buffer(chunk.num_values, DTYPES[leaf.physical_type])
+                    out = pooled_empty(chunk.num_values, DTYPES[leaf.physical_type])
                     decoded[name] = _read_chunk(np.frombuffer(raw, dtype=np.uint8), chunk, leaf, out)
                     offsets = decoded[name].offsets
                     rows = group.num_rows if offsets is None else len(offsets) - 1
@@ -224,15 +224,6 @@ def read_row_groups(
             raise
         except Exception as exc:  # damaged bytes can fail anywhere in a page
             raise PageError(str(exc)) from exc
-
-
-def _values_buffer(count: int, dtype: np.dtype) -> np.ndarray:
-    """Room for `count` values from Arrow's memory pool, which keeps freed memory for the
-    next allocation: a buffer from numpy would fault its pages in afresh for every shard,
-    about a quarter of the decoding time."""
-    import pyarrow as pa
-
-    return np.frombuffer(pa.allocate_buffer(count * dtype.itemsize), dtype=dtype)
 
 
 def _leaves(schema: Any) -> dict[str, int]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.flow import pooled_empty
 from packcli.jit import njit
 from packcli.tokenizing import SpecialTokenFinder, add_boundary_tokens
 
@@ -283,7 +284,7 @@ def add_bounds_to_ids(
     inserted = [b for b, at in ((bounds.bos_id, bos_at), (bounds.eos_id, eos_at)) if b is not None and len(at)]
     if any(not 0 <= b <= np.iinfo(np.int32).max for b in inserted):
         _as_int32(np.array([*inserted, *([values.min(), values.max()] if len(values) else [])], dtype=np.int64))
-    tokens = np.empty(int(out_lengths.sum()), dtype=np.int32)
+    tokens = pooled_empty(int(out_lengths.sum()), np.int32)
     body_at = out_starts + has_bos
     _copy_runs(values, starts, lengths, tokens, body_at)
     tokens[bos_at] = bounds.bos_id if bounds.bos_id is not None else 0

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from packcli.errors import PackcliError
+from packcli.flow import pooled_empty
 
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
@@ -254,7 +255,7 @@ class _Ranges:
         returns the array and where each range starts in it."""
         sizes = end - first
         offsets = np.cumsum(sizes) - sizes
-        out = np.empty(int(sizes.sum()), dtype=dtype)
+        out = pooled_empty(int(sizes.sum()), dtype)
         view = out.view(np.uint8).data
         fd, item = f.fileno(), dtype.itemsize
         for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
