@@ -572,6 +572,6 @@ def main() -> None:
     try:
         app()
     except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            exit_now(stop.code or 0)
+        if not stop.code:  # a failed or stopped run ends as Python ends it: nothing to save there
+            exit_now(0)
         raise

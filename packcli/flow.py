@@ -138,13 +138,14 @@ def pooled_empty(count: int, dtype: Any) -> Any:
 
 def exit_now(code: int) -> NoReturn:
     """End the process as Python's own exit does, without the interpreter's teardown:
-    threads that are not daemons are joined and atexit handlers run (coverage, Ray), stdout
-    and stderr are flushed, then `os._exit`. Tearing down numba's, Arrow's and the
+    threads that are not daemons are joined as at exit and atexit handlers run (coverage,
+    Ray), stdout and stderr are flushed, then `os._exit`. Tearing down numba's, Arrow's and the
     tokenizers' modules and freeing every object costs about 0.4 s after a large pack
     (docs/benchmarks/spill-2026-11-24.md): time in which no work is done."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's exit runs first
+    if shutdown is None:
+        sys.exit(code)
+    shutdown()  # threading's exit hooks (executors told to stop), then threads not daemons joined
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -171,9 +171,9 @@ def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) 
 
     script = (
         "import json, sys\n"
-        "from packcli.cli import main\n"
+        "from packcli.cli import app\n"  # main() would end the process before the print
         "sys.argv = ['packcli', *sys.argv[1:]]\n"
-        "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        "try:\n    app()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
         f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))\n"
     )
     root = Path(__file__).resolve().parents[1]

@@ -170,8 +170,8 @@ def test_s3_round_trip_with_ray(cluster, s3_server, corpus, word_tokenizer, tmp_
 def test_the_local_engine_never_imports_ray(word_tokenizer, tmp_path):
     data = write_jsonl(tmp_path / "a.jsonl", [{"text": "one two three"}] * 5)
     code = (
-        "import sys\nfrom packcli.cli import main\nsys.argv = ['packcli', 'pack', sys.argv[1], '-o', sys.argv[2], "
-        "'--tokenizer', sys.argv[3], '--seq-len', '16']\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom packcli.cli import app\nsys.argv = ['packcli', 'pack', sys.argv[1], '-o', sys.argv[2], "
+        "'--tokenizer', sys.argv[3], '--seq-len', '16']\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
         "assert 'ray' not in sys.modules and 'fsspec' not in sys.modules, 'imported'\n"
     )
     run = subprocess.run(
