@@ -10,7 +10,8 @@ scripts/bench_verify.py) at two sizes, four times apart. Each export runs in a c
 process of its own (so its peak RSS is its own), timed from the call to the return,
 imports excluded. The baseline, measured in the same run right after each export:
 copying the export's own output directory (`shutil.copytree` of the same bytes, page
-cache warm). "x copy" = copy time / export time, the median over `--repeats` pairs of
+cache warm). Both start after an `os.sync()`, so neither pays for the writeback of the
+step before it. "x copy" = copy time / export time, the median over `--repeats` pairs of
 runs (a pair shares the machine's load), higher is better (the target is 0.5x or more);
 the smallest output copies in a few hundredths of a second on an idle machine, so
 fixed costs still weigh there. "cpu s" is the export's CPU time (user + system, all its
@@ -171,7 +172,9 @@ def measure(kind: str, source: Path, out: Path, repeats: int) -> dict:
     ratios and times, the highest peak RSS."""
     results = []
     for _ in range(repeats):
+        os.sync()  # each timed step starts with nothing left to write back (the disk is slower than memory)
         result = measure_once(kind, source, out)
+        os.sync()
         result["copy"] = copy_seconds(out)
         result["x_copy"] = result["copy"] / result["seconds"]
         if kind == "mds-zstd":
