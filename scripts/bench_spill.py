@@ -36,7 +36,8 @@ child's ru_maxrss (os.wait4) and the PSS sum of its process tree sampled every 5
 
 Throughput configurations (the limits, text N, ids 4N) run in every round, interleaved,
 best wall time of the rounds; the others (text 4N, ids N, --before on ids) run in the
-first round only. Memory is the largest seen.
+first round only. Memory is the largest seen. Every run starts after an `os.sync()`, so
+none pays for the writeback of the run before it.
 """
 
 from __future__ import annotations
