@@ -373,22 +373,29 @@ def dictionary_values(
 
 
 @njit(cache=True, nogil=True)
+def _run_header(buf, pos, stop):  # pragma: no cover - compiled; tests run its twin
+    """A hybrid run's ULEB128 header at `pos`: (header, the position after it); -1 past `stop`."""
+    header = 0
+    shift = 0
+    while pos < stop:
+        b = int(buf[pos])  # a numpy uint8 would overflow the shift when interpreted
+        pos += 1
+        header |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return header, pos
+    return -1, pos
+
+
+@njit(cache=True, nogil=True)
 def _dictionary_values(buf, pos, stop, bit_width, dictionary, out):  # pragma: no cover - compiled; tests run its twin
     count = len(out)
     size = len(dictionary)
     n = 0
     while n < count and pos < stop:
-        header = 0
-        shift = 0
-        while True:
-            if pos >= stop:
-                return -1
-            b = int(buf[pos])
-            pos += 1
-            header |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        header, pos = _run_header(buf, pos, stop)
+        if header < 0:
+            return -1
         if header & 1 == 0:  # a run of one index, in whole bytes
             width = (bit_width + 7) >> 3
             if pos + width > stop:
@@ -452,17 +459,9 @@ def _level_positions(
     n = 0
     n_found = 0
     while n < count and pos < stop:
-        header = 0
-        shift = 0
-        while True:
-            if pos >= stop:
-                return -1, n_found
-            b = int(buf[pos])  # a numpy uint8 would overflow the shift when interpreted
-            pos += 1
-            header |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        header, pos = _run_header(buf, pos, stop)
+        if header < 0:
+            return -1, n_found
         if header & 1 == 0:  # a run of one value
             if pos >= stop:
                 return -1, n_found

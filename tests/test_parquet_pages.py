@@ -166,19 +166,16 @@ def test_other_layouts_are_left_to_pyarrow(tmp_path, options):
     assert len(list(read_shard_parquet(path, 16))) == 1
 
 
+def _one_row_shard(input_ids: pa.Array, others: pa.Array) -> pa.Table:
+    """A one-row table of packcli's shard columns: `input_ids`, and `others` in every other list column."""
+    lists = {"input_ids": input_ids, "labels": others, "position_ids": others, "cu_seqlens": others}
+    return pa.table({**lists, "num_segments": pa.array([1], pa.int32())})
+
+
 def test_other_column_types_are_left_to_pyarrow(tmp_path):
     path = tmp_path / "s.parquet"
     ids = pa.ListArray.from_arrays(pa.array([0, 2], type=pa.int32()), pa.array([1, 2], type=pa.int64()))
-    table = pa.table(
-        {
-            "input_ids": ids,
-            "labels": ids,
-            "position_ids": ids,
-            "cu_seqlens": ids,
-            "num_segments": pa.array([1], pa.int32()),
-        }
-    )
-    pq.write_table(table, str(path), use_dictionary=False)
+    pq.write_table(_one_row_shard(ids, ids), str(path), use_dictionary=False)
     assert ShardPages.of(path) is None
     (tmp_path / "junk.parquet").write_bytes(b"not parquet")
     assert ShardPages.of(tmp_path / "junk.parquet") is None
@@ -189,16 +186,7 @@ def test_nulls_are_an_error_naming_the_file(tmp_path):
     offsets = pa.array([0, 2], type=pa.int32())
     good = pa.ListArray.from_arrays(offsets, pa.array([1, 2], type=pa.int32()))
     holed = pa.ListArray.from_arrays(offsets, pa.array([1, None], type=pa.int32()))
-    table = pa.table(
-        {
-            "input_ids": holed,
-            "labels": good,
-            "position_ids": good,
-            "cu_seqlens": good,
-            "num_segments": pa.array([1], pa.int32()),
-        }
-    )
-    pq.write_table(table, str(path), use_dictionary=False)
+    pq.write_table(_one_row_shard(holed, good), str(path), use_dictionary=False)
     pages = ShardPages.of(path)
     assert pages is not None
     with pytest.raises(PackcliError, match=r"^s\.parquet: cannot read shard \(null"):
