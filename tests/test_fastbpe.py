@@ -393,6 +393,40 @@ def test_gigatoken_is_renewed_when_its_cache_grows(tokenizers_under_test, tmp_pa
     assert encoder.renewals >= 1
 
 
+def test_gigatoken_called_from_many_threads_gives_the_same_ids(tokenizers_under_test, tmp_path):
+    """gigatoken's encoder refuses, now and then, a call made while another thread's holds
+    it ("Already borrowed"): the call is made again, so threads never see the error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = tokenizers_under_test["qwen-ranked"]
+    encoder = fastbpe.make_encoder(tok, "auto", [], cache_dir=tmp_path, threads=2)
+    assert encoder.backend == "gigatoken"
+    texts = fastbpe.hard_strings(tok)
+    alone = [encoder._encode_ranks(t).tolist() for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            assert [r.tolist() for r in pool.map(encoder._encode_ranks, texts)] == alone
+
+
+def test_only_a_borrow_is_retried():
+    calls = []
+
+    def borrowed_once(text):
+        calls.append(text)
+        if len(calls) == 1:
+            raise RuntimeError("Already borrowed")
+        return text.upper()
+
+    assert fastbpe.retried_while_borrowed(borrowed_once)("ab") == "AB"
+    assert calls == ["ab", "ab"]
+
+    def broken(text):
+        raise RuntimeError("a panic")
+
+    with pytest.raises(RuntimeError, match="a panic"):
+        fastbpe.retried_while_borrowed(broken)("ab")
+
+
 def test_gigatoken_verdict_is_cached_apart_from_tiktokens(tokenizers_under_test, tmp_path):
     tok = tokenizers_under_test["qwen-ranked"]
     assert fastbpe.make_encoder(tok, "tiktoken", [], cache_dir=tmp_path).backend == "tiktoken"
