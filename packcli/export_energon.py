@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import Block, ExportDir, Progress, blocks, prefault, read_source, token_dtype, write_views
+from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
 
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
@@ -61,39 +61,16 @@ def _header_template() -> bytearray:
 
 
 class _TarShard:
-    """A ustar tar written a block of members at a time, with headers filled from one
-    template (tarfile builds each field in Python, at several times the cost of the data)."""
+    """A ustar tar written a block of members at a time. Its buffer keeps the bytes that
+    rows of one shape share (headers but for name, size and checksum, .npy headers,
+    padding) from one run of rows to the next, so that mostly the values are copied."""
 
     def __init__(self, path: Path, shard: int):
         self.file: BinaryIO = open(path, "wb")
         self.name, self.shard = path.name, shard
-        self.template = _header_template()
         self.buffer = np.empty(CHUNK_BYTES, dtype=np.uint8)
         self.position = 0
-
-    def member_headers(self, first_row: int, sizes: np.ndarray) -> np.ndarray:
-        """The headers of members `<key>.<column>.npy` of rows first_row, first_row + 1,
-        ... with the given sizes ([rows, columns]), all at once."""
-        n = len(sizes)
-        headers = np.empty((n, len(COLUMNS), tarfile.BLOCKSIZE), dtype=np.uint8)
-        headers[:] = np.frombuffer(bytes(self.template), dtype=np.uint8)
-        keys = np.arange(first_row, first_row + n, dtype=np.int64)
-        headers[:, :, :KEY_DIGITS] = (keys[:, None] // 10 ** np.arange(KEY_DIGITS - 1, -1, -1) % 10 + ord("0"))[
-            :, None, :
-        ]
-        for c, column in enumerate(COLUMNS):
-            suffix = np.frombuffer(f".{column}.npy".encode("ascii"), dtype=np.uint8)
-            headers[:, c, KEY_DIGITS : KEY_DIGITS + len(suffix)] = suffix
-        size_digits = _octal_digits(sizes, 11)
-        headers[:, :, 124:135] = size_digits
-        headers[:, :, 135] = 0
-        # the checksum (its own field as spaces): the template's sum with the name and size fields replaced
-        base = sum(self.template) - sum(self.template[:100]) - sum(self.template[124:136])
-        checksums = base + headers[:, :, :100].sum(axis=2, dtype=np.int64) + size_digits.sum(axis=2, dtype=np.int64)
-        headers[:, :, 148:154] = _octal_digits(checksums, 6)
-        headers[:, :, 154] = 0
-        headers[:, :, 155] = ord(" ")
-        return headers
+        self.laid_out: tuple[tuple[int, ...], int] | None = None  # shape and rows at the buffer's start
 
     def write_layout(self, layout: _Layout) -> None:
         """A block's members, laid out in the reused buffer a run of rows at a time and
@@ -106,7 +83,12 @@ class _TarShard:
                 used = 0
                 if nbytes > len(self.buffer):
                     self.buffer = np.empty(nbytes, dtype=np.uint8)
-            layout.fill(self.buffer[used : used + nbytes], a, b)
+                    self.laid_out = None
+            shape, ready = layout.shape(a), False
+            if used == 0:  # the only place a run starts twice: the shared bytes may be there already
+                ready = self.laid_out is not None and self.laid_out[0] == shape and self.laid_out[1] >= b - a
+                self.laid_out = (shape, b - a)
+            layout.fill(self.buffer[used : used + nbytes], a, b, ready)
             used += nbytes
         self._flush(used)
 
@@ -120,18 +102,21 @@ class _TarShard:
         self.file.close()
 
 
+TEMPLATE = _header_template()
+SUFFIXES = [f".{column}.npy".encode("ascii") for column in COLUMNS]
+
+
 def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: EnergonIndex | None) -> None:
-    """The block's rows as tar members, five per row: the member headers built for the
-    whole block at once, the members laid out in a reused buffer a run of rows at a time
-    (see `_Layout`) and written with one call per buffer; where each member landed goes
-    to the index."""
+    """The block's rows as tar members, five per row: what differs from row to row (names,
+    checksums, cu_seqlens, counts) computed for the whole block at once, the members laid
+    out in a reused buffer a run of rows at a time (see `_Layout`) and written with one
+    call per buffer; where each member landed goes to the index."""
     rows = block.rows
     n, seq_len = len(rows), rows.seq_len
     if block.first_row + n > 10**KEY_DIGITS:
         raise PackcliError(f"energon sample keys have {KEY_DIGITS} digits: an output of more than 10^{KEY_DIGITS} rows")
     if n == 0:
         return
-    prefault(rows.input_ids, rows.labels, rows.position_ids)
     int32 = np.dtype("<i4")
     fixed = [
         (npy_header(ids_dtype, (seq_len,)), np.ascontiguousarray(rows.input_ids, dtype=ids_dtype.newbyteorder("<"))),
@@ -155,10 +140,16 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     cu_table = np.zeros((len(cu_texts), max(map(len, cu_texts))), dtype=np.uint8)
     for k, text in enumerate(cu_texts):
         cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+    keys = np.arange(block.first_row, block.first_row + n, dtype=np.int64)
+    names = (keys[:, None] // 10 ** np.arange(KEY_DIGITS - 1, -1, -1) % 10 + ord("0")).astype(np.uint8)
+    cu_size_digits = _octal_digits(sizes[:, 3], 11)
     layout = _Layout(
-        headers=tar.member_headers(block.first_row, sizes),
+        sizes=sizes,
         member_bytes=member_bytes,
         fixed=[(np.frombuffer(h, dtype=np.uint8), np.asarray(v).reshape(n, -1).view(np.uint8)) for h, v in fixed],
+        names=names,
+        cu_size_digits=cu_size_digits,
+        checksums=_checksum_fields(names, sizes, cu_size_digits),
         cu_headers=cu_table[inverse],
         cu_lengths=cu_lengths,
         cu_values=np.ascontiguousarray(rows.cu_seqlens, dtype=int32)[rows.cu_offsets[0] : rows.cu_offsets[-1]],
@@ -168,16 +159,37 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     tar.write_layout(layout)
 
 
+def _checksum_fields(names: np.ndarray, sizes: np.ndarray, cu_size_digits: np.ndarray) -> np.ndarray:
+    """Each member header's checksum field ([rows, columns, 8]): the sum of the header's
+    bytes with the field as spaces, the template's sum with its name and size replaced."""
+    base = sum(TEMPLATE) - sum(TEMPLATE[:100]) - sum(TEMPLATE[124:136])
+    fixed = np.array(
+        [sum(suffix) + int(_octal_digits(sizes[0, c], 11).sum()) for c, suffix in enumerate(SUFFIXES)], dtype=np.int64
+    )
+    fixed[3] = sum(SUFFIXES[3])
+    totals = base + names.sum(axis=1, dtype=np.int64)[:, None] + fixed[None, :]
+    totals[:, 3] += cu_size_digits.sum(axis=1, dtype=np.int64)
+    fields = np.empty((*totals.shape, 8), dtype=np.uint8)
+    fields[..., :6] = _octal_digits(totals, 6)
+    fields[..., 6] = 0
+    fields[..., 7] = ord(" ")
+    return fields
+
+
 @dataclass
 class _Layout:
-    """A block's members, row by row: [n, columns, 512] headers, their bytes in the tar
-    (header, content, padding), the fixed columns' (.npy header, [n, bytes] values), each
-    row's cu_seqlens .npy header (left-aligned in a [n, width] table) and its length, the
-    cu_seqlens values (int32, flat) and each row's start in them, the counts ([n, 4] bytes)."""
+    """A block's members, row by row: their content sizes and bytes in the tar (header,
+    content, padding), both [rows, columns]; the fixed columns' (.npy header, [rows, bytes]
+    values); each row's name digits, cu_seqlens size field and checksum fields; each row's
+    cu_seqlens .npy header (left-aligned in a [rows, width] table) and its length, the
+    cu_seqlens values (int32, flat) and each row's start in them, the counts ([rows, 4] bytes)."""
 
-    headers: np.ndarray
+    sizes: np.ndarray
     member_bytes: np.ndarray
     fixed: list[tuple[np.ndarray, np.ndarray]]
+    names: np.ndarray
+    cu_size_digits: np.ndarray
+    checksums: np.ndarray
     cu_headers: np.ndarray
     cu_lengths: np.ndarray
     cu_values: np.ndarray
@@ -185,7 +197,7 @@ class _Layout:
     counts: np.ndarray
 
     def runs(self, most: int) -> Iterator[tuple[int, int]]:
-        """Rows [a, b) whose members all have the same sizes (most rows of a block: only
+        """Rows [a, b) whose members all take the same bytes (most rows of a block: only
         rows with a longer cu_seqlens differ), at most `most` bytes of them at a time."""
         shape = np.concatenate([self.member_bytes, self.cu_lengths[:, None]], axis=1)
         cuts = np.flatnonzero((shape[1:] != shape[:-1]).any(axis=1)) + 1
@@ -195,22 +207,47 @@ class _Layout:
             for start in range(a, b, step):
                 yield start, min(start + step, b)
 
-    def fill(self, out: np.ndarray, a: int, b: int) -> None:
-        """Rows [a, b) (members of the same sizes) into `out`, which holds exactly their bytes."""
-        k, sizes = b - a, self.member_bytes[a]
-        rows = out.reshape(k, -1)
-        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        for c in range(len(COLUMNS)):
-            rows[:, starts[c] : starts[c] + tarfile.BLOCKSIZE] = self.headers[a:b, c]
-        for c, (header, values) in enumerate(self.fixed):
+    def shape(self, row: int) -> tuple[int, ...]:
+        """What decides the bytes a run's rows share: every member's bytes, the fixed
+        columns' content sizes, the cu_seqlens header's length."""
+        return (*self.member_bytes[row].tolist(), *self.sizes[row, :3].tolist(), int(self.cu_lengths[row]))
+
+    def shared_row(self, row: int) -> np.ndarray:
+        """The bytes the rows of `row`'s shape share: headers without name and checksum
+        (cu_seqlens without its size), the fixed columns' .npy headers, zero padding, the
+        count's .npy header."""
+        starts = np.concatenate([[0], np.cumsum(self.member_bytes[row])]).tolist()
+        out = np.zeros(starts[-1], dtype=np.uint8)
+        template = np.frombuffer(bytes(TEMPLATE), dtype=np.uint8)
+        for c, suffix in enumerate(SUFFIXES):
+            at = starts[c]
+            out[at : at + tarfile.BLOCKSIZE] = template
+            out[at + KEY_DIGITS : at + KEY_DIGITS + len(suffix)] = np.frombuffer(suffix, dtype=np.uint8)
+            out[at + 124 : at + 135] = _octal_digits(self.sizes[row, c], 11)
+        for c, (header, _) in enumerate(self.fixed):
             at = starts[c] + tarfile.BLOCKSIZE
-            end = at + len(header) + values.shape[1]
-            rows[:, at : at + len(header)] = header
-            rows[:, at + len(header) : end] = values[a:b]
-            rows[:, end : starts[c + 1]] = 0
-        for c in (3, 4):  # small members: zeros first, the content over them
-            rows[:, starts[c] + tarfile.BLOCKSIZE : starts[c + 1]] = 0
+            out[at : at + len(header)] = header
+        at = starts[4] + tarfile.BLOCKSIZE
+        out[at : at + len(NPY_SCALAR)] = np.frombuffer(NPY_SCALAR, dtype=np.uint8)
+        return out
+
+    def fill(self, out: np.ndarray, a: int, b: int, ready: bool) -> None:
+        """Rows [a, b) (members of the same bytes) into `out`, which holds exactly their
+        bytes, and if `ready` already the bytes they share."""
+        k = b - a
+        rows = out.reshape(k, -1)
+        if not ready:
+            rows[:] = self.shared_row(a)
+        starts = np.concatenate([[0], np.cumsum(self.member_bytes[a])]).tolist()
+        for c in range(len(COLUMNS)):
+            rows[:, starts[c] : starts[c] + KEY_DIGITS] = self.names[a:b]
+            rows[:, starts[c] + 148 : starts[c] + 156] = self.checksums[a:b, c]
+        rows[:, starts[3] + 124 : starts[3] + 135] = self.cu_size_digits[a:b]
+        for c, (header, values) in enumerate(self.fixed):
+            at = starts[c] + tarfile.BLOCKSIZE + len(header)
+            rows[:, at : at + values.shape[1]] = values[a:b]
         at, width = starts[3] + tarfile.BLOCKSIZE, int(self.cu_lengths[a])
+        rows[:, at : starts[4]] = 0  # cu_seqlens: zeros first, the header and values over them
         rows[:, at : at + width] = self.cu_headers[a:b, :width]
         # each row's cu_seqlens values after its header: an int32 scatter (the rows are 512-byte multiples)
         counts = np.diff(self.cu_starts[a : b + 1])
@@ -218,9 +255,8 @@ class _Layout:
         out.view(np.int32)[np.repeat(first, counts) + np.arange(int(counts.sum()))] = self.cu_values[
             self.cu_starts[a] : self.cu_starts[b]
         ]
-        at = starts[4] + tarfile.BLOCKSIZE
-        rows[:, at : at + len(NPY_SCALAR)] = np.frombuffer(NPY_SCALAR, dtype=np.uint8)
-        rows[:, at + len(NPY_SCALAR) : at + len(NPY_SCALAR) + 4] = self.counts[a:b]
+        at = starts[4] + tarfile.BLOCKSIZE + len(NPY_SCALAR)
+        rows[:, at : at + 4] = self.counts[a:b]
 
 
 def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
@@ -277,7 +313,11 @@ class EnergonIndex:
         item: tuple[Any, ...] | None = ()
         try:
             writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
-            writer.db.execute("PRAGMA synchronous = OFF")  # no tar is synced either; OUT appears by rename
+            # no tar is synced either, and a failed export's OUT is removed: no journal, no syncs
+            writer.db.execute("PRAGMA synchronous = OFF")
+            writer.db.execute("PRAGMA journal_mode = OFF")
+            for statement in CREATE_INDEXES:  # built as the rows come, not after the last tar
+                writer.db.execute(statement)
             while (item := self.pending.get()) is not None:
                 _insert_block(writer.db, *item)
             writer.close()
@@ -337,6 +377,16 @@ INSERT_PARTS = (
     + _SERIES
     + f"SELECT ?2, ?3 + i / {len(COLUMNS)}, CASE i % {len(COLUMNS)} {_PART_NAMES} END, {{}}, {{}} FROM r ORDER BY i"
 ).format(*(f"CAST(substr(?4, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
+
+
+# SqliteIndexWriter.close's indexes, word for word (close finds them made): on rows that
+# arrive in key order they grow at their ends, in the thread, beside the tar writes
+CREATE_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index)",
+    "CREATE INDEX IF NOT EXISTS idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset)",
+    "CREATE INDEX IF NOT EXISTS idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, "
+    "content_byte_offset, content_byte_size)",
+)
 
 
 def _decimal_blob(*columns: np.ndarray) -> bytes:
