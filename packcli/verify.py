@@ -31,7 +31,7 @@ from packcli.grouping import group_counts, row_token_hashes
 from packcli.jit import njit
 from packcli.manifest import Manifest, ShardEntry, load_manifest
 from packcli.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
-from packcli.shards import NPY_FILES, OPTIONAL_NPY_FILES, read_group_column, read_shard
+from packcli.shards import NPY_FILES, OPTIONAL_NPY_FILES, map_npy, read_group_column, read_shard
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -524,7 +524,7 @@ def _npy_shard_maps(path: Path, seq_len: int) -> dict:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
     try:
         names = [*NPY_FILES, *(name for name in OPTIONAL_NPY_FILES if (path / name).is_file())]
-        arrays = {name[:-4]: np.asarray(np.load(path / name, mmap_mode="r")) for name in names}
+        arrays = {name[:-4]: map_npy(path / name) for name in names}
     except Exception as exc:
         raise PackcliError(
             f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"

@@ -102,3 +102,67 @@ def test_checksum_sees_a_changed_byte(tmp_path):
     data[-1] ^= 1
     path.write_bytes(bytes(data))
     assert checksum(tmp_path / info.path) != info.checksum
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=np.int32).reshape(3, 4),
+        np.arange(12, dtype=">u2").reshape(3, 4),
+        np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
+        np.zeros((0, 5), dtype=np.int32),
+        np.array(7, dtype=np.int32),
+    ],
+    ids=["int32", "big-endian", "fortran", "empty", "scalar"],
+)
+def test_map_npy_reads_what_np_load_reads(tmp_path, array):
+    from packcli.shards import map_npy
+
+    path = tmp_path / "a.npy"
+    np.save(path, array)
+    mapped = map_npy(path)
+    assert mapped.dtype == array.dtype and mapped.shape == array.shape
+    assert mapped.flags.f_contiguous == np.load(path).flags.f_contiguous
+    assert np.array_equal(mapped, array)
+    with pytest.raises(ValueError, match="read-only"):
+        mapped[...] = 0
+
+
+def test_map_npy_reads_version_2_headers(tmp_path):
+    from packcli.shards import map_npy
+
+    path = tmp_path / "a.npy"
+    with open(path, "wb") as file:
+        np.lib.format.write_array(file, np.arange(5, dtype=np.int16), version=(2, 0))
+    assert map_npy(path).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) - 3],  # cut short
+        lambda data: b"not a numpy file at all" + data,
+        lambda data: data[:20],  # the header itself cut
+    ],
+    ids=["truncated", "garbage", "header-cut"],
+)
+def test_map_npy_names_the_file_it_cannot_read(tmp_path, damage):
+    from packcli.errors import PackcliError
+    from packcli.shards import map_npy
+
+    path = tmp_path / "shard-00000" / "labels.npy"
+    path.parent.mkdir()
+    np.save(path, np.arange(10, dtype=np.int32))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(PackcliError, match=r"^shard-00000/labels\.npy: not a readable \.npy file"):
+        map_npy(path)
+
+
+def test_map_npy_refuses_object_arrays(tmp_path):
+    from packcli.errors import PackcliError
+    from packcli.shards import map_npy
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.array([1, "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(PackcliError, match="object arrays"):
+        map_npy(path)
