@@ -4,15 +4,23 @@ output directory that appears only when complete.
 An export writes into a hidden sibling (`.OUT.packcli-tmp`) and renames it to OUT at the
 end, so OUT never holds half an export. An existing OUT that is not empty is refused
 unless `overwrite`; then it is moved aside, replaced, and removed.
+
+On an object store there is no rename: OUT is built in a local temporary directory and
+uploaded when complete, file by file, the files a reader opens first last (each export
+says which), so an upload cut short leaves no OUT its reader takes for whole. A source on
+an object store is fetched into a local temporary directory first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import operator
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from packcli import storage
 from packcli.errors import PackcliError
 from packcli.manifest import Manifest, load_manifest
 from packcli.outdir import remove_path
@@ -114,15 +123,40 @@ def write_views(fd: int, views: list[Any]) -> None:
                 rest = rest[os.write(fd, rest) :]
 
 
-class ExportDir:
-    """OUT written under a temporary name and renamed when the `with` body completes."""
+Export = Callable[..., dict[str, Any]]
 
-    def __init__(self, out: Path | str, overwrite: bool):
+
+def fetching_source(export: Export) -> Export:
+    """`export(source, out, ...)` with a source on an object store fetched to a local
+    temporary directory for the export (and removed after); a local source as it is."""
+
+    @functools.wraps(export)
+    def run(source: Path | str, out: Path | str, **options: Any) -> dict[str, Any]:
+        with storage.fetched_output(str(source)) as local:
+            return export(local, out, **options)
+
+    return run
+
+
+class ExportDir:
+    """OUT written under a temporary name and renamed when the `with` body completes; on an
+    object store, built locally and uploaded when the body completes, the files `last`
+    ranks highest at the end (a relative path -> its rank; 0 for most)."""
+
+    def __init__(self, out: Path | str, overwrite: bool, last: Callable[[str], int] = lambda name: 0):
+        self.remote = storage.RemoteDir(str(out)) if storage.is_remote(str(out)) else None
         self.out = Path(out)
         self.overwrite = overwrite
+        self.last = last
         self.tmp = self.out.parent / f".{self.out.name}.packcli-tmp"
 
     def __enter__(self) -> Path:
+        if self.remote is not None:
+            if self.remote.names() and not self.overwrite:
+                raise PackcliError(f"output {self.remote} is not empty; pass --overwrite to replace it")
+            self.tmp = Path(tempfile.mkdtemp(prefix="packcli-export-")) / "out"
+            self.tmp.mkdir()
+            return self.tmp
         if self.out.exists() and not self.out.is_dir():
             raise PackcliError(f"output {self.out} exists and is not a directory")
         if self.out.is_dir() and any(self.out.iterdir()) and not self.overwrite:
@@ -137,6 +171,13 @@ class ExportDir:
         return self.tmp
 
     def __exit__(self, kind, value, traceback) -> None:
+        if self.remote is not None:
+            try:
+                if kind is None:
+                    self._upload(self.remote)
+            finally:
+                shutil.rmtree(self.tmp.parent, ignore_errors=True)
+            return
         if kind is not None:
             remove_path(self.tmp)
             return
@@ -146,6 +187,15 @@ class ExportDir:
             os.replace(self.out, old)
         os.replace(self.tmp, self.out)
         remove_path(old)
+
+    def _upload(self, remote: storage.RemoteDir) -> None:
+        """The old OUT's objects removed (only with --overwrite, after the export succeeded),
+        then every file, in the order `last` gives."""
+        for name in remote.names():
+            remote.remove(name)
+        files = sorted(path.relative_to(self.tmp).as_posix() for path in self.tmp.rglob("*") if path.is_file())
+        for name in sorted(files, key=lambda name: (self.last(name), name)):
+            remote.put(self.tmp / name, name)
 
 
 def summary_line(summary: dict[str, Any]) -> str:

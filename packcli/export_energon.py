@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import Block, ExportDir, Progress, blocks, read_source, token_dtype, write_views
+from packcli.export import Block, ExportDir, Progress, blocks, fetching_source, read_source, token_dtype, write_views
 
 COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
@@ -460,6 +460,7 @@ def prepare_with_energon(directory: Path, tars: list[str]) -> None:
     (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
 
 
+@fetching_source
 def export_energon(
     source: Path | str, out: Path | str, *, overwrite: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -469,7 +470,7 @@ def export_energon(
     direct = writes_index_directly()
     rows = tokens = 0
     tars: list[str] = []
-    with ExportDir(out, overwrite) as tmp:
+    with ExportDir(out, overwrite, last=_upload_rank) as tmp:
         identity = [*COLUMNS, ids_dtype.str, *(entry["checksum"] for entry in manifest["shards"])]
         index = EnergonIndex(tmp, identity) if direct else None
         tar: _TarShard | None = None
@@ -496,6 +497,12 @@ def export_energon(
         else:
             prepare_with_energon(tmp, tars)
     return {"format": "energon", "out": str(out), "rows": rows, "real_tokens": tokens, "files": len(tars), "notes": []}
+
+
+def _upload_rank(name: str) -> int:
+    """On an object store the tars go first, then `.nv-meta/`, `dataset.yaml` (what energon
+    opens first) last."""
+    return 2 if name == ".nv-meta/dataset.yaml" else int(name.startswith(".nv-meta/"))
 
 
 def _close_tar(tar: _TarShard, index: EnergonIndex | None) -> None:

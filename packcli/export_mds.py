@@ -23,7 +23,18 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, needs_extra
-from packcli.export import IOV_MAX, Block, ExportDir, Progress, blocks, prefault, read_source, token_dtype, write_views
+from packcli.export import (
+    IOV_MAX,
+    Block,
+    ExportDir,
+    Progress,
+    blocks,
+    fetching_source,
+    prefault,
+    read_source,
+    token_dtype,
+    write_views,
+)
 from packcli.manifest import Manifest
 
 COMPRESSIONS = ("zstd", "br", "gz", "snappy", "bz2")
@@ -324,6 +335,7 @@ class _ShardCutter:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+@fetching_source
 def export_mds(
     source: Path | str,
     out: Path | str,
@@ -341,7 +353,7 @@ def export_mds(
     base = streaming_base()
     ids_dtype = token_dtype(manifest)
     rows = tokens = 0
-    with ExportDir(out, overwrite) as tmp:
+    with ExportDir(out, overwrite, last=lambda name: int(name == "index.json")) as tmp:
         with base.MDSWriter(
             out=str(tmp),
             columns=mds_columns(manifest),

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.export import ExportDir, Progress, read_source, token_dtype
+from packcli.export import ExportDir, Progress, fetching_source, read_source, token_dtype
 from packcli.export_tokens import TokenBlock, token_blocks
 from packcli.rows import IGNORE_INDEX
 
@@ -51,6 +51,7 @@ class _TokenFile:
                 f.close()
 
 
+@fetching_source
 def export_nanotron(
     source: Path | str, out: Path | str, *, overwrite: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def export_nanotron(
     documents = tokens = 0
     shards: list[int] = []
     current: _TokenFile | None = None
-    with ExportDir(out, overwrite) as tmp:
+    with ExportDir(out, overwrite, last=lambda name: int(name.endswith(".ds"))) as tmp:
         try:
             for block in token_blocks(source, manifest, labels=with_loss, progress=progress):
                 if current is None or block.shard != shards[-1]:
