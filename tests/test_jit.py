@@ -14,7 +14,7 @@ import pytest
 from numba.core.caching import FunctionCache
 
 from packcli import jit
-from packcli.jit import _RuntimeOnlyCache, njit
+from packcli.jit import njit, runtime_only_cache
 from tests import test_kernels, test_kernels_improve, test_rows
 from tests.naive import REFERENCES
 
@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import json, sys
 import numpy as np
-from numba import njit
 from packcli import jit
 jit.SMALL_WORK = int(sys.argv[1])
 from packcli.kernels import pack_lengths
@@ -35,9 +34,14 @@ from packcli.kernels_fit import _bfd_kernel, _ff_kernel, _nf_kernel
 
 lengths = [5, 9, 3, 7, 7, 2, 10, 1, 4, 6]
 placed = {a: pack_lengths(lengths, 12, a) for a in ("nf", "ff", "bfd")}
+numba = "numba" in sys.modules
 registries = "numba.misc.cffiimpl" in sys.modules  # only numba's target refresh imports it
 arrays = "numba.np.arrayobj" in sys.modules  # what loading a kernel imports
-hits = sum(sum(k.stats.cache_hits.values()) for k in (_bfd_kernel, _ff_kernel, _nf_kernel))
+hits = sum(sum(k.stats.cache_hits.values()) for k in (_bfd_kernel, _ff_kernel, _nf_kernel)) if numba else 0
+# what the packcli modules' names are now: lazy until the first compiled use, numba's after
+lazy = [isinstance(sys.modules["packcli.kernels_fit"]._bfd_kernel, jit.LazyKernel),
+        isinstance(sys.modules["packcli.kernels_bitset"].trailing_zeros, jit.NumbaName)]
+from numba import njit
 
 
 @njit
@@ -48,7 +52,7 @@ def fresh(values):
 print(json.dumps({
     "placed": {a: [p.row.tolist(), p.offset.tolist(), p.n_rows] for a, p in placed.items()},
     "registries": registries, "hits": hits, "fresh": float(fresh(np.array([3, 4]))),
-    "arrays": arrays,
+    "arrays": arrays, "numba": numba, "lazy": lazy,
 }))
 """
 
@@ -90,8 +94,8 @@ def test_njit_with_cache_loads_through_the_runtime_only_cache():
         return 2 * x
 
     cached, uncached = njit(cache=True)(double), njit()(double)
-    assert type(cached._cache) is _RuntimeOnlyCache
-    assert type(uncached._cache) is not _RuntimeOnlyCache
+    assert type(cached._cache) is runtime_only_cache()
+    assert type(uncached._cache) is not runtime_only_cache()
     assert not isinstance(uncached._cache, FunctionCache)
     assert cached(21) == uncached(21) == 42
 
@@ -107,13 +111,16 @@ def test_kernels_loaded_from_the_cache_skip_the_refresh_and_agree_with_the_refer
     _run(-1)
     loaded = _run(-1)
     assert loaded["hits"] == 3
+    assert loaded["lazy"] == [False, False]  # every module's names rebound to numba's objects
     assert loaded["registries"] is False
     _assert_references(loaded["placed"])
     assert loaded["fresh"] == 12.0
 
 
-def test_a_small_run_loads_no_kernel():
+def test_a_small_run_loads_no_kernel_and_does_not_import_numba():
     small = _run(1 << 20)  # SMALL_WORK is -1 in this process (conftest)
+    assert small["numba"] is False  # not even imported
+    assert small["lazy"] == [True, True]
     assert small["hits"] == 0
     assert small["arrays"] is False
     _assert_references(small["placed"])
