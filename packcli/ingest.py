@@ -277,21 +277,24 @@ def worker_processes(opts: PackOptions, backend: str) -> int:
     return count if count > 1 and can_fork() else 0
 
 
-def workers_used(opts: PackOptions, processes: int) -> dict[str, Any]:
-    """For the report: what tokenized (nothing does for token ids given as input)."""
+def workers_used(opts: PackOptions, processes: int, one_batch: bool = False) -> dict[str, Any]:
+    """For the report: what tokenized (nothing does for token ids given as input; one
+    thread for an input of one batch where processes would have)."""
     if processes:
         return {"kind": "processes", "count": processes}
     if opts.input_kind == "ids":
         return {"kind": "none", "count": 0}
-    return {"kind": "threads", "count": worker_count(opts)}
+    return {"kind": "threads", "count": 1 if one_batch else worker_count(opts)}
 
 
 class TokenStream:
     """(record batch, sequence batch) pairs in input order.
 
     Created before the output directory is touched: it reads the first batch and picks
-    the tokenizer backend on it, so a refusal leaves the output as it was. Iterating
-    forks the workers (before any thread of ours starts) and starts the threads."""
+    the tokenizer backend on it, so a refusal leaves the output as it was. Where worker
+    processes would tokenize, it reads the second batch too: an input of one batch is
+    tokenized here, with no fork. Iterating forks the workers (before any thread of ours
+    starts) and starts the threads."""
 
     def __init__(
         self,
@@ -326,6 +329,13 @@ class TokenStream:
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
                     choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
             self.processes = worker_processes(opts, setup.backend)
+            self.second = None
+            if self.processes and self.first is not None:
+                with timer.stage("read"):
+                    self.second = next(self.records, None)
+                if self.second is None:  # one batch in all: a worker would run it alone, after a fork
+                    self.processes = 0
+            self.workers = workers_used(opts, self.processes, one_batch=forking and not self.processes)
         except BaseException:
             self.cleanup.close()
             raise
@@ -338,7 +348,8 @@ class TokenStream:
             self.cleanup.callback(pool.close)
         batches = prefetch(timer.timed_iter("read", self.records))
         self.cleanup.callback(batches.close)
-        with_first = itertools.chain([] if self.first is None else [self.first], batches)
+        read_ahead = [batch for batch in (self.first, self.second) if batch is not None]
+        with_first = itertools.chain(read_ahead, batches)
 
         def here() -> Iterator[
             tuple[RecordBatch, SequenceBatch]

@@ -26,7 +26,7 @@ from packcli import spill as spilling
 from packcli.errors import PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
 from packcli.grouping import GroupTable, group_entries, load_group_ids, save_group_ids
-from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers, workers_used
+from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
@@ -129,7 +129,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
                 outcome = execute_ray(job, paths, timer, progress)
             else:
                 outcome = _execute(job, stream, bad, paths, timer, progress)
-            report = _report(job, outcome, stream.processes, timer, time.perf_counter() - started)
+            report = _report(job, outcome, stream.workers, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
     finally:
@@ -551,7 +551,7 @@ def bad_dict(bad: BadRecords | None) -> BadRecordCounts:
     }
 
 
-def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: float) -> Report:
+def _report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer, total: float) -> Report:
 
     opts, counts = job.opts, outcome.counts
     summary = outcome.stats.summary()
@@ -566,7 +566,7 @@ def _report(job: Job, outcome: Outcome, processes: int, timer: Timer, total: flo
         no_packing=no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], opts.seq_len),
         counts=counts,
         bad=outcome.bad,
-        workers=workers_used(opts, processes),
+        workers=workers,
         remainder_tokens=outcome.remainder_tokens,
         buffer=buffer,
         spill={"bytes": job.spill_bytes, "reused": job.spill_reused, "tmp_dir": opts.tmp_dir},

@@ -194,3 +194,28 @@ def test_tiktoken_shards_are_byte_identical_to_hf_shards(tmp_path, packed, optio
     backends = {b: json.loads((outs[b] / "report.json").read_text())["tokenizer_backend"] for b in outs}
     assert backends == {"hf": "hf", "auto": "tiktoken"}
     assert_same_files(outs["hf"], outs["auto"], ignore=("report.json", "manifest.json", ".packcli-run.json"))
+
+
+def test_an_input_of_one_batch_is_tokenized_here_without_forking(tmp_path, packed, monkeypatch):
+    """Under READ_BATCH records there is one batch in all: no worker could share it, so none
+    is forked, and the shards are those of more workers' runs; two batches fork."""
+    from packcli import ingest
+
+    pools: list[int] = []
+
+    class CountedPool(WorkerPool):
+        def __init__(self, build, workers):
+            pools.append(workers)
+            super().__init__(build, workers)
+
+    monkeypatch.setattr(ingest, "WorkerPool", CountedPool)
+    path = write_jsonl(tmp_path / "in.jsonl", _records("text", ingest.READ_BATCH - 1))
+    common = ("--tokenizer", "packcli:demo", "--seq-len", 256)
+    one, two = packed(path, *common, "--workers", 1), packed(path, *common, "--workers", 2)
+    assert_same_files(one, two, ignore=("report.json",))
+    assert json.loads((two / "report.json").read_text())["workers"] == {"kind": "threads", "count": 1}
+    assert pools == []
+    longer = write_jsonl(tmp_path / "longer.jsonl", _records("text", ingest.READ_BATCH + 1))
+    out = packed(longer, *common, "--workers", 2)
+    assert pools == [2]
+    assert json.loads((out / "report.json").read_text())["workers"] == {"kind": "processes", "count": 2}
