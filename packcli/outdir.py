@@ -192,15 +192,25 @@ def save_run(out_dir: Path, identity: Json) -> None:
 
 def check_resumable(out_dir: Path, identity: Json) -> None:
     """Refuse, naming the first difference, unless this is the interrupted run's job."""
+    path = out_dir / RUN_FILE
+    check_run_record(
+        identity, str(out_dir), str(path), path.is_file, lambda: json.loads(path.read_text(encoding="utf-8"))
+    )
+
+
+def check_run_record(
+    identity: Json, where: str, record: str, exists: Callable[[], bool], read: Callable[[], Json]
+) -> None:
+    """check_resumable for an output anywhere: `where` the output and `record` its run
+    record as messages name them, `exists` and `read` the record's."""
     if any(entry.get("path") == "-" for entry in identity["inputs"]):
         raise PackcliError("--resume cannot check input read from stdin; give the input as files")
-    path = out_dir / RUN_FILE
-    if not path.is_file():
-        raise PackcliError(f"cannot resume: {out_dir} holds no record of an interrupted packcli run")
+    if not exists():
+        raise PackcliError(f"cannot resume: {where} holds no record of an interrupted packcli run")
     try:
-        previous = json.loads(path.read_text(encoding="utf-8"))
+        previous = read()
     except (ValueError, OSError) as exc:
-        raise PackcliError(f"cannot resume: {path} is unreadable ({exc})") from exc
+        raise PackcliError(f"cannot resume: {record} is unreadable ({exc})") from exc
     compare_runs(previous, identity)
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from packcli import outdir, storage
-from packcli.errors import PackcliError
 from packcli.shards import NPY_FILES, ShardInfo
 
 Json = dict[str, Any]
@@ -32,15 +31,13 @@ def prepare(remote: storage.RemoteDir, staging: Path, identity: Json, overwrite:
 
 
 def check_resumable(remote: storage.RemoteDir, identity: Json) -> None:
-    if any(entry.get("path") == "-" for entry in identity["inputs"]):
-        raise PackcliError("--resume cannot check input read from stdin; give the input as files")
-    if not remote.exists(outdir.RUN_FILE):
-        raise PackcliError(f"cannot resume: {remote} holds no record of an interrupted packcli run")
-    try:
-        previous = remote.read_json(outdir.RUN_FILE)
-    except (ValueError, OSError) as exc:
-        raise PackcliError(f"cannot resume: {remote}/{outdir.RUN_FILE} is unreadable ({exc})") from exc
-    outdir.compare_runs(previous, identity)
+    outdir.check_run_record(
+        identity,
+        str(remote),
+        f"{remote}/{outdir.RUN_FILE}",
+        lambda: remote.exists(outdir.RUN_FILE),
+        lambda: remote.read_json(outdir.RUN_FILE),
+    )
 
 
 def _complete(remote: storage.RemoteDir, name: str, fmt: str) -> bool:

@@ -69,3 +69,24 @@ def test_concat_windows_give_the_rows_of_one_plan(tmp_path, packed, word_tokeniz
         windowed, _ = load_rows(packed(path, *options, "--buffer-size", size))
         for name in ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments"):
             assert getattr(windowed, name).tolist() == getattr(whole, name).tolist(), (size, name)
+
+
+def test_resume_refuses_without_a_readable_run_record(tmp_path):
+    from packcli.outdir import RUN_FILE, check_resumable, run_identity, save_run
+
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": "one two"}])
+    identity = run_identity({"seq_len": 8}, [str(path)], "tok", "1.0")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(PackcliError, match=f"cannot resume: {out} holds no record of an interrupted packcli run"):
+        check_resumable(out, identity)
+    (out / RUN_FILE).write_text("{not json")
+    with pytest.raises(PackcliError, match=f"cannot resume: {out / RUN_FILE} is unreadable"):
+        check_resumable(out, identity)
+    save_run(out, identity)
+    check_resumable(out, identity)  # the same job: no refusal
+    with pytest.raises(PackcliError, match="refusing to resume"):
+        check_resumable(out, run_identity({"seq_len": 16}, [str(path)], "tok", "1.0"))
+    stdin = run_identity({"seq_len": 8}, ["-"], "tok", "1.0")
+    with pytest.raises(PackcliError, match="cannot check input read from stdin"):
+        check_resumable(out, stdin)

@@ -91,6 +91,18 @@ def test_a_non_empty_remote_output_needs_overwrite_or_resume(s3_server, corpus, 
     assert again["rows"] == first["rows"]
 
 
+def test_resume_needs_the_remote_run_record(s3_server, corpus, word_tokenizer):
+    """A non-empty remote output without a readable run record is not resumed (an empty
+    one is a fresh run)."""
+    out = f"s3://{BUCKET}/never-run"
+    s3_server.put_object(Bucket=BUCKET, Key="never-run/stray.txt", Body=b"not packcli's")
+    with pytest.raises(PackcliError, match=f"cannot resume: {out} holds no record of an interrupted packcli run"):
+        _pack([f"s3://{BUCKET}/in/a.jsonl"], out, word_tokenizer, resume=True)
+    s3_server.put_object(Bucket=BUCKET, Key="never-run/.packcli-run.json", Body=b"{not json")
+    with pytest.raises(PackcliError, match=f"cannot resume: {out}/.packcli-run.json is unreadable"):
+        _pack([f"s3://{BUCKET}/in/a.jsonl"], out, word_tokenizer, resume=True)
+
+
 def test_resume_keeps_uploaded_shards_and_gives_the_same_bytes(s3_server, corpus, word_tokenizer, tmp_path):
     """An interrupted remote run: the manifest and the last shards are gone; --resume
     uploads what is missing, leaves the uploaded shards alone, and the output equals an
