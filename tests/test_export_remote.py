@@ -1,10 +1,11 @@
 """Exports to and from an object store (a local moto server): OUT holds the bytes a local
 export writes, the file each reader opens first arrives last, a non-empty OUT needs
---overwrite, a failed export leaves OUT as it was; and each stack's own reader takes
-the export straight from the store where it can."""
+--overwrite, a failed export leaves OUT as it was; and each stack's own reader (streaming,
+energon, datatrove) takes the export straight from the store."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -97,6 +98,39 @@ def test_datatrove_reads_a_nanotron_export_from_the_store(s3_server, tmp_path, s
     remote = DatatroveFolderDataset(f"s3://{BUCKET}/nanotron-read", seq_len=7, token_size=2)
     assert len(remote) == len(local) > 0
     assert all(remote[i]["input_ids"].tolist() == local[i]["input_ids"].tolist() for i in range(len(local)))
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_energon_reads_an_energon_export_from_the_store(s3_server, tmp_path, source, cli, monkeypatch):
+    """Through a multi-storage-client profile for the bucket (`msc://PROFILE/PATH`), as
+    energon reads object stores."""
+    from test_export_energon import assert_same_rows, read_back
+
+    config = {
+        "profiles": {
+            "store": {
+                "storage_provider": {
+                    "type": "s3",
+                    "options": {
+                        "base_path": BUCKET,
+                        "endpoint_url": os.environ["AWS_ENDPOINT_URL"],
+                        "region_name": os.environ["AWS_DEFAULT_REGION"],
+                    },
+                },
+                "credentials_provider": {
+                    "type": "S3Credentials",
+                    "options": {
+                        "access_key": os.environ["AWS_ACCESS_KEY_ID"],
+                        "secret_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+                    },
+                },
+            }
+        }
+    }
+    (tmp_path / "msc.json").write_text(json.dumps(config))
+    monkeypatch.setenv("MSC_CONFIG", str(tmp_path / "msc.json"))
+    export_ok(cli, "energon", source, f"s3://{BUCKET}/energon-read")
+    assert_same_rows(read_back("msc://store/energon-read"), source, np.uint16)
 
 
 def test_a_non_empty_remote_out_needs_overwrite_and_is_then_replaced_whole(s3_server, source, cli):
