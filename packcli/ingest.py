@@ -263,7 +263,7 @@ def worker_count(opts: PackOptions) -> int:
     return opts.workers if opts.workers is not None else available_cores()
 
 
-def worker_processes(opts: PackOptions, backend: str) -> int:
+def worker_processes(opts: PackOptions) -> int:
     """How many tokenizer processes to fork, or 0 to tokenize in this process.
 
     Processes for every backend: tiktoken and chat templates hold the GIL for much of
@@ -277,14 +277,14 @@ def worker_processes(opts: PackOptions, backend: str) -> int:
     return count if count > 1 and can_fork() else 0
 
 
-def workers_used(opts: PackOptions, processes: int, one_batch: bool = False) -> dict[str, Any]:
-    """For the report: what tokenized (nothing does for token ids given as input; one
-    thread for an input of one batch where processes would have)."""
+def workers_used(opts: PackOptions, processes: int, threads: int | None) -> dict[str, Any]:
+    """For the report: what tokenized (nothing does for token ids given as input; else the
+    processes, or the threads the encoder was given, None meaning --workers')."""
     if processes:
         return {"kind": "processes", "count": processes}
     if opts.input_kind == "ids":
         return {"kind": "none", "count": 0}
-    return {"kind": "threads", "count": 1 if one_batch else worker_count(opts)}
+    return {"kind": "threads", "count": threads if threads is not None else worker_count(opts)}
 
 
 class TokenStream:
@@ -322,20 +322,20 @@ class TokenStream:
                 sections=sections,
             )
             self.cleanup.callback(self.records.close)
-            forking = worker_processes(opts, "tiktoken") > 0  # if the backend turns out to be tiktoken
+            self.processes = worker_processes(opts)
+            threads = 1 if self.processes else opts.workers  # a worker's encoder, or this process's
             with timer.stage("read"):
                 self.first = next(self.records, None)
             with timer.stage("tokenize"):
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
-                    choose_backend(opts, setup, self.first, threads=1 if forking else opts.workers)
-            self.processes = worker_processes(opts, setup.backend)
+                    choose_backend(opts, setup, self.first, threads=threads)
             self.second = None
             if self.processes and self.first is not None:
                 with timer.stage("read"):
                     self.second = next(self.records, None)
                 if self.second is None:  # one batch in all: a worker would run it alone, after a fork
                     self.processes = 0
-            self.workers = workers_used(opts, self.processes, one_batch=forking and not self.processes)
+            self.workers = workers_used(opts, self.processes, threads)
         except BaseException:
             self.cleanup.close()
             raise
