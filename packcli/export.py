@@ -193,7 +193,7 @@ class ExportDir:
         then every file, in the order `last` gives."""
         for name in remote.names():
             remote.remove(name)
-        files = sorted(path.relative_to(self.tmp).as_posix() for path in self.tmp.rglob("*") if path.is_file())
+        files = [path.relative_to(self.tmp).as_posix() for path in self.tmp.rglob("*") if path.is_file()]
         for name in sorted(files, key=lambda name: (self.last(name), name)):
             remote.put(self.tmp / name, name)
 

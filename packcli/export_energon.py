@@ -102,8 +102,8 @@ class _TarShard:
         self.file.close()
 
 
-TEMPLATE = _header_template()
-SUFFIXES = [f".{column}.npy".encode("ascii") for column in COLUMNS]
+TEMPLATE = np.frombuffer(bytes(_header_template()), dtype=np.uint8)
+SUFFIXES = [np.frombuffer(f".{column}.npy".encode("ascii"), dtype=np.uint8) for column in COLUMNS]
 
 
 def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: EnergonIndex | None) -> None:
@@ -142,14 +142,14 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
         cu_table[k, : len(text)] = np.frombuffer(text, dtype=np.uint8)
     keys = np.arange(block.first_row, block.first_row + n, dtype=np.int64)
     names = (keys[:, None] // 10 ** np.arange(KEY_DIGITS - 1, -1, -1) % 10 + ord("0")).astype(np.uint8)
-    cu_size_digits = _octal_digits(sizes[:, 3], 11)
+    size_digits = _octal_digits(sizes, 11)
     layout = _Layout(
         sizes=sizes,
         member_bytes=member_bytes,
         fixed=[(np.frombuffer(h, dtype=np.uint8), np.asarray(v).reshape(n, -1).view(np.uint8)) for h, v in fixed],
         names=names,
-        cu_size_digits=cu_size_digits,
-        checksums=_checksum_fields(names, sizes, cu_size_digits),
+        cu_size_digits=size_digits[:, 3],
+        checksums=_checksum_fields(names, size_digits),
         cu_headers=cu_table[inverse],
         cu_lengths=cu_lengths,
         cu_values=np.ascontiguousarray(rows.cu_seqlens, dtype=int32)[rows.cu_offsets[0] : rows.cu_offsets[-1]],
@@ -159,16 +159,12 @@ def _write_block(tar: _TarShard, block: Block, ids_dtype: np.dtype, index: Energ
     tar.write_layout(layout)
 
 
-def _checksum_fields(names: np.ndarray, sizes: np.ndarray, cu_size_digits: np.ndarray) -> np.ndarray:
+def _checksum_fields(names: np.ndarray, size_digits: np.ndarray) -> np.ndarray:
     """Each member header's checksum field ([rows, columns, 8]): the sum of the header's
     bytes with the field as spaces, the template's sum with its name and size replaced."""
-    base = sum(TEMPLATE) - sum(TEMPLATE[:100]) - sum(TEMPLATE[124:136])
-    fixed = np.array(
-        [sum(suffix) + int(_octal_digits(sizes[0, c], 11).sum()) for c, suffix in enumerate(SUFFIXES)], dtype=np.int64
-    )
-    fixed[3] = sum(SUFFIXES[3])
-    totals = base + names.sum(axis=1, dtype=np.int64)[:, None] + fixed[None, :]
-    totals[:, 3] += cu_size_digits.sum(axis=1, dtype=np.int64)
+    base = int(TEMPLATE.sum()) - int(TEMPLATE[:100].sum()) - int(TEMPLATE[124:136].sum())
+    suffixes = np.array([int(suffix.sum()) for suffix in SUFFIXES], dtype=np.int64)
+    totals = base + names.sum(axis=1, dtype=np.int64)[:, None] + suffixes + size_digits.sum(axis=2, dtype=np.int64)
     fields = np.empty((*totals.shape, 8), dtype=np.uint8)
     fields[..., :6] = _octal_digits(totals, 6)
     fields[..., 6] = 0
@@ -218,11 +214,10 @@ class _Layout:
         count's .npy header."""
         starts = np.concatenate([[0], np.cumsum(self.member_bytes[row])]).tolist()
         out = np.zeros(starts[-1], dtype=np.uint8)
-        template = np.frombuffer(bytes(TEMPLATE), dtype=np.uint8)
         for c, suffix in enumerate(SUFFIXES):
             at = starts[c]
-            out[at : at + tarfile.BLOCKSIZE] = template
-            out[at + KEY_DIGITS : at + KEY_DIGITS + len(suffix)] = np.frombuffer(suffix, dtype=np.uint8)
+            out[at : at + tarfile.BLOCKSIZE] = TEMPLATE
+            out[at + KEY_DIGITS : at + KEY_DIGITS + len(suffix)] = suffix
             out[at + 124 : at + 135] = _octal_digits(self.sizes[row, c], 11)
         for c, (header, _) in enumerate(self.fixed):
             at = starts[c] + tarfile.BLOCKSIZE
