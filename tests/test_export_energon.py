@@ -200,24 +200,28 @@ def random_rows(seed: int, n: int, seq_len: int, most_segments: int):
     n=st.integers(1, 40),
     seq_len=st.sampled_from([1, 3, 16, 200]),
     most_segments=st.sampled_from([1, 5, 130, 400]),
-    first_row=st.integers(0, 10**10 - 41),
+    first_row=st.integers(0, 10**10 - 81),
 )
 @settings(max_examples=60, deadline=None)
 def test_tar_members_are_what_tarfile_writes(tmp_path_factory, seed, n, seq_len, most_segments, first_row):
-    """A block's members, laid out a run of equal-sized rows at a time (cu_seqlens of
-    different member sizes split the runs; a small buffer splits them further), against
-    tarfile writing each row's np.save bytes."""
+    """Two blocks' members in one tar, laid out a run of equal-sized rows at a time
+    (cu_seqlens of different member sizes split the runs; a small buffer splits them
+    further; the bytes rows of one shape share stay in the buffer from run to run and
+    from block to block), against tarfile writing each row's np.save bytes."""
     from naive_tar import naive_members
 
     from packcli import export_energon as module
     from packcli.export import Block
 
-    rows = random_rows(seed, n, seq_len, most_segments)
+    first, second = random_rows(seed, n, seq_len, most_segments), random_rows(seed + 1, n, seq_len, most_segments)
     path = tmp_path_factory.mktemp("tar") / "shard.tar"
     tar = module._TarShard(path, 0)
     tar.buffer = np.empty(1 << 14, dtype=np.uint8)  # smaller than some rows: the buffer grows
-    block = Block(0, first_row, rows, np.zeros(n, dtype=np.int64))
     with mock.patch.object(module, "CHUNK_BYTES", 1 << 15):
-        module._write_block(tar, block, np.dtype(np.uint16), None)
+        module._write_block(tar, Block(0, first_row, first, np.zeros(n, dtype=np.int64)), np.dtype(np.uint16), None)
+        module._write_block(
+            tar, Block(0, first_row + n, second, np.zeros(n, dtype=np.int64)), np.dtype(np.uint16), None
+        )
     tar.file.close()
-    assert path.read_bytes() == naive_members(rows, first_row, np.uint16)
+    expected = naive_members(first, first_row, np.uint16) + naive_members(second, first_row + n, np.uint16)
+    assert path.read_bytes() == expected
