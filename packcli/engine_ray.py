@@ -264,7 +264,8 @@ def spill_part(
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
     paths = [part.path]
     stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
-    writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), setup.builder.labels != "text")
+    masked = setup.builder.labels != "text"
+    writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), masked, durable=True)  # nodes come and go
     groups = GroupTable(opts.group_by) if opts.group_by is not None else None
     try:
         segmenter = pipeline.make_segmenter(opts, setup, counts, groups)

@@ -8,6 +8,13 @@ are then gathered from the files block by block.
 
 A spill is complete when `complete.json` exists (written last, atomically); `--resume`
 reuses a complete spill whose run identity matches and skips reading and tokenizing.
+
+Where the kernel names its boot (Linux), the spill is not fsynced: a process killed or
+stopped leaves its written pages in the page cache, where the next run reads them, and
+only a reboot can lose them. The record keeps the boot's id, and a spill from another
+boot is not reused. The spill is removed as soon as its rows are gathered, mostly before
+its pages are written back, so its gigabytes need not reach the disk at all. Elsewhere
+it is fdatasynced as it is written.
 """
 
 from __future__ import annotations
@@ -31,6 +38,15 @@ LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
 COMPLETE_FILE = "complete.json"
 SYNC_BYTES = 64 << 20  # written bytes between two background fdatasyncs
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot's id, or None where the system does not say (the spill is then fsynced)."""
+    try:
+        return BOOT_ID_FILE.read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
 
 
 def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -45,7 +61,9 @@ def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class SpillWriter:
     """Appends segments to a spill directory; `finish` makes it complete."""
 
-    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool):
+    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool, durable: bool = False):
+        """`durable`: fsync the spill even where the boot has an id (a spill that another
+        machine may resume from, after this one is gone)."""
         self.directory = Path(directory)
         self.token_dtype, self.masked = np.dtype(token_dtype), masked
         remove_spill(self.directory)
@@ -56,8 +74,10 @@ class SpillWriter:
         self._lengths: list[np.ndarray] = []
         self.tokens = 0
         self.sequences = 0
-        # The spill goes to disk while it is written, not all at once in `finish`: its final
-        # fsync would otherwise wait for the whole file (seconds per GB) before any row is built.
+        self.boot = None if durable else boot_id()
+        # Without a boot id the spill goes to disk while it is written, not all at once in
+        # `finish`: its final fsync would otherwise wait for the whole file (seconds per GB)
+        # before any row is built.
         self._syncing: ThreadPoolExecutor | None = None
         self._sync: Future[None] | None = None
         self._unsynced = 0
@@ -73,9 +93,10 @@ class SpillWriter:
         self._lengths.append(np.asarray(lengths, dtype=np.int64))
         self.tokens += len(tokens)
         self.sequences += len(lengths)
-        self._unsynced += len(tokens) * self.token_dtype.itemsize
-        if self._unsynced >= SYNC_BYTES and (self._sync is None or self._sync.done()):
-            self._start_sync()
+        if self.boot is None:
+            self._unsynced += len(tokens) * self.token_dtype.itemsize
+            if self._unsynced >= SYNC_BYTES and (self._sync is None or self._sync.done()):
+                self._start_sync()
 
     def _start_sync(self) -> None:
         """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
@@ -106,7 +127,8 @@ class SpillWriter:
         for f in (self._tokens, self._learned):
             if f is not None:
                 f.flush()
-                os.fsync(f.fileno())
+                if self.boot is None:
+                    os.fsync(f.fileno())
                 f.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int64)
         self._lengths = [lengths]
@@ -116,6 +138,7 @@ class SpillWriter:
             "masked": self.masked,
             "tokens": self.tokens,
             "sequences": self.sequences,
+            "boot_id": self.boot,
             **meta,
         }
         tmp = self.directory / (COMPLETE_FILE + ".tmp")
@@ -278,13 +301,16 @@ def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
 
 
 def open_complete(directory: Path, run_id: str) -> Spill | None:
-    """The spill in `directory` if it is complete and was made by the same run, else None."""
+    """The spill in `directory` if it is complete and was made by the same run, and is not
+    an unsynced spill from an earlier boot, else None."""
     record = Path(directory) / COMPLETE_FILE
     try:
         meta = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if meta.get("run_id") != run_id:
+        return None
+    if meta.get("boot_id") is not None and meta["boot_id"] != boot_id():
         return None
     try:
         return Spill.open(directory)

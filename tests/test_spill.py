@@ -19,7 +19,7 @@ from helpers import random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packcli import ingest, pipeline
+from packcli import ingest, pipeline, spill
 from packcli.errors import PackcliError
 from packcli.spill import COMPLETE_FILE, Spill, SpillWriter, open_complete, start_removal
 from packcli.verify import verify_dir
@@ -81,6 +81,56 @@ def test_incomplete_or_foreign_spills_are_not_reused(tmp_path):
     assert open_complete(tmp_path / "s", "run") is None
     with pytest.raises(PackcliError, match="does not match its record"):
         Spill.open(tmp_path / "s")
+
+
+def _small_spill(directory: Path, durable: bool = False) -> None:
+    writer = SpillWriter(directory, np.dtype(np.int32), False, durable=durable)
+    writer.append(np.arange(5, dtype=np.int32), np.array([2, 3]), None)
+    writer.finish({"run_id": "run"}).close()
+
+
+def _counting_syncs(monkeypatch) -> list[int]:
+    """The real fsync and fdatasync, each call recorded."""
+    calls: list[int] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real: (calls.append(fd), real(fd))[1])
+    return calls
+
+
+def test_an_unsynced_spill_is_reused_in_its_boot_only(tmp_path, monkeypatch):
+    """Pages a killed run wrote stay in the page cache until a reboot, which may lose them."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("first-boot\n")
+    monkeypatch.setattr(spill, "BOOT_ID_FILE", boot)
+    syncs = _counting_syncs(monkeypatch)
+    _small_spill(tmp_path / "s")
+    assert syncs == []
+    assert json.loads((tmp_path / "s" / COMPLETE_FILE).read_text())["boot_id"] == "first-boot"
+    reused = open_complete(tmp_path / "s", "run")
+    assert reused is not None and reused.lengths.tolist() == [2, 3]
+    reused.close()
+    boot.write_text("second-boot\n")
+    assert open_complete(tmp_path / "s", "run") is None
+
+
+@pytest.mark.parametrize("no_boot_id", [True, False])
+def test_a_synced_spill_is_reused_after_a_reboot(tmp_path, monkeypatch, no_boot_id):
+    """No boot id to scope it to, or a durable spill (the Ray engine's parts): fsynced, and
+    reused whatever the boot."""
+    boot = tmp_path / "boot_id"
+    if not no_boot_id:
+        boot.write_text("first-boot\n")
+    monkeypatch.setattr(spill, "BOOT_ID_FILE", boot)
+    monkeypatch.setattr(spill, "SYNC_BYTES", 8)  # the background syncs too
+    syncs = _counting_syncs(monkeypatch)
+    _small_spill(tmp_path / "s", durable=not no_boot_id)
+    assert len(syncs) >= 2  # one in the background, one before the record
+    assert json.loads((tmp_path / "s" / COMPLETE_FILE).read_text())["boot_id"] is None
+    boot.write_text("second-boot\n")
+    reused = open_complete(tmp_path / "s", "run")
+    assert reused is not None
+    reused.close()
 
 
 def test_a_spill_being_removed_is_never_found_again(tmp_path, monkeypatch):
