@@ -366,6 +366,7 @@ class TokenStream:
             for batch, sequences, seconds in pool.map(with_first, ahead=2 * pool.workers):
                 timer.seconds["tokenize"] += seconds
                 yield batch, sequences
+            pool.close()  # the workers' memory goes before the plan and the shards need theirs
 
         tokenized = in_workers(pool) if pool is not None else prefetch(here())
         self.cleanup.callback(tokenized.close)

@@ -219,3 +219,23 @@ def test_an_input_of_one_batch_is_tokenized_here_without_forking(tmp_path, packe
     out = packed(longer, *common, "--workers", 2)
     assert pools == [2]
     assert json.loads((out / "report.json").read_text())["workers"] == {"kind": "processes", "count": 2}
+
+
+def test_the_workers_are_gone_before_the_plan(tmp_path, packed, monkeypatch):
+    """Their memory (the tokenizer, its caches) is not held while rows are planned and written."""
+    import multiprocessing
+
+    from packcli import ingest, pipeline
+
+    alive_at_plan: list[int] = []
+    real_plan = pipeline.plan_window
+
+    def plan_window(*args, **kwargs):
+        alive_at_plan.append(len(multiprocessing.active_children()))
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "plan_window", plan_window)
+    path = write_jsonl(tmp_path / "in.jsonl", _records("text", 3 * ingest.READ_BATCH))
+    out = packed(path, "--tokenizer", "packcli:demo", "--seq-len", 256, "--workers", 2)
+    assert json.loads((out / "report.json").read_text())["workers"] == {"kind": "processes", "count": 2}
+    assert alive_at_plan == [0]
