@@ -30,7 +30,7 @@ class BlockReader(Protocol):
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block: ...
 
 
-ROW_BLOCK_TOKENS = 1 << 20  # rows are built (and written, on another thread) this many tokens at a time
+ROW_BLOCK_TOKENS = 1 << 19  # rows are built (and written, on another thread) this many tokens at a time
 
 
 @dataclass(frozen=True)

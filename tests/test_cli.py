@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -378,3 +379,23 @@ def test_the_process_ends_with_the_commands_code_after_atexit_handlers(tmp_path)
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "atexit ran" in failed.stdout
     usage = subprocess.run([sys.executable, "-c", code, "pack", "--no-such-option"], capture_output=True, text=True)
     assert usage.returncode == 2
+
+
+def test_arrow_allocates_from_the_system_and_block_arrays_from_a_reusing_pool():
+    """`main` makes Arrow's default pool the system's (mimalloc kept what each shard writer
+    thread freed), unless the user chose one; per-block arrays still come from mimalloc."""
+    code = (
+        "import sys; from packcli.flow import return_freed_memory, pooled_empty; return_freed_memory(); "
+        "import pyarrow as pa; a = pooled_empty(1 << 20, 'int32'); "
+        "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().bytes_allocated() >= a.nbytes)"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert shown.stdout.split() == ["system", "True"]
+    chosen = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "ARROW_DEFAULT_MEMORY_POOL": "jemalloc"},
+    )
+    assert chosen.stdout.split() == ["jemalloc", "True"]
