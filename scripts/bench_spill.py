@@ -43,6 +43,7 @@ none pays for the writeback of the run before it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -190,6 +191,12 @@ class Case:
         env = bp.child_env()
         if self.pythonpath:  # the checkout's packcli, not the one in the working directory
             env["PYTHONPATH"], env["PYTHONSAFEPATH"] = self.pythonpath, "1"
+        # A start-up cache per checkout: two versions sharing one rebuild each other's entries
+        # (a stale entry is rebuilt, never trusted), and every run would start cold.
+        env.pop("PACKCLI_CACHE_DIR", None)
+        env["XDG_CACHE_HOME"] = str(
+            scratch / "caches" / hashlib.sha1((self.pythonpath or "").encode()).hexdigest()[:12]
+        )
         cmd = [str(out) if part == "{out}" else part for part in self.cmd]
         os.sync()  # no run pays for the writeback of the one before it (the disk is slower than memory)
         result = bp.run_measured(cmd, env, scratch / "child.json")
