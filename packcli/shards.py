@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError
+from packcli.flow import shared_pool
 from packcli.grouping import group_counts
 from packcli.manifest import Manifest, ShardEntry
 from packcli.outdir import remove_path
@@ -125,6 +126,7 @@ class _ParquetShard:
             compression="zstd",
             use_dictionary=False,
             write_statistics=[field.name for field in self.schema if not pa.types.is_list(field.type)],
+            memory_pool=shared_pool(),
         )
 
     def write(self, rows: Rows, group: np.ndarray | None = None) -> None:

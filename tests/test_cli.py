@@ -383,19 +383,21 @@ def test_the_process_ends_with_the_commands_code_after_atexit_handlers(tmp_path)
 
 def test_arrow_allocates_from_the_system_and_block_arrays_from_a_reusing_pool():
     """`main` makes Arrow's default pool the system's (mimalloc kept what each shard writer
-    thread freed), unless the user chose one; per-block arrays still come from mimalloc."""
+    thread freed), unless the user chose one; per-block arrays still come from mimalloc, and
+    Parquet encoding from jemalloc, whose blocks the shard writer threads share."""
     code = (
         "import sys; from packcli.flow import return_freed_memory, pooled_empty; return_freed_memory(); "
-        "import pyarrow as pa; a = pooled_empty(1 << 20, 'int32'); "
-        "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().bytes_allocated() >= a.nbytes)"
+        "import pyarrow as pa; from packcli.flow import shared_pool; a = pooled_empty(1 << 20, 'int32'); "
+        "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().bytes_allocated() >= a.nbytes, "
+        "shared_pool().backend_name)"
     )
     env = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert shown.stdout.split() == ["system", "True"]
+    assert shown.stdout.split() == ["system", "True", "jemalloc"]
     chosen = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env={**env, "ARROW_DEFAULT_MEMORY_POOL": "jemalloc"},
     )
-    assert chosen.stdout.split() == ["jemalloc", "True"]
+    assert chosen.stdout.split() == ["jemalloc", "True", "jemalloc"]
