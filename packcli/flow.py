@@ -119,7 +119,8 @@ def return_freed_memory() -> None:
     Arrow allocates from the system too (unless ARROW_DEFAULT_MEMORY_POOL says otherwise):
     its default pool, mimalloc, keeps what each thread freed in that thread's heap, so two
     shards written at once held two blocks' worth of Parquet encoding for good, 60 MB more
-    than one shard (`pooled_empty` still reuses blocks, from mimalloc)."""
+    than one shard. Where reuse pays, a pool is named: `pooled_empty` (mimalloc) and
+    Parquet encoding (`shared_pool`)."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read when pyarrow first allocates
     if not sys.platform.startswith("linux"):
         return
