@@ -219,6 +219,9 @@ def pack(
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
     with _errors(debug):
+        from packcli.flow import arrow_from_system
+
+        arrow_from_system()
         from packcli.pipeline import run_pack
 
         options = pack_options(

@@ -381,12 +381,12 @@ def test_the_process_ends_with_the_commands_code_after_atexit_handlers(tmp_path)
     assert usage.returncode == 2
 
 
-def test_arrow_allocates_from_the_system_and_block_arrays_from_a_reusing_pool():
-    """`main` makes Arrow's default pool the system's (mimalloc kept what each shard writer
+def test_pack_allocates_from_the_system_and_block_arrays_from_a_reusing_pool():
+    """`pack` makes Arrow's default pool the system's (mimalloc kept what each shard writer
     thread freed), unless the user chose one; per-block arrays still come from mimalloc, and
     Parquet encoding from jemalloc, whose blocks the shard writer threads share."""
     code = (
-        "import sys; from packcli.flow import return_freed_memory, pooled_empty; return_freed_memory(); "
+        "import sys; from packcli.flow import arrow_from_system, pooled_empty; arrow_from_system(); "
         "import pyarrow as pa; from packcli.flow import shared_pool; a = pooled_empty(1 << 20, 'int32'); "
         "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().bytes_allocated() >= a.nbytes, "
         "shared_pool().backend_name)"
