@@ -263,34 +263,25 @@ def worker_count(opts: PackOptions) -> int:
     return opts.workers if opts.workers is not None else available_cores()
 
 
-def worker_processes(opts: PackOptions) -> int:
-    """How many tokenizer processes to fork, or 0 to tokenize in this process.
+def worker_processes(opts: PackOptions, backend: str | None = None) -> int:
+    """How many tokenizer processes to fork for `backend`, or 0 to tokenize in this process;
+    without a backend, how many any backend might get.
 
-    Processes for every backend: tiktoken and chat templates hold the GIL for much of
-    their work (tiktoken: two threads 1.50x one, two processes 1.97x); one-thread
-    processes each run whole batches, so no core waits on another
-    (docs/tokenizer-backends.md). Once the backend is chosen, plain text on the HF
-    tokenizer stays here after all (`on_own_threads`)."""
-    if opts.input_kind == "ids":
+    Processes: tiktoken and chat templates hold the GIL for much of their work (tiktoken:
+    two threads 1.50x one, two processes 1.97x); one-thread processes each run whole
+    batches, so no core waits on another (docs/tokenizer-backends.md). Plain text on the
+    HF tokenizer is the exception: its own Rust threads were faster than forked processes
+    (10M tokens on 2 cores: 15.1-15.5 s against 18.2-20.0 s with the 151k byte-level BPE,
+    15.2-16.0 against 16.1-17.3 with a Unigram tokenizer)."""
+    if opts.input_kind == "ids" or (backend == "hf" and opts.input_kind == "text"):
         return 0
     count = worker_count(opts)
     return count if count > 1 and can_fork() else 0
 
 
-def on_own_threads(opts: PackOptions, setup: TokenSetup) -> bool:
-    """Plain text on the HF tokenizer runs faster on the tokenizer's own Rust threads than
-    in forked processes (10M tokens on 2 cores: 15.1-15.5 s against 18.2-20.0 s with the
-    151k byte-level BPE, 15.2-16.0 against 16.1-17.3 with a Unigram tokenizer; the ids'
-    conversion under the GIL costs less than two processes' second tokenizer and the
-    batches sent between them). Chat templates and prompts run Python per record: those
-    still fork."""
-    encoder = setup.encoder
-    return opts.input_kind == "text" and encoder is not None and encoder.backend == "hf"
-
-
 def workers_used(opts: PackOptions, processes: int, threads: int | None) -> dict[str, Any]:
     """For the report: what tokenized (nothing does for token ids given as input; else the
-    processes, or the threads the encoder was given, None meaning --workers')."""
+    processes, or the encoder's threads, None meaning --workers' (the HF tokenizer's own))."""
     if processes:
         return {"kind": "processes", "count": processes}
     if opts.input_kind == "ids":
@@ -333,22 +324,20 @@ class TokenStream:
                 sections=sections,
             )
             self.cleanup.callback(self.records.close)
-            self.processes = worker_processes(opts)
-            threads = 1 if self.processes else opts.workers  # a worker's encoder, or this process's
+            threads = 1 if worker_processes(opts) else opts.workers  # a worker's encoder, or this process's
             with timer.stage("read"):
                 self.first = next(self.records, None)
             with timer.stage("tokenize"):
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
                     choose_backend(opts, setup, self.first, threads=threads)
-            if self.processes and on_own_threads(opts, setup):
-                self.processes, threads = 0, opts.workers
+            self.processes = worker_processes(opts, setup.backend)
             self.second = None
             if self.processes and self.first is not None:
                 with timer.stage("read"):
                     self.second = next(self.records, None)
                 if self.second is None:  # one batch in all: a worker would run it alone, after a fork
                     self.processes = 0
-            self.workers = workers_used(opts, self.processes, threads)
+            self.workers = workers_used(opts, self.processes, getattr(setup.encoder, "threads", None))
         except BaseException:
             self.cleanup.close()
             raise

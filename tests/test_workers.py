@@ -108,8 +108,8 @@ def test_output_is_byte_identical_for_any_number_of_workers(tmp_path, packed, ki
         assert_same_files(outs[1], outs[w], ignore=("report.json",))
     reports = {w: json.loads((outs[w] / "report.json").read_text()) for w in outs}
     assert reports[1]["workers"] == {"kind": "threads", "count": 1}
-    on_own_threads = kind == "text" and reports[3]["tokenizer_backend"] == "hf"  # ingest.on_own_threads
-    assert reports[3]["workers"] == {"kind": "threads" if on_own_threads else "processes", "count": 3}
+    own_threads = kind == "text" and reports[3]["tokenizer_backend"] == "hf"  # ingest.worker_processes
+    assert reports[3]["workers"] == {"kind": "threads" if own_threads else "processes", "count": 3}
     assert reports[3]["timings"]["tokenize"] > 0
     assert len({r["tokenizer_backend"] for r in reports.values()}) == 1
 
