@@ -129,7 +129,8 @@ def arrow_from_system() -> None:
     (unless ARROW_DEFAULT_MEMORY_POOL says otherwise). mimalloc, its own default, keeps
     what each thread freed in that thread's heap, so two shards written at once held two
     blocks' worth of Parquet encoding for good, 60 MB more than one shard. Where reuse
-    pays, a pool is named: `pooled_empty` (mimalloc) and Parquet encoding (`shared_pool`).
+    pays, a pool is named (`arrow_pool`): `pooled_empty`'s mimalloc and Parquet
+    encoding's jemalloc (shards.py).
     Other commands keep mimalloc (`verify` of 154 MB of Parquet: 1.37-1.39 s with it,
     1.54-1.66 s on the system's)."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
@@ -146,32 +147,17 @@ def pooled_empty(count: int, dtype: Any) -> Any:
 
     dtype = np.dtype(dtype)
     return np.frombuffer(
-        pa.allocate_buffer(count * dtype.itemsize, memory_pool=reusing_pool()), dtype=dtype, count=count
+        pa.allocate_buffer(count * dtype.itemsize, memory_pool=arrow_pool("mimalloc")), dtype=dtype, count=count
     )
 
 
 @functools.cache
-def shared_pool() -> Any:
-    """For Parquet encoding: jemalloc where pyarrow has it (its wheels for Linux and macOS),
-    whose large blocks any thread reuses, so two shard writers keep one set of encoding
-    buffers between them (mimalloc kept a set per thread, 60 MB more with two shards than
-    with one; the system's zeroes fresh pages for each row group, a 20% slower write);
-    else the default pool."""
+def arrow_pool(name: str) -> Any:
+    """Arrow's `name` pool ("mimalloc", "jemalloc") where this pyarrow has it, else its default one."""
     import pyarrow as pa
 
     try:
-        return pa.jemalloc_memory_pool()
-    except NotImplementedError:
-        return pa.default_memory_pool()
-
-
-@functools.cache
-def reusing_pool() -> Any:
-    """mimalloc's pool where pyarrow has it (its wheels do), else the default one."""
-    import pyarrow as pa
-
-    try:
-        return pa.mimalloc_memory_pool()
+        return getattr(pa, f"{name}_memory_pool")()
     except NotImplementedError:
         return pa.default_memory_pool()
 

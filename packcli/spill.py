@@ -12,9 +12,9 @@ reuses a complete spill whose run identity matches and skips reading and tokeniz
 Where the kernel names its boot (Linux), the spill is not fsynced: a process killed or
 stopped leaves its written pages in the page cache, where the next run reads them, and
 only a reboot can lose them. The record keeps the boot's id, and a spill from another
-boot is not reused. The spill is removed as soon as its rows are gathered, mostly before
-its pages are written back, so its gigabytes need not reach the disk at all. Elsewhere
-it is fdatasynced as it is written.
+boot is not reused. The spill is removed as soon as its rows are gathered, and pages the
+kernel has not written back by then never reach the disk. Elsewhere it is fdatasynced
+as it is written.
 """
 
 from __future__ import annotations

@@ -387,9 +387,9 @@ def test_pack_allocates_from_the_system_and_block_arrays_from_a_reusing_pool():
     Parquet encoding from jemalloc, whose blocks the shard writer threads share."""
     code = (
         "import sys; from packcli.flow import arrow_from_system, pooled_empty; arrow_from_system(); "
-        "import pyarrow as pa; from packcli.flow import shared_pool; a = pooled_empty(1 << 20, 'int32'); "
+        "import pyarrow as pa; from packcli.flow import arrow_pool; a = pooled_empty(1 << 20, 'int32'); "
         "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().bytes_allocated() >= a.nbytes, "
-        "shared_pool().backend_name)"
+        "arrow_pool('jemalloc').backend_name)"
     )
     env = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
