@@ -261,8 +261,10 @@ class GigatokenEncoder(TiktokenEncoder):
     unencodable = (UnicodeEncodeError, TypeError)  # gigatoken: TypeError on a lone surrogate
     # gigatoken keeps every distinct pre-token it has encoded (about 60 MB per million) and
     # never empties that cache: once the process has grown this much since the encoder was
-    # built, it is built afresh (0.3-0.45 s), so memory is bounded on any corpus (two
-    # worker processes at the bound and the main process stay under 600 MB).
+    # built, it is built afresh (0.3-0.45 s), so memory is bounded on any corpus. Its table
+    # doubles as it grows, so a process peaks at about twice the bound (measured with 256
+    # MB: docs/benchmarks/tokenizer-2026-11-23b.md); 128 MB leaves room for one worker per
+    # core beside the main process.
     renew_after_bytes = 128 << 20
 
     def __init__(self, tokenizer, conversion: Conversion, *, ranks_file: bytes | None = None, **options):
