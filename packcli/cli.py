@@ -570,8 +570,10 @@ def export_nanotron_command(
 
 def main() -> None:
     from packcli.flow import exit_now, return_freed_memory
+    from packcli.jit import own_process
 
     return_freed_memory()
+    own_process()
     try:
         app()
     except SystemExit as stop:

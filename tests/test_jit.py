@@ -15,6 +15,7 @@ from numba.core.caching import FunctionCache
 
 from packcli import jit
 from packcli.jit import njit, runtime_only_cache
+from packcli.verify import verify_dir
 from tests import test_kernels, test_kernels_improve, test_rows
 from tests.naive import REFERENCES
 
@@ -26,9 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # target itself) still works.
 SCRIPT = """
 import json, sys
+from importlib.metadata import entry_points
 import numpy as np
 from packcli import jit
 jit.SMALL_WORK = int(sys.argv[1])
+if sys.argv[2:] == ["own"]:
+    jit.own_process()
 from packcli.kernels import pack_lengths
 from packcli.kernels_fit import _bfd_kernel, _ff_kernel, _nf_kernel
 
@@ -53,14 +57,16 @@ print(json.dumps({
     "placed": {a: [p.row.tolist(), p.offset.tolist(), p.n_rows] for a, p in placed.items()},
     "registries": registries, "hits": hits, "fresh": float(fresh(np.array([3, 4]))),
     "arrays": arrays, "numba": numba, "lazy": lazy,
+    "extensions": sorted({ep.module.split(".")[0] for ep in entry_points(group="numba_extensions")}),
+    "imported": sorted(m for m in sys.modules if m in {ep.module.split(".")[0] for ep in entry_points(group="numba_extensions")}),
 }))
 """
 
 
-def _run(small_work: int) -> dict:
+def _run(small_work: int, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("NUMBA_DISABLE_JIT", None)
-    command = [sys.executable, "-c", SCRIPT, str(small_work)]
+    command = [sys.executable, "-c", SCRIPT, str(small_work), *extra]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -115,6 +121,38 @@ def test_kernels_loaded_from_the_cache_skip_the_refresh_and_agree_with_the_refer
     assert loaded["registries"] is False
     _assert_references(loaded["placed"])
     assert loaded["fresh"] == 12.0
+
+
+def test_the_cli_process_loads_no_numba_extension_and_a_library_caller_keeps_them():
+    library = _run(-1)
+    assert library["extensions"]  # installed here (awkward's, through gigatoken): what is skipped
+    assert library["imported"] == library["extensions"]  # numba loaded them before the first kernel
+    own = _run(-1, "own")
+    assert own["hits"] == 3 and own["imported"] == []
+    _assert_references(own["placed"])
+    assert own["fresh"] == 12.0  # a function numba compiles in the same process still works
+
+
+def test_the_cli_main_runs_compiled_kernels_without_numba_extensions(tmp_path):
+    corpus = tmp_path / "ids.jsonl"
+    corpus.write_text("".join(json.dumps({"ids": [5 + i % 7] * (3 + i % 5)}) + "\n" for i in range(20_000)))
+    script = (
+        "import atexit, json, sys\n"
+        "from importlib.metadata import entry_points\n"
+        "from packcli import jit\n"
+        "names = {ep.module.split('.')[0] for ep in entry_points(group='numba_extensions')}\n"
+        "atexit.register(lambda: print(json.dumps([jit._compiled, sorted(names & set(sys.modules))])))\n"
+        "sys.argv = ['packcli'] + sys.argv[1:]\n"
+        "from packcli.cli import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    command = [sys.executable, "-c", script, "pack", str(corpus), "--ids-field", "ids", "--eos-token", "2"]
+    command += ["--pad-id", "0", "--seq-len", "64", "-o", str(tmp_path / "out"), "--json"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout.splitlines()[-1]) == [True, []]  # kernels ran compiled, no extension
+    verify_dir(tmp_path / "out")
 
 
 def test_a_small_run_loads_no_kernel_and_does_not_import_numba():
