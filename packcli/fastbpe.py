@@ -511,6 +511,7 @@ def make_encoder(
     fingerprint: str | None = None,
     parse_special_tokens: bool = False,
     store: Store | None = None,
+    small_input: bool = False,
 ) -> Encoder:
     """The encoder for a run.
 
@@ -528,6 +529,7 @@ def make_encoder(
     needs nothing of the Hugging Face tokenizer. `threads` defaults to the cores available
     (or RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing
     it; `parse_special_tokens` as in `packcli.tokenizing.encode_texts`, for both backends.
+    `small_input`: "auto" takes tiktoken before gigatoken, whose encoder is slower to make.
     """
     if backend not in BACKENDS:
         raise PackcliError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, not {backend!r}", usage=True)
@@ -543,7 +545,11 @@ def make_encoder(
             tokenizer, reason=f"not convertible to tiktoken: {result}", parse_special_tokens=parse_special_tokens
         )
     reason: str | None = None
-    for kind in _candidates(backend, result):
+    candidates = _candidates(backend, result)
+    if small_input and GigatokenEncoder in candidates:
+        candidates = [TiktokenEncoder]
+        reason = "a small input: tiktoken's encoder is made faster than gigatoken's"
+    for kind in candidates:
         encoder, difference = _checked_encoder(
             kind, tokenizer, result, store, fingerprint, sample_texts, threads, parse_special_tokens
         )

@@ -292,10 +292,10 @@ def workers_used(opts: PackOptions, processes: int, threads: int | None) -> dict
 class TokenStream:
     """(record batch, sequence batch) pairs in input order.
 
-    Created before the output directory is touched: it reads the first batch and picks
-    the tokenizer backend on it, so a refusal leaves the output as it was. Where worker
-    processes would tokenize, it reads the second batch too: an input of one batch is
-    tokenized here, with no fork. Iterating forks the workers (before any thread of ours
+    Created before the output directory is touched: it reads the first two batches and
+    picks the tokenizer backend on the first, so a refusal leaves the output as it was. An
+    input of one batch is tokenized here, with no fork (and, if small, without gigatoken:
+    tokensetup.SMALL_INPUT_CHARS). Iterating forks the workers (before any thread of ours
     starts) and starts the threads."""
 
     def __init__(
@@ -327,16 +327,13 @@ class TokenStream:
             threads = 1 if worker_processes(opts) else opts.workers  # a worker's encoder, or this process's
             with timer.stage("read"):
                 self.first = next(self.records, None)
+                self.second = None if self.first is None else next(self.records, None)
+            whole = self.first is not None and self.second is None  # the input is one batch
             with timer.stage("tokenize"):
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
-                    choose_backend(opts, setup, self.first, threads=threads)
-            self.processes = worker_processes(opts, setup.backend)
-            self.second = None
-            if self.processes and self.first is not None:
-                with timer.stage("read"):
-                    self.second = next(self.records, None)
-                if self.second is None:  # one batch in all: a worker would run it alone, after a fork
-                    self.processes = 0
+                    choose_backend(opts, setup, self.first, threads=threads, whole_input=whole)
+            # one batch in all: a worker would run it alone, after a fork
+            self.processes = 0 if whole else worker_processes(opts, setup.backend)
             self.workers = workers_used(opts, self.processes, getattr(setup.encoder, "threads", None))
         except BaseException:
             self.cleanup.close()

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from packcli.reading import RecordBatch
 
 SAMPLE_CHARS = 1 << 18  # of the input's first batch, encoded both ways before --tokenizer-backend auto picks tiktoken
+# An input of one read batch with at most this many characters is tokenized by tiktoken even
+# where gigatoken applies: gigatoken's encoder takes about 0.2 s longer to make (151k Qwen
+# vocabulary, warm cache, 2 cores: five documents packed in 0.71 s against 0.92 s, medians of
+# 6; one batch of 1.2M characters took 1.40 s either way; docs/benchmarks/startup-2026-11-26.md)
+SMALL_INPUT_CHARS = 1 << 19
 
 
 @dataclass
@@ -45,9 +50,16 @@ class TokenSetup:
         getattr(self.encoder, "close", lambda: None)()
 
 
-def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch: RecordBatch | None, threads: int | None) -> None:
+def choose_backend(
+    opts: PackOptions,
+    setup: TokenSetup,
+    first_batch: RecordBatch | None,
+    threads: int | None,
+    whole_input: bool = False,
+) -> None:
     """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
-    of the actual input), else HF; plain text and prompt/completion only."""
+    of the actual input), else HF; plain text and prompt/completion only. `whole_input`: the
+    first batch is all the input (a small one skips gigatoken, SMALL_INPUT_CHARS)."""
     if opts.input_kind not in ("text", "prompt"):
         if opts.input_kind == "chat":
             setup.backend_reason = "chat templates are tokenized by transformers"
@@ -57,8 +69,10 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch: RecordBatc
     builder = setup.builder
     assert isinstance(builder, (sequences.TextSequences, sequences.PromptCompletionSequences))
     sample: list[str] = []
+    small = False
     if first_batch is not None:
         texts = [text for name in builder.fields for text in first_batch.columns[name]]
+        small = whole_input and sum(map(len, texts)) <= SMALL_INPUT_CHARS
         size = 0
         for text in texts:  # whole texts, up to SAMPLE_CHARS: the check runs before any worker starts
             if size >= SAMPLE_CHARS:
@@ -73,6 +87,7 @@ def choose_backend(opts: PackOptions, setup: TokenSetup, first_batch: RecordBatc
         fingerprint=setup.fingerprint,
         parse_special_tokens=opts.parse_special_tokens,
         store=setup.store,
+        small_input=small,
     )
     setup.encoder, builder.encode = encoder, encoder.encode_batch
     setup.backend, setup.backend_reason = encoder.backend, encoder.reason

@@ -108,9 +108,15 @@ NON_SPECIAL = [
 
 
 @pytest.fixture(scope="module")
-def tokenizers_under_test(gpt2_json, tmp_path_factory) -> dict:
+def tokenizer_root(tmp_path_factory) -> Path:
+    """Where tokenizers_under_test are saved (each in the directory of its name)."""
+    return tmp_path_factory.mktemp("fastbpe-tok")
+
+
+@pytest.fixture(scope="module")
+def tokenizers_under_test(gpt2_json, tokenizer_root) -> dict:
     """name -> loaded tokenizer, every one of which must convert."""
-    root = tmp_path_factory.mktemp("fastbpe-tok")
+    root = tokenizer_root
     specs = {
         "gpt2": (_variant(gpt2_json), None),
         "gpt2-prefix-space": (_variant(gpt2_json, prefix_space=True), None),
@@ -425,6 +431,48 @@ def test_only_a_borrow_is_retried():
 
     with pytest.raises(RuntimeError, match="a panic"):
         fastbpe.retried_while_borrowed(broken)("ab")
+
+
+def test_a_small_input_takes_tiktoken_before_gigatoken(tokenizers_under_test, tmp_path):
+    tok = tokenizers_under_test["qwen-ranked"]
+    texts = ["def f(x):\n    return x  # é!", "Hello, world. 123 abc", "   spaces   and\ttabs"]
+    small = fastbpe.make_encoder(tok, "auto", texts, cache_dir=tmp_path, small_input=True)
+    assert small.backend == "tiktoken" and "small input" in small.reason
+    assert fastbpe.make_encoder(tok, "auto", texts, cache_dir=tmp_path).backend == "gigatoken"
+    assert fastbpe.make_encoder(tok, "hf", texts, cache_dir=tmp_path, small_input=True).backend == "hf"
+    _assert_identical(tok, small, texts)
+    plain = fastbpe.make_encoder(tokenizers_under_test["gpt2"], "auto", texts, cache_dir=tmp_path, small_input=True)
+    assert plain.backend == "tiktoken" and plain.reason is None  # gigatoken was never a candidate there
+
+
+def test_pack_skips_gigatoken_only_for_an_input_of_one_small_batch(
+    tokenizers_under_test, tokenizer_root, tmp_path, monkeypatch
+):
+    from packcli import ingest, tokensetup
+    from packcli.options import PackOptions
+    from packcli.pipeline import run_pack
+    from packcli.verify import verify_dir
+
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"line {i}: def f(x): return x * {i}"}) + "\n" for i in range(3)))
+
+    def pack(name: str, batch: int, small_chars: int) -> tuple[dict, list[str]]:
+        monkeypatch.setattr(ingest, "READ_BATCH", batch)
+        monkeypatch.setattr(tokensetup, "SMALL_INPUT_CHARS", small_chars)
+        out = tmp_path / name
+        opts = PackOptions(
+            inputs=[str(corpus)], output=str(out), tokenizer=str(tokenizer_root / "qwen-ranked"), seq_len=64
+        )
+        report = run_pack(opts)
+        verify_dir(out)
+        return report, [s["checksum"] for s in json.loads((out / "manifest.json").read_text())["shards"]]
+
+    one_small, shards = pack("one-small", 4, tokensetup.SMALL_INPUT_CHARS)
+    assert one_small["tokenizer_backend"] == "tiktoken" and "small input" in one_small["tokenizer_backend_reason"]
+    two_batches, shards_two = pack("two-batches", 2, tokensetup.SMALL_INPUT_CHARS)
+    one_large, shards_large = pack("one-large", 4, 10)
+    assert two_batches["tokenizer_backend"] == one_large["tokenizer_backend"] == "gigatoken"
+    assert shards == shards_two == shards_large
 
 
 def test_gigatoken_verdict_is_cached_apart_from_tiktokens(tokenizers_under_test, tmp_path):
