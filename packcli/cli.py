@@ -53,7 +53,7 @@ from packcli.cli_options import (
     option,
     pack_options,
 )
-from packcli.errors import PackcliError
+from packcli.errors import Interrupted, PackcliError
 
 app = typer.Typer(
     name="packcli",
@@ -84,7 +84,7 @@ def _root(
 def _errors(debug: bool):
     try:
         yield
-    except PackcliError as exc:
+    except (PackcliError, Interrupted) as exc:
         if debug:
             raise
         sys.stderr.write(f"error: {exc}\n")
@@ -92,8 +92,6 @@ def _errors(debug: bool):
     except KeyboardInterrupt:
         if debug:
             raise
-        from packcli.errors import Interrupted
-
         sys.stderr.write(f"error: {Interrupted('SIGINT', 2)}\n")
         raise typer.Exit(130) from None
 

@@ -19,8 +19,13 @@ class PackcliError(Exception):
         return 2 if self.usage else 1
 
 
-class Interrupted(PackcliError):
-    """A run stopped by a signal; exit code 128 + the signal's number, as shells expect."""
+class Interrupted(BaseException):
+    """A run stopped by a signal; exit code 128 + the signal's number, as shells expect.
+
+    A BaseException, as KeyboardInterrupt is, so that no `except Exception` on its way takes
+    it for an error of its own: `threading.Thread.start` has one around starting the thread,
+    and a signal landing there undid a start the new thread then finished (a KeyError
+    traceback on stderr from the new thread)."""
 
     def __init__(self, signal_name: str, signal_number: int):
         super().__init__(

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from helpers import random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from packcli.errors import Interrupted
 from packcli.verify import verify_dir
 
 
@@ -257,6 +259,30 @@ def test_signals_stop_cleanly(tmp_path, big_corpus, word_tokenizer, sig, code):
     lines = stopped.stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted by SIG" in lines[0] and "--resume" in lines[0]
     assert_incomplete(out)
+
+
+def test_a_signal_as_a_thread_starts_leaves_the_new_thread_whole(monkeypatch):
+    """SIGTERM's Interrupted raised just as `Thread.start` has started the thread (where a
+    signal handler can run) goes by Thread.start's `except Exception`, which would undo a
+    start that the new thread then finishes, with a KeyError traceback on stderr."""
+    real_start = threading._start_new_thread
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    def start_then_signal(function, args):
+        real_start(function, args)
+        raise Interrupted("SIGTERM", 15)
+
+    monkeypatch.setattr(threading, "_start_new_thread", start_then_signal)
+    done = threading.Event()
+    thread = threading.Thread(target=done.set)
+    with pytest.raises(Interrupted):
+        thread.start()
+    monkeypatch.setattr(threading, "_start_new_thread", real_start)
+    assert done.wait(5)
+    thread.join(5)
+    assert unraisable == []
+    assert thread not in threading._limbo.values() and not thread.is_alive()
 
 
 def test_resume_refuses_other_options_or_inputs(tmp_path, big_corpus, word_tokenizer):
