@@ -529,7 +529,7 @@ def make_encoder(
     needs nothing of the Hugging Face tokenizer. `threads` defaults to the cores available
     (or RAYON_NUM_THREADS); `fingerprint` (packcli.tokenizing.fingerprint) saves computing
     it; `parse_special_tokens` as in `packcli.tokenizing.encode_texts`, for both backends.
-    `small_input`: "auto" takes tiktoken before gigatoken, whose encoder is slower to make.
+    `small_input`: "auto" takes tiktoken, not gigatoken, whose encoder is slower to build.
     """
     if backend not in BACKENDS:
         raise PackcliError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, not {backend!r}", usage=True)
@@ -548,7 +548,7 @@ def make_encoder(
     candidates = _candidates(backend, result)
     if small_input and GigatokenEncoder in candidates:
         candidates = [TiktokenEncoder]
-        reason = "a small input: tiktoken's encoder is made faster than gigatoken's"
+        reason = "a small input: tiktoken's encoder builds faster than gigatoken's"
     for kind in candidates:
         encoder, difference = _checked_encoder(
             kind, tokenizer, result, store, fingerprint, sample_texts, threads, parse_special_tokens
