@@ -53,12 +53,12 @@ def fresh(values):
     return np.sort(values)[::-1].sum() + np.sqrt((values * values).sum())
 
 
+extensions = {ep.module.split(".")[0] for ep in entry_points(group="numba_extensions")}
 print(json.dumps({
     "placed": {a: [p.row.tolist(), p.offset.tolist(), p.n_rows] for a, p in placed.items()},
     "registries": registries, "hits": hits, "fresh": float(fresh(np.array([3, 4]))),
     "arrays": arrays, "numba": numba, "lazy": lazy,
-    "extensions": sorted({ep.module.split(".")[0] for ep in entry_points(group="numba_extensions")}),
-    "imported": sorted(m for m in sys.modules if m in {ep.module.split(".")[0] for ep in entry_points(group="numba_extensions")}),
+    "extensions": sorted(extensions), "imported": sorted(extensions & set(sys.modules)),
 }))
 """
 
