@@ -1,8 +1,7 @@
 """packcli: pack raw text corpora into training-ready token shards for causal LMs."""
 
-from packcli.errors import PackcliError
-
-__version__ = "0.1.0"
+from packcli.core.errors import PackcliError
+from packcli.core.version import __version__
 
 __all__ = ["PackcliError", "PackedSequences", "__version__", "pack_sequences"]
 
@@ -10,7 +9,7 @@ __all__ = ["PackcliError", "PackedSequences", "__version__", "pack_sequences"]
 def __getattr__(name: str):
     """The library API, imported on first use so `packcli --help` stays instant."""
     if name in ("pack_sequences", "PackedSequences"):
-        from packcli import api
+        from packcli.engine import memory as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'packcli' has no attribute {name!r}")

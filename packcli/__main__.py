@@ -1,3 +1,3 @@
-from packcli.cli import main
+from packcli.cli.app import main
 
 main()

@@ -47,22 +47,22 @@ FORMATS = ("megatron", "nanotron", "mds", "mds-zstd", "energon")
 def run_export(kind: str, source: str, out: str) -> dict:
     """In the child: one export, timed, with its peak RSS."""
     if kind == "megatron":
-        from packcli.megatron import export_megatron
+        from packcli.export.megatron import export_megatron
 
         os.makedirs(out, exist_ok=True)
         call = lambda: export_megatron(source, os.path.join(out, "data"))  # noqa: E731
     elif kind == "nanotron":
-        from packcli.export_nanotron import export_nanotron
+        from packcli.export.nanotron import export_nanotron
 
         call = lambda: export_nanotron(source, out, overwrite=True)  # noqa: E731
     elif kind == "energon":
         import megatron.energon.flavors.webdataset.prepare  # noqa: F401 (imports before the clock)
 
-        from packcli.export_energon import export_energon
+        from packcli.export.energon import export_energon
 
         call = lambda: export_energon(source, out, overwrite=True)  # noqa: E731
     else:
-        from packcli.export_mds import export_mds, streaming_base
+        from packcli.export.mds import export_mds, streaming_base
 
         streaming_base()
         compression = "zstd" if kind == "mds-zstd" else None
@@ -100,9 +100,9 @@ def build_source(out: Path, tokens: int, seq_len: int) -> None:
     import bench_verify
     import numpy as np
 
-    from packcli.kernels import pack_lengths
-    from packcli.rows import build_rows
-    from packcli.shards import ShardWriter
+    from packcli.plan.kernels.pack import pack_lengths
+    from packcli.plan.rows import build_rows
+    from packcli.write.shards import ShardWriter
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -154,7 +154,7 @@ def copy_seconds(path: Path) -> float:
 def zstd_seconds(path: Path) -> float:
     """Compressing the raw bytes of an mds-zstd output's shards as MDSWriter does (its
     zstd level), one after the other in this thread: the compressor's own time."""
-    from packcli.export_mds import streaming_base
+    from packcli.export.mds import streaming_base
 
     compression = streaming_base().compression
     seconds = 0.0

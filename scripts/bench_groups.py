@@ -29,9 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from packcli.plan import PlanSettings, gather_rows, plan_rows  # noqa: E402
-from packcli.shards import ShardWriter  # noqa: E402
-from packcli.spill import Spill  # noqa: E402
+from packcli.plan.planner import plan_rows  # noqa: E402
+from packcli.plan.settings import PlanSettings  # noqa: E402
+from packcli.write.gather import gather_rows  # noqa: E402
+from packcli.write.shards import ShardWriter  # noqa: E402
+from packcli.write.spill import Spill  # noqa: E402
 
 PAD_ID = 0
 VOCAB = 32_000

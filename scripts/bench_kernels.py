@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from packcli.kernels import ALGORITHMS, lower_bound_rows, martello_toth_l2, pack_lengths  # noqa: E402
+from packcli.plan.kernels.pack import ALGORITHMS, lower_bound_rows, martello_toth_l2, pack_lengths  # noqa: E402
 
 SHARED_DATA = ROOT.parent / "shared" / "data"
 BUNDLED_TOKENIZER = ROOT / "packcli" / "assets" / "tokenizer" / "tokenizer.json"

@@ -108,7 +108,7 @@ def base_documents(data: Path, python_tokens_share: float = 0.5) -> list[str]:
 
 def count_tokens(tokenizer_dir: str, docs: list[str]) -> list[int]:
     sys.path.insert(0, str(ROOT))
-    from packcli.tokenizing import load_tokenizer
+    from packcli.tokenize.tokenizer import load_tokenizer
 
     backend = load_tokenizer(tokenizer_dir).backend_tokenizer
     counts: list[int] = []
@@ -165,7 +165,7 @@ def child_limit(args) -> None:
     hf: backend_tokenizer.encode_batch_fast (Encoding objects, ids never leave Rust);
     tiktoken: packcli's own tiktoken encoder (fastbpe), which returns numpy arrays."""
     sys.path.insert(0, str(ROOT))
-    from packcli.tokenizing import load_tokenizer
+    from packcli.tokenize.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(args.tokenizer)
@@ -175,7 +175,7 @@ def child_limit(args) -> None:
         def encode(batch):
             return sum(map(len, backend.encode_batch_fast(batch, add_special_tokens=False)))
     else:
-        from packcli import fastbpe
+        from packcli.tokenize import fastbpe
 
         encoder = fastbpe.make_encoder(tokenizer, "tiktoken", [])
 
@@ -205,7 +205,7 @@ def child_conversion(args) -> None:
     sys.path.insert(0, str(ROOT))
     from tokenizers import Encoding
 
-    from packcli.tokenizing import load_tokenizer
+    from packcli.tokenize.tokenizer import load_tokenizer
 
     backend = load_tokenizer(args.tokenizer).backend_tokenizer
     with open(args.corpus, encoding="utf-8") as f:
@@ -601,7 +601,7 @@ def cut_corpus(source: Path, workdir: Path, tokenizer_dir: str, tokens: int) -> 
         if Path(meta["path"]).is_file() and meta["source"] == str(source):
             return meta
     sys.path.insert(0, str(ROOT))
-    from packcli.tokenizing import load_tokenizer
+    from packcli.tokenize.tokenizer import load_tokenizer
 
     backend = load_tokenizer(tokenizer_dir).backend_tokenizer
     path, n_tokens, n_docs = workdir / f"cut-{tokens}.jsonl", 0, 0

@@ -156,7 +156,8 @@ def plan_memory(n: int) -> None:
 
     import numpy as np
 
-    from packcli.plan import PlanSettings, plan_window
+    from packcli.plan.planner import plan_window
+    from packcli.plan.settings import PlanSettings
 
     lengths = np.random.default_rng(0).integers(1, 2048, n).astype(np.int64)
     for mode in ("bin", "concat"):

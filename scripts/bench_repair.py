@@ -87,7 +87,7 @@ def synthetic(quick: bool) -> dict[str, tuple[np.ndarray, int]]:
 def work_needed(lengths: np.ndarray, placed, seq_len: int, rows: int) -> int | None:
     """The smallest power-of-two budget per sequence (without the default's constant) with
     which the pass reaches the rows of the default budget; None past the default's 64."""
-    from packcli.kernels import improve_rows
+    from packcli.plan.kernels.pack import improve_rows
 
     for per_sequence in (1, 2, 4, 8, 16, 32, 64):
         if improve_rows(lengths, placed, seq_len, budget=per_sequence * len(lengths)).n_rows == rows:
@@ -96,7 +96,7 @@ def work_needed(lengths: np.ndarray, placed, seq_len: int, rows: int) -> int | N
 
 
 def measure(name: str, lengths: np.ndarray, seq_len: int, rounds: int, real: bool) -> list[dict]:
-    from packcli.kernels import improve_rows, lower_bound_rows, martello_toth_l2, pack_lengths
+    from packcli.plan.kernels.pack import improve_rows, lower_bound_rows, martello_toth_l2, pack_lengths
 
     bound, l2 = lower_bound_rows(lengths, seq_len), martello_toth_l2(lengths, seq_len)
     results = []

@@ -79,8 +79,8 @@ def row_order(tmp: Path, tokenizer: str) -> dict:
 
 
 def padded_rows(tmp: Path, tokenizer: str) -> dict:
-    from packcli.kernels import plan_lengths  # this checkout's planner
-    from packcli.rows import padded_lengths
+    from packcli.plan.kernels.pack import plan_lengths  # this checkout's planner
+    from packcli.plan.rows import padded_lengths
 
     out = tmp / "padded"
     sft = ("--prompt-field", "question", "--completion-field", "answer", "--seq-len", 2048)

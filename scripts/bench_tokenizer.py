@@ -42,8 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from packcli import fastbpe  # noqa: E402
-from packcli.tokenizing import BUNDLED_NAME, encode_texts, load_tokenizer  # noqa: E402
+from packcli.tokenize import fastbpe  # noqa: E402
+from packcli.tokenize.tokenizer import BUNDLED_NAME, encode_texts, load_tokenizer  # noqa: E402
 
 BATCH = 1024  # what the pipeline reads at a time
 
@@ -106,7 +106,7 @@ def bench_encode(tokenizer, encoder, texts: list[str], repeats: int) -> dict:
 
 
 def bench_pack(spec: str, corpus: list[str], repeats: int, workdir: Path) -> dict | None:
-    from packcli.pipeline import PackOptions, run_pack
+    from packcli.engine.local import PackOptions, run_pack
 
     if "tokenizer_backend" not in PackOptions.__dataclass_fields__:
         return None
@@ -173,7 +173,7 @@ def hf_limit(spec: str, corpus: Path) -> tuple[float, float, int]:
 
     script = (
         "import json, resource, sys, time\n"
-        "from packcli.tokenizing import load_tokenizer\n"
+        "from packcli.tokenize.tokenizer import load_tokenizer\n"
         "backend = load_tokenizer(sys.argv[1]).backend_tokenizer\n"
         "texts = [json.loads(line)['text'] for line in open(sys.argv[2], encoding='utf-8')]\n"
         f"batches = [texts[i : i + {BATCH}] for i in range(0, len(texts), {BATCH})]\n"
@@ -215,7 +215,7 @@ def load_seconds(spec: str) -> float:
 
     script = (
         "import json, sys, time\n"
-        "from packcli.tokenizing import load_tokenizer\n"
+        "from packcli.tokenize.tokenizer import load_tokenizer\n"
         "t = time.perf_counter()\n"
         "load_tokenizer(sys.argv[1])\n"
         "print(json.dumps(time.perf_counter() - t))\n"

@@ -38,10 +38,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from packcli.kernels import pack_lengths  # noqa: E402
-from packcli.rows import build_rows  # noqa: E402
-from packcli.shards import ShardWriter  # noqa: E402
-from packcli.verify import verify_dir  # noqa: E402
+from packcli.inspect.verify import verify_dir  # noqa: E402
+from packcli.plan.kernels.pack import pack_lengths  # noqa: E402
+from packcli.plan.rows import build_rows  # noqa: E402
+from packcli.write.shards import ShardWriter  # noqa: E402
 
 VOCAB = 32_000
 PAD_ID = 2
@@ -138,7 +138,7 @@ def best_of(repeats: int, fn) -> tuple[float, float]:
 
 
 def check_rows_only(out: Path) -> None:
-    from packcli.verify import _check_shard
+    from packcli.inspect.verify import _check_shard
 
     manifest = json.loads((out / "manifest.json").read_text())
     tokenizer = manifest["tokenizer"]

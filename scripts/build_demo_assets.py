@@ -31,7 +31,7 @@ CHATML_TEMPLATE = (
 
 def corpus_files() -> list[Path]:
     """Our own prose and code, in a stable order, excluding generated assets."""
-    patterns = ["README.md", "docs/*.md", "packcli/*.py", "scripts/*.py", "tests/*.py", "Makefile"]
+    patterns = ["README.md", "docs/*.md", "packcli/**/*.py", "scripts/*.py", "tests/*.py", "Makefile"]
     files: list[Path] = []
     for pattern in patterns:
         files.extend(sorted(p for p in ROOT.glob(pattern) if p.is_file()))

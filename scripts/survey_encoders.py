@@ -95,7 +95,7 @@ def candidates(tokenizer_dir: Path, conversion, workdir: Path) -> dict:
     """name -> (encode one text -> list of ids) or the reason it cannot take this tokenizer."""
     import numpy as np
 
-    from packcli.bpe_convert import build_encoding
+    from packcli.tokenize.bpe_convert import build_encoding
 
     tokenizer_json = str(tokenizer_dir / "tokenizer.json")
     to_id = conversion.rank_to_id
@@ -200,9 +200,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.extra:
         sys.path.append(args.extra)
-    from packcli.bpe_convert import load_or_convert
-    from packcli.tokcache import Store
-    from packcli.tokenizing import encode_texts, load_tokenizer
+    from packcli.tokenize.bpe_convert import load_or_convert
+    from packcli.tokenize.cache import Store
+    from packcli.tokenize.tokenizer import encode_texts, load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer)
     conversion = load_or_convert(tokenizer, Store.default())

@@ -16,15 +16,15 @@ os.environ["COLUMNS"] = "100"  # Rich output stable whatever the terminal
 
 from helpers import word_level_tokenizer, write_chatml_tokenizer
 
-from packcli.cli import app
-from packcli.tokenizing import BUNDLED_DIR, load_tokenizer
+from packcli.cli.app import app
+from packcli.tokenize.tokenizer import BUNDLED_DIR, load_tokenizer
 
 
 @pytest.fixture(scope="session", autouse=True)
 def compiled_kernels() -> None:
     """Kernels run compiled here whatever the size of the work (a small run in a process of
-    its own runs their interpreted twins, which tests/test_jit.py checks)."""
-    from packcli import jit
+    its own runs their interpreted twins, which tests/test_core_jit.py checks)."""
+    from packcli.core import jit
 
     jit.SMALL_WORK = -1
 
@@ -77,7 +77,7 @@ def cli():
 @pytest.fixture
 def packed(cli, tmp_path):
     """Run `packcli pack` (expecting success) and check the output like `packcli verify`."""
-    from packcli.verify import verify_dir
+    from packcli.inspect.verify import verify_dir
 
     counter = {"n": 0}
 

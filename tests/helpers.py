@@ -75,9 +75,9 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 
 def load_rows(out: Path):
     """All rows of an output directory, concatenated, plus its manifest."""
-    from packcli.manifest import load_manifest
-    from packcli.rows import Rows
-    from packcli.shards import iter_output_rows
+    from packcli.plan.rows import Rows
+    from packcli.write.manifest import load_manifest
+    from packcli.write.shard_reader import iter_output_rows
 
     manifest = load_manifest(out)
     blocks = [rows for _, rows in iter_output_rows(out, manifest)]
@@ -171,7 +171,7 @@ def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) 
 
     script = (
         "import json, sys\n"
-        "from packcli.cli import app\n"  # main() would end the process before the print
+        "from packcli.cli.app import app\n"  # main() would end the process before the print
         "sys.argv = ['packcli', *sys.argv[1:]]\n"
         "try:\n    app()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
         f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))\n"

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from packcli import reading
-from packcli.errors import PackcliError
-from packcli.reading import BadRecords, read_batches
+from packcli.core.errors import PackcliError
+from packcli.read.batches import read_batches
+from packcli.read.records import BadRecords, IdLists
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 TEXT = {"text": "text"}
@@ -117,6 +117,6 @@ def write_arrow(path: Path, table: pa.Table, file_format: bool = False, max_chun
 
 def plain(value):
     """Column values as comparable Python: ids arrays to lists."""
-    if isinstance(value, reading.IdLists):
+    if isinstance(value, IdLists):
         return [x.tolist() for x in value]
     return list(value)

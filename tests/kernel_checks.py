@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from packcli.kernels import PackedLengths, lower_bound_rows, martello_toth_l2
+from packcli.plan.kernels.pack import PackedLengths, lower_bound_rows, martello_toth_l2
 
 
 def rows_of(placement: PackedLengths, lengths) -> list[list[tuple[int, int, int]]]:

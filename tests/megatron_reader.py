@@ -1,5 +1,5 @@
 """An independent reader of Megatron-LM's IndexedDataset pair, written from the format
-description (megatron/core/datasets/indexed_dataset.py), not from packcli.megatron.
+description (megatron/core/datasets/indexed_dataset.py), not from packcli.export.megatron.
 
 PREFIX.idx, little endian:
     9 bytes  magic b"MMIDIDX\\x00\\x00"

@@ -1,4 +1,4 @@
-"""Slow, obviously correct reference for packcli.kernels.improve_rows (the repair pass
+"""Slow, obviously correct reference for packcli.plan.kernels.pack.improve_rows (the repair pass
 after a packer), with Python lists and sets. The rules, in the order they apply, are in
 packcli/kernels_improve.py's docstring; this follows them without any index or bitset."""
 

@@ -1,5 +1,5 @@
 """Parquet's RLE/bit-packed hybrid written and read the slow, obvious way, one value at a
-time, for checking packcli.parquet_pages's kernels (levels, and dictionary indices of up
+time, for checking packcli.read.parquet_pages's kernels (levels, and dictionary indices of up
 to 32 bits)."""
 
 from __future__ import annotations

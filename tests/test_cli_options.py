@@ -11,8 +11,8 @@ from typer import _coercion
 from typer._click import Context
 from typer._click.exceptions import BadParameter
 
-from packcli.cli import app
-from packcli.cli_options import _PlainParam
+from packcli.cli.app import app
+from packcli.cli.options import _PlainParam
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,10 +17,10 @@ import pytest
 import ray
 from helpers import random_texts, write_jsonl
 
-from packcli.engine_ray import FAULT_ENV
-from packcli.errors import PackcliError
-from packcli.options import PackOptions
-from packcli.pipeline import run_pack
+from packcli.core.errors import PackcliError
+from packcli.core.options import PackOptions
+from packcli.engine.local import run_pack
+from packcli.engine.ray_tasks import FAULT_ENV
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_s3_round_trip_with_ray(cluster, s3_server, corpus, word_tokenizer, tmp_
 def test_the_local_engine_never_imports_ray(word_tokenizer, tmp_path):
     data = write_jsonl(tmp_path / "a.jsonl", [{"text": "one two three"}] * 5)
     code = (
-        "import sys\nfrom packcli.cli import app\nsys.argv = ['packcli', 'pack', sys.argv[1], '-o', sys.argv[2], "
+        "import sys\nfrom packcli.cli.app import app\nsys.argv = ['packcli', 'pack', sys.argv[1], '-o', sys.argv[2], "
         "'--tokenizer', sys.argv[3], '--seq-len', '16']\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
         "assert 'ray' not in sys.modules and 'fsspec' not in sys.modules, 'imported'\n"
     )
@@ -194,7 +194,7 @@ def test_engine_options_are_checked(word_tokenizer, tmp_path):
 def test_a_large_parquet_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
     """Row groups as parts: the same bytes as one local read, rows named by their place in
     the whole file."""
-    from packcli import engine_ray_driver
+    from packcli.engine import ray_driver as engine_ray_driver
 
     texts = random_texts(300, seed=5, max_words=70)
     pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=40)
@@ -213,7 +213,7 @@ def test_a_large_parquet_file_is_read_by_several_tasks(cluster, word_tokenizer, 
 def test_a_large_jsonl_file_is_read_by_several_tasks(cluster, word_tokenizer, tmp_path, monkeypatch):
     """Byte ranges cut at line starts as parts: the same bytes as one local read, bad
     lines named by their line in the whole file, blank lines counted as lines."""
-    from packcli import engine_ray_driver
+    from packcli.engine import ray_driver as engine_ray_driver
 
     lines = [json.dumps({"text": t}) for t in random_texts(300, seed=8, max_words=70)]
     lines[150] = ""
@@ -259,7 +259,7 @@ GROUPED = [
 def test_group_by_on_ray_is_byte_identical_to_local(
     cluster, grouped_corpus, word_tokenizer, tmp_path, mode, fmt, extra
 ):
-    from packcli.verify import verify_dir
+    from packcli.inspect.verify import verify_dir
 
     common = {"mode": mode, "format": fmt, "rows_per_shard": 20, "group_by": "source", **extra}
     local = _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
@@ -283,7 +283,7 @@ def test_max_sequences_per_row_on_ray_is_byte_identical_to_local(cluster, corpus
 def test_a_resumed_grouped_run_keeps_its_parts(cluster, grouped_corpus, word_tokenizer, tmp_path, monkeypatch):
     """A driver stopped before the manifest: --resume takes the group tables and ids from
     the complete parts (no part task runs) and writes the same output."""
-    from packcli import engine_ray
+    from packcli.engine import ray_tasks as engine_ray
 
     common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "group_by": "source", "shuffle": True}
     spill, out = tmp_path / "spill", tmp_path / "ray"
@@ -308,7 +308,7 @@ def test_a_worker_keeps_its_tokenizer_while_the_options_and_the_tokenizer_are_th
     inputs and outputs, loaded again for other options, another fingerprint or backend."""
     from dataclasses import replace
 
-    from packcli.engine_ray import worker_setup
+    from packcli.engine.ray_tasks import worker_setup
 
     opts = PackOptions(inputs=["a.jsonl"], output="out", tokenizer=str(word_tokenizer), seq_len=16)
     first = worker_setup(opts, None)

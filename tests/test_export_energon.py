@@ -128,7 +128,7 @@ def test_index_is_what_energon_preparation_writes(tmp_path, packed, word_tokeniz
     preparation writes for the same tars (what the export runs for an energon release
     whose layout it does not know): the same files, index.sqlite with the same schema and
     rows; only index.uuid differs (energon draws it at random)."""
-    from packcli import export_energon as module
+    from packcli.export import energon as module
 
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(90, seed=12, max_words=30)])
     source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20)
@@ -149,7 +149,7 @@ def test_index_is_what_energon_preparation_writes(tmp_path, packed, word_tokeniz
 def test_index_bytes_depend_only_on_the_input(tmp_path, packed, word_tokenizer):
     """Two exports of one output are byte for byte the same, index.sqlite and index.uuid
     included; another output gets another index.uuid."""
-    from packcli.export_energon import export_energon
+    from packcli.export.energon import export_energon
 
     sources = []
     for seed in (5, 6):
@@ -166,8 +166,8 @@ def test_a_failed_export_stops_its_index_thread(tmp_path, packed, word_tokenizer
     """A shard that cannot be read half-way: the error, no OUT, and the index's thread ended."""
     import threading
 
-    from packcli.errors import PackcliError
-    from packcli.export_energon import export_energon
+    from packcli.core.errors import PackcliError
+    from packcli.export.energon import export_energon
 
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(60, seed=7)])
     source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 10, "--format", "parquet")
@@ -180,7 +180,7 @@ def test_a_failed_export_stops_its_index_thread(tmp_path, packed, word_tokenizer
 
 def random_rows(seed: int, n: int, seq_len: int, most_segments: int):
     """Rows with random values and cu_seqlens of 2 to `most_segments` + 1 entries each."""
-    from packcli.rows import Rows
+    from packcli.plan.rows import Rows
 
     rng = np.random.default_rng(seed)
     widths = rng.integers(2, most_segments + 2, size=n)
@@ -210,8 +210,8 @@ def test_tar_members_are_what_tarfile_writes(tmp_path_factory, seed, n, seq_len,
     from block to block), against tarfile writing each row's np.save bytes."""
     from naive_tar import naive_members
 
-    from packcli import export_energon as module
-    from packcli.export import Block
+    from packcli.export import energon as module
+    from packcli.export.base import Block
 
     first, second = random_rows(seed, n, seq_len, most_segments), random_rows(seed + 1, n, seq_len, most_segments)
     path = tmp_path_factory.mktemp("tar") / "shard.tar"

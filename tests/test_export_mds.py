@@ -15,7 +15,7 @@ from helpers import load_rows, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packcli.export_mds import streaming_base
+from packcli.export.mds import streaming_base
 
 
 def export(cli, source, out, *options):
@@ -93,8 +93,8 @@ def test_bad_compression_is_a_usage_error(tmp_path, packed, cli, word_tokenizer)
 def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_tokenizer):
     """The export's direct encoding against MDSWriter.encode_sample, row by row, including
     rows with 256 or more cu_seqlens entries (a wider shape dtype)."""
-    from packcli.export import blocks, read_source, token_dtype
-    from packcli.export_mds import encode_block, mds_columns
+    from packcli.export.base import blocks, read_source, token_dtype
+    from packcli.export.mds import encode_block, mds_columns
 
     texts = ["w1"] * 600 + random_texts(100, seed=9, max_words=20)
     source = packed(
@@ -130,8 +130,8 @@ def test_rows_are_encoded_as_mds_writer_encodes_them(tmp_path, packed, word_toke
 def test_shards_and_index_are_the_bytes_mds_writer_writes(tmp_path, packed, big_tokenizer, compression):
     """The whole output against MDSWriter given the same samples one by one: shard cuts
     (a small size limit, so there are several), shard files and index.json."""
-    from packcli.export import read_source, token_dtype
-    from packcli.export_mds import export_mds, mds_columns
+    from packcli.export.base import read_source, token_dtype
+    from packcli.export.mds import export_mds, mds_columns
 
     records = [
         {"p": t, "c": " ".join(reversed(t.split()))} for t in random_texts(60, seed=4, max_words=20, vocab=69_990)
@@ -176,8 +176,8 @@ def test_shards_and_index_are_the_bytes_mds_writer_writes(tmp_path, packed, big_
 
 def random_block(seed: int, rows: int, seq_len: int, max_width: int):
     """A block of `rows` random rows (cu_seqlens of 1..max_width entries each), as the export reads one."""
-    from packcli.export import Block
-    from packcli.rows import Rows
+    from packcli.export.base import Block
+    from packcli.plan.rows import Rows
 
     rng = np.random.default_rng(seed)
     widths = rng.integers(1, max_width + 1, size=rows)
@@ -206,7 +206,7 @@ def random_block(seed: int, rows: int, seq_len: int, max_width: int):
 def test_spans_and_parts_hold_each_sample_as_mds_lays_it_out(seed, rows, seq_len, max_width, wide, data):
     from naive_mds import naive_gather, naive_sample
 
-    from packcli.export_mds import encode_block
+    from packcli.export.mds import encode_block
 
     block = random_block(seed, rows, seq_len, max_width)
     dtype, fmt = (np.dtype(np.uint32), "I") if wide else (np.dtype(np.uint16), "H")
@@ -247,7 +247,7 @@ def test_write_spans_resumes_after_short_writes(pieces, most, batch):
     make it) and takes `batch` spans a call: the file still gets every span, in order."""
     from naive_mds import naive_gather
 
-    from packcli import export_mds
+    from packcli.export import mds as export_mds
 
     def short_writev(fd, address, count):
         table = np.frombuffer(ctypes.string_at(address, 16 * count), dtype=np.uint64).reshape(-1, 2)
@@ -263,8 +263,8 @@ def test_write_spans_resumes_after_short_writes(pieces, most, batch):
 
 
 def test_write_spans_writes_more_spans_than_one_writev_takes(tmp_path):
-    from packcli.export import IOV_MAX
-    from packcli.export_mds import write_spans
+    from packcli.export.base import IOV_MAX
+    from packcli.export.mds import write_spans
 
     rng = np.random.default_rng(5)
     pieces = [rng.bytes(int(n)) for n in rng.integers(0, 100, size=3 * IOV_MAX + 7)]
@@ -275,7 +275,7 @@ def test_write_spans_writes_more_spans_than_one_writev_takes(tmp_path):
 
 
 def test_write_spans_reports_the_system_error(tmp_path):
-    from packcli.export_mds import write_spans
+    from packcli.export.mds import write_spans
 
     spans, _alive = spans_of([b"abc"])
     (tmp_path / "ro").write_bytes(b"")
@@ -285,8 +285,8 @@ def test_write_spans_reports_the_system_error(tmp_path):
 
 
 def test_spans_refuse_rows_outside_the_block():
-    from packcli.errors import PackcliError
-    from packcli.export_mds import encode_block
+    from packcli.core.errors import PackcliError
+    from packcli.export.mds import encode_block
 
     encoded = encode_block(random_block(1, 3, 4, 3), np.dtype(np.uint16))
     with pytest.raises(PackcliError, match="outside the block"):

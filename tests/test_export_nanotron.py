@@ -9,7 +9,7 @@ import pytest
 from datatrove.utils.dataset import DatatroveFileDataset, DatatroveFolderDataset
 from helpers import load_rows, random_texts, real_segments, write_jsonl
 
-from packcli.rows import real_token_mask
+from packcli.plan.rows import real_token_mask
 
 
 def export(cli, source, out, *options):

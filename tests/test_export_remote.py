@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from helpers import random_texts, write_jsonl
 
-from packcli import storage
-from packcli.errors import PackcliError
-from packcli.export_nanotron import export_nanotron
+from packcli.core import storage
+from packcli.core.errors import PackcliError
+from packcli.export.nanotron import export_nanotron
 
 BUCKET = "corpus"  # conftest's s3_server creates it
 ENTRY = {"mds": "index.json", "energon": ".nv-meta/dataset.yaml"}  # what each reader opens first
@@ -72,7 +72,7 @@ def test_a_remote_out_holds_what_a_local_export_writes(s3_server, tmp_path, sour
 def test_streaming_reads_an_mds_export_from_the_store(s3_server, tmp_path, source, cli, monkeypatch):
     from test_export_mds import assert_same_rows
 
-    from packcli.export_mds import streaming_base
+    from packcli.export.mds import streaming_base
 
     monkeypatch.setenv("S3_ENDPOINT_URL", os.environ["AWS_ENDPOINT_URL"])  # streaming's own variable
     export_ok(cli, "mds", source, f"s3://{BUCKET}/mds-read")

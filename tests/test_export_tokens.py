@@ -1,5 +1,5 @@
 """The real tokens of a packed output, chunk by chunk: the same segments and bytes as the
-rows `packcli.shards` reads, whatever the chunk and block sizes, and damage named."""
+rows `packcli.write.shards` reads, whatever the chunk and block sizes, and damage named."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from helpers import load_rows, random_texts, real_segments, write_jsonl
 
-from packcli import export_tokens
-from packcli.errors import PackcliError
-from packcli.export_tokens import token_blocks
-from packcli.manifest import load_manifest
-from packcli.rows import IGNORE_INDEX, real_token_mask
+from packcli.core.errors import PackcliError
+from packcli.export import tokens as export_tokens
+from packcli.export.tokens import token_blocks
+from packcli.plan.rows import IGNORE_INDEX, real_token_mask
+from packcli.write.manifest import load_manifest
 
 
 def streamed(source, tmp_path, labels=False):

@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import packcli
-from packcli.errors import PackcliError
+from packcli.core.errors import PackcliError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -158,16 +158,16 @@ def undeclared(imp: Import, allowed: set[str]) -> str | None:
     return f"{where} (distribution {', '.join(sorted(dists))}), not declared in {place}"
 
 
-PACKAGE_IMPORTS = [imp for path in sorted(PACKAGE.glob("*.py")) for imp in scan(path).imports if third_party(imp.name)]
+PACKAGE_IMPORTS = [imp for path in sorted(PACKAGE.rglob("*.py")) for imp in scan(path).imports if third_party(imp.name)]
 
 
 def test_the_scan_sees_function_level_and_optional_imports():
     found = {(imp.file, imp.name, imp.scope, imp.extra, imp.used_when_present) for imp in PACKAGE_IMPORTS}
-    assert ("packcli/torch_data.py", "torch", "<module>", "torch", False) in found
-    assert ("packcli/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
-    assert ("packcli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
-    assert ("packcli/cli.py", "rich", "_progress", None, False) in found
-    assert ("packcli/torch_data.py", "flash_attn", "_flash_varlen", None, True) in found
+    assert ("packcli/load/torch.py", "torch", "<module>", "torch", False) in found
+    assert ("packcli/load/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
+    assert ("packcli/cli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
+    assert ("packcli/cli/app.py", "rich", "_progress", None, False) in found
+    assert ("packcli/load/torch.py", "flash_attn", "_flash_varlen", None, True) in found
 
 
 def test_every_import_under_packcli_is_declared():
@@ -217,7 +217,7 @@ def parquet_out(tmp_path_factory) -> Path:
     """A packed Parquet output, written before any library is made unimportable."""
     from typer.testing import CliRunner
 
-    from packcli.cli import app
+    from packcli.cli.app import app
 
     tmp = tmp_path_factory.mktemp("parquet")
     path = write_jsonl(tmp / "in.jsonl", [{"input_ids": [5, 6, 7]}, {"input_ids": [8]}])
@@ -243,42 +243,42 @@ def parquet_out(tmp_path_factory) -> Path:
 
 
 def _import_torch_data(parquet_out, monkeypatch):
-    monkeypatch.delitem(sys.modules, "packcli.torch_data", raising=False)
-    importlib.import_module("packcli.torch_data")
+    monkeypatch.delitem(sys.modules, "packcli.load.torch", raising=False)
+    importlib.import_module("packcli.load.torch")
 
 
 def _hf_load_parquet(parquet_out, monkeypatch):
-    from packcli import hf
+    from packcli.load import hf
 
     hf.load(parquet_out)
 
 
 def _hf_rows_to_dataset(parquet_out, monkeypatch):
-    from packcli import hf
+    from packcli.load import hf
 
     hf.rows_to_dataset(_rows())
 
 
 def _packed_seq_params(parquet_out, monkeypatch):
-    from packcli.torch_data import PackedBatch
+    from packcli.load.torch import PackedBatch
 
     PackedBatch.from_rows(_rows()).packed_seq_params()
 
 
 def _plot(parquet_out, monkeypatch):
-    from packcli import render
+    from packcli.cli import render
 
     render.matplotlib_figure()
 
 
 def _export_mds(parquet_out, monkeypatch):
-    from packcli.export_mds import export_mds
+    from packcli.export.mds import export_mds
 
     export_mds(parquet_out, parquet_out.parent / "mds")
 
 
 def _export_energon(parquet_out, monkeypatch):
-    from packcli.export_energon import export_energon
+    from packcli.export.energon import export_energon
 
     for name in [name for name in sys.modules if name.startswith("megatron.")]:
         monkeypatch.delitem(sys.modules, name)  # imported by earlier tests: import them again
@@ -287,38 +287,43 @@ def _export_energon(parquet_out, monkeypatch):
 
 
 def _remote_url(parquet_out, monkeypatch):
-    from packcli import storage
+    from packcli.core import storage
 
     storage.filesystem("s3://bucket/key")
 
 
 def _ray_engine(parquet_out, monkeypatch):
-    from packcli import engine_ray
+    from packcli.engine import ray_tasks as engine_ray
 
     engine_ray.connect(None, 1)
 
 
 def _gigatoken(parquet_out, monkeypatch):
-    from packcli import fastbpe
+    from packcli.tokenize import fastbpe
 
     monkeypatch.setitem(sys.modules, "gigatoken.gigatoken_rs", None)  # imported already by an earlier test
-    fastbpe.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_fastbpe.py)
+    fastbpe.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_tokenize_fastbpe.py)
+
+
+def site_module(file: str) -> str:
+    """packcli/load/torch.py -> load/torch"""
+    return Path(file).relative_to("packcli").with_suffix("").as_posix()
 
 
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
-    ("torch_data", "<module>"): _import_torch_data,
-    ("hf", "load"): _hf_load_parquet,
-    ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
-    ("render", "matplotlib_figure"): _plot,
-    ("export_mds", "streaming_base"): _export_mds,
-    ("export_energon", "_energon"): _export_energon,
-    ("storage", "filesystem"): _remote_url,
-    ("engine_ray", "connect"): _ray_engine,
-    ("torch_data", "packed_seq_params"): _packed_seq_params,
-    ("fastbpe", "gigatoken_bpe_class"): _gigatoken,
+    ("load/torch", "<module>"): _import_torch_data,
+    ("load/hf", "load"): _hf_load_parquet,
+    ("load/hf", "rows_to_dataset"): _hf_rows_to_dataset,
+    ("cli/render", "matplotlib_figure"): _plot,
+    ("export/mds", "streaming_base"): _export_mds,
+    ("export/energon", "_energon"): _export_energon,
+    ("core/storage", "filesystem"): _remote_url,
+    ("engine/ray_tasks", "connect"): _ray_engine,
+    ("load/torch", "packed_seq_params"): _packed_seq_params,
+    ("tokenize/fastbpe", "gigatoken_bpe_class"): _gigatoken,
 }
-SITES = sorted({(Path(imp.file).stem, imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
+SITES = sorted({(site_module(imp.file), imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 
 
 def test_every_optional_import_has_a_trigger():
@@ -327,7 +332,7 @@ def test_every_optional_import_has_a_trigger():
 
 @pytest.mark.parametrize("site", SITES, ids=[f"{m}.{f}" for m, f in SITES])
 def test_a_missing_extra_names_itself(site, parquet_out, monkeypatch):
-    imports = [imp for imp in PACKAGE_IMPORTS if (Path(imp.file).stem, imp.scope) == site and imp.extra]
+    imports = [imp for imp in PACKAGE_IMPORTS if (site_module(imp.file), imp.scope) == site and imp.extra]
     (extra,), (what,) = {imp.extra for imp in imports}, {imp.what for imp in imports}
     for name in {imp.name for imp in imports}:
         monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
@@ -370,19 +375,19 @@ for name in spec["blocked"]:
     sys.modules.setdefault(name, None)  # not in a plain install: importing it fails
 
 from typer.testing import CliRunner
-from packcli.cli import app
-from packcli.errors import PackcliError
+from packcli.cli.app import app
+from packcli.core.errors import PackcliError
 
 results = {}
 for key, args in spec["commands"].items():
     result = CliRunner().invoke(app, args)
     results[key] = [result.exit_code, result.stdout[-2000:], result.stderr[-2000:]]
-for key, module in (("torch_data", "packcli.torch_data"), ("hf", "packcli.hf")):
+for key, module in (("torch_data", "packcli.load.torch"), ("hf", "packcli.load.hf")):
     try:
         __import__(module)
         if key == "hf":
-            import packcli, packcli.hf
-            packcli.hf.pack_dataset([[5, 6, 7]], seq_len=8, eos_id=1)
+            import packcli, packcli.load.hf
+            packcli.load.hf.pack_dataset([[5, 6, 7]], seq_len=8, eos_id=1)
         results[key] = [0, "", ""]
     except PackcliError as exc:
         results[key] = [1, "", str(exc)]
@@ -441,5 +446,5 @@ def test_a_plain_install_runs_every_command(tmp_path):
         results["plot"][:1] == [1]
         and results["plot"][2] == "error: --plot needs matplotlib: pip install 'packcli[plot]'\n"
     )
-    assert results["torch_data"] == [1, "", "packcli.torch_data needs PyTorch: pip install 'packcli[torch]'"]
-    assert results["hf"] == [1, "", "packcli.hf needs datasets: pip install 'packcli[hf]'"]
+    assert results["torch_data"] == [1, "", "packcli.load.torch needs PyTorch: pip install 'packcli[torch]'"]
+    assert results["hf"] == [1, "", "packcli.load.hf needs datasets: pip install 'packcli[hf]'"]

@@ -1,4 +1,4 @@
-"""Tests for packcli.read_columnar: Parquet and Arrow IPC round-trip, column types are checked
+"""Tests for packcli.read.columnar: Parquet and Arrow IPC round-trip, column types are checked
 once, and bad rows are named by row."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from packcli import reading
-from packcli.reading import BadRecords, read_batches
+from packcli.read.batches import read_batches
+from packcli.read.records import BadRecords, IdLists
 from tests.input_files import TEXT, fail_message, plain, read_all, read_skipping, write_arrow, write_parquet
 
 
@@ -244,7 +244,7 @@ def test_ids_column_types_keep_their_integer_type(tmp_path, arrow_type, suffix):
     path = tmp_path / f"ids{suffix}"
     pq.write_table(table, path) if suffix == ".parquet" else write_arrow(path, table)
     batches = list(read_batches([str(path)], {"ids": "ids"}, batch_size=2))
-    assert all(isinstance(b.columns["ids"], reading.IdLists) for b in batches)
+    assert all(isinstance(b.columns["ids"], IdLists) for b in batches)
     stored = np.dtype(np.int64 if arrow_type.value_type == pa.uint64() else str(arrow_type.value_type))
     assert [b.columns["ids"].values.dtype for b in batches] == [stored, stored]  # uint64 alone becomes int64
     assert [plain(b.columns["ids"]) for b in batches] == [[[1, 2], [3, 4]], [[5, 6]]]
@@ -275,9 +275,9 @@ def test_sharegpt_column_with_an_unknown_speaker(tmp_path):
 
 @pytest.mark.parametrize("dictionary", [True, False])
 def test_token_ids_decoded_page_by_page_as_pyarrow_reads_them(tmp_path, monkeypatch, dictionary):
-    """Columns of token ids alone are read by packcli.parquet_pages: the same records, row
+    """Columns of token ids alone are read by packcli.read.parquet_pages: the same records, row
     numbers and integer types as through pyarrow's reader."""
-    from packcli import parquet_pages
+    from packcli.read import parquet_pages
 
     rng = np.random.default_rng(0)
     ids = [rng.integers(0, 70_000, size=int(n)).astype(np.int32).tolist() for n in rng.integers(1, 300, size=80)]

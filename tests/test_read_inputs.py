@@ -1,4 +1,4 @@
-"""Tests for packcli.read_inputs: files, directories, globs, stdin and save_to_disk datasets
+"""Tests for packcli.read.inputs: files, directories, globs, stdin and save_to_disk datasets
 turned into the exact list of files to read."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from packcli.errors import PackcliError
-from packcli.reading import SUPPORTED_SUFFIXES, expand_inputs
+from packcli.core.errors import PackcliError
+from packcli.read.inputs import SUPPORTED_SUFFIXES, expand_inputs
 from tests.input_files import read_all
 
 

@@ -1,4 +1,4 @@
-"""Tests for packcli.read_jsonl: JSON Lines (plain, gzip, zstd, stdin) round-trip, and every bad
+"""Tests for packcli.read.jsonl: JSON Lines (plain, gzip, zstd, stdin) round-trip, and every bad
 record or broken stream is named precisely."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packcli.errors import PackcliError
-from packcli.reading import BadRecords, read_batches
+from packcli.core.errors import PackcliError
+from packcli.read.batches import read_batches
+from packcli.read.records import BadRecords
 from tests.input_files import (
     JSONL_SUFFIXES,
     TEXT,

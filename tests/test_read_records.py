@@ -1,4 +1,4 @@
-"""Tests for packcli.read_records: batches bounded in count and size, never mixing sources;
+"""Tests for packcli.read.records: batches bounded in count and size, never mixing sources;
 IdLists; BadRecords."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packcli import reading
-from packcli.reading import BadRecords, RecordBatch, read_batches
+from packcli.read.batches import read_batches
+from packcli.read.records import BadRecords, IdLists, RecordBatch
 from tests.input_files import JSONL_SUFFIXES, TEXT, read_skipping, write_jsonl, write_parquet
 
 
@@ -65,7 +65,7 @@ def test_ids_column_is_flat(tmp_path):
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}, {"ids": [4]}, {"ids": [5, 6]}])
     [batch] = read_batches([str(path)], {"ids": "ids"})
     ids = batch.columns["ids"]
-    assert isinstance(ids, reading.IdLists) and len(ids) == 3
+    assert isinstance(ids, IdLists) and len(ids) == 3
     assert ids.values.tolist() == [1, 2, 3, 4, 5, 6] and ids.offsets.tolist() == [0, 3, 4, 6]
     assert ids.lengths.tolist() == [3, 1, 2] and ids[-1].tolist() == [5, 6]
     with pytest.raises(IndexError):

@@ -20,8 +20,8 @@ from helpers import random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packcli.errors import Interrupted
-from packcli.verify import verify_dir
+from packcli.core.errors import Interrupted
+from packcli.inspect.verify import verify_dir
 
 
 def assert_incomplete(out: Path) -> None:
@@ -117,7 +117,7 @@ def test_unwritable_output(tmp_path, cli, word_tokenizer):
 
 
 def test_disk_full_mid_run(tmp_path, cli, word_tokenizer, monkeypatch):
-    from packcli import shards
+    from packcli.write import shards
 
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(400)])
     real_write = shards._NpyFile.write

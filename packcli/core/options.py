@@ -1,0 +1,263 @@
+"""The options of `pack`, checked in one place before any work is done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packcli.core.choices import (
+    ALGORITHMS,
+    BAD_RECORD_POLICIES,
+    ENGINES,
+    FORMATS,
+    MODES,
+    OVERLONG_POLICIES,
+    REMAINDER_POLICIES,
+    ROLES,
+    TOKENIZER_BACKENDS,
+    TRUNCATION_SIDES,
+)
+from packcli.core.errors import PackcliError
+
+MAX_SEQ_LEN = 1 << 20
+STDIN = "-"
+
+
+@dataclass
+class PackOptions:
+    inputs: list[str]
+    output: str
+    tokenizer: str | None
+    seq_len: int
+    text_field: str | None = None
+    prompt_field: str | None = None
+    completion_field: str | None = None
+    messages_field: str | None = None
+    chat_template: str | None = None
+    train_on: str = "assistant"
+    ids_field: str | None = None
+    labels_field: str | None = None
+    mode: str = "bin"
+    algorithm: str = "bfd"
+    remainder: str = "pad"
+    buffer_size: int | None = None  # None: one plan over the whole corpus
+    overlong: str | None = None
+    truncation_side: str | None = None  # None: left where labels are masked, right for plain text
+    keep_unlearned: bool = False
+    pad_to_multiple_of: int | None = None  # bin mode: each segment padded to a multiple of it
+    bos: bool | None = None
+    eos: bool = True
+    eos_token: str | None = None
+    pad_id: int | None = None
+    format: str = "parquet"
+    rows_per_shard: int | None = None
+    shuffle: bool = True  # rows in a seeded random order: the plan's order is a hidden curriculum
+    seed: int = 0
+    workers: int | None = None
+    tokenizer_backend: str = "auto"
+    on_bad_record: str = "fail"
+    parse_special_tokens: bool = False
+    overwrite: bool = False
+    resume: bool = False
+    tmp_dir: str | None = None
+    group_by: str | None = None  # a record field: rows never mix its values
+    max_sequences_per_row: int | None = None
+    no_cache: bool = False  # the start-up cache of what is derived from the tokenizer
+    engine: str = "local"
+    ray_address: str | None = None  # --engine ray: a running cluster; None starts one on this machine
+
+    @property
+    def input_kind(self) -> str:
+        """text, prompt (prompt/completion), chat or ids; validate() makes it unambiguous."""
+        if self.prompt_field or self.completion_field:
+            return "prompt"
+        if self.messages_field:
+            return "chat"
+        if self.ids_field:
+            return "ids"
+        return "text"
+
+    @property
+    def resolved_overlong(self) -> str:
+        """split for plain text; truncate where labels are masked (SFT, chat, ids with labels)."""
+        if self.overlong:
+            return self.overlong
+        return "truncate" if self.masked else "split"
+
+    @property
+    def masked(self) -> bool:
+        """Whether some tokens are not learned (SFT, chat, ids with labels)."""
+        return self.input_kind in ("prompt", "chat") or bool(self.labels_field)
+
+    @property
+    def resolved_truncation_side(self) -> str:
+        """left (keep the completion, cut the prompt's start) where labels are masked; right
+        (keep the start) for plain text."""
+        return self.truncation_side or ("left" if self.masked else "right")
+
+    def validate(self) -> None:
+        """Usage errors, found before any work is done (exit code 2)."""
+        if not self.inputs:
+            raise _usage("no INPUT given")
+        self._check_values()
+        self._check_input_kind()
+        if self.resume and self.overwrite:
+            raise _usage("--resume and --overwrite exclude each other")
+        self._check_engine()
+        if self.tokenizer is None and self.input_kind != "ids":
+            raise _usage("--tokenizer is required (only --ids-field input can do without)")
+
+    def _check_values(self) -> None:
+        check_seq_len(self.seq_len, "--seq-len")
+        check_choice("--mode", self.mode, MODES)
+        check_algorithm(self.algorithm)
+        check_choice("--remainder", self.remainder, REMAINDER_POLICIES)
+        check_choice("--format", self.format, FORMATS)
+        check_choice("--on-bad-record", self.on_bad_record, BAD_RECORD_POLICIES)
+        check_choice("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
+        if self.overlong is not None:
+            check_choice("--overlong", self.overlong, OVERLONG_POLICIES)
+        if self.truncation_side is not None:
+            check_choice("--truncation-side", self.truncation_side, TRUNCATION_SIDES)
+        for flag, value in (
+            ("--buffer-size", self.buffer_size),
+            ("--rows-per-shard", self.rows_per_shard),
+            ("--workers", self.workers),
+            ("--max-sequences-per-row", self.max_sequences_per_row),
+        ):
+            check_positive(flag, value)
+        self._check_packing_extras()
+        if self.pad_id is not None and self.pad_id < 0:
+            raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
+        check_pad_multiple(self.pad_to_multiple_of, self.seq_len, self.mode, "--pad-to-multiple-of", "--seq-len")
+
+    def _check_packing_extras(self) -> None:
+        """--group-by, --max-sequences-per-row and a user strategy, where they apply."""
+        if self.mode == "concat" and self.max_sequences_per_row is not None:
+            raise _usage("--max-sequences-per-row applies to bin mode (concat rows hold parts of documents)")
+        if self.mode == "concat" and ":" in self.algorithm:
+            raise _usage("--algorithm module:function applies to bin mode")
+        if self.group_by is None:
+            return
+        if not self.group_by:
+            raise _usage("--group-by must name a field")
+        if self.mode == "concat" and self.buffer_size is not None:
+            raise _usage(
+                "--group-by with --mode concat plans one stream per group over the whole input: drop --buffer-size"
+            )
+        tokenized = (
+            self.text_field or ("text" if self.input_kind == "text" else None),
+            self.prompt_field,
+            self.completion_field,
+            self.messages_field,
+            self.ids_field,
+            self.labels_field,
+        )
+        if self.group_by in tokenized:
+            raise _usage(f"--group-by {self.group_by}: that field is the one tokenized; group by another field")
+
+    def _check_input_kind(self) -> None:
+        """Exactly one kind of input, and the options that go with it."""
+        given = {
+            "--text-field": self.text_field is not None,
+            "--prompt-field/--completion-field": bool(self.prompt_field or self.completion_field),
+            "--messages-field": self.messages_field is not None,
+            "--ids-field": self.ids_field is not None,
+        }
+        kinds = [flag for flag, present in given.items() if present]
+        if len(kinds) > 1:
+            raise _usage(f"conflicting field options: {' and '.join(kinds)} (give exactly one kind of input)")
+        for flag, value in (
+            ("--text-field", self.text_field),
+            ("--messages-field", self.messages_field),
+            ("--ids-field", self.ids_field),
+        ):
+            if value == "":
+                raise _usage(f"{flag} must name a field")
+        if bool(self.prompt_field) != bool(self.completion_field):
+            raise _usage("--prompt-field and --completion-field go together")
+        if self.prompt_field and self.prompt_field == self.completion_field:
+            raise _usage("--prompt-field and --completion-field must name different fields")
+        if self.tokenizer_backend == "tiktoken" and self.input_kind in ("chat", "ids"):
+            chat = self.input_kind == "chat"
+            why = "--messages-field (chat templates are tokenized by transformers)" if chat else "--ids-field"
+            raise _usage("--tokenizer-backend tiktoken does not apply to " + why)
+        self._check_companions()
+
+    def _check_engine(self) -> None:
+        check_choice("--engine", self.engine, ENGINES)
+        if self.ray_address is not None and self.engine != "ray":
+            raise _usage("--ray-address goes with --engine ray")
+        if self.engine == "ray" and self.buffer_size is not None:
+            raise _usage("--buffer-size runs on --engine local only (windows are planned one after another)")
+        if self.engine == "ray" and STDIN in self.inputs:
+            raise _usage("--engine ray reads files, not stdin")
+        if self.tmp_dir is not None and "://" in self.tmp_dir and not self.tmp_dir.startswith("file://"):
+            raise _usage(
+                "--tmp-dir must be a directory on a mounted filesystem (the spill is read with positioned reads)"
+            )
+
+    def _check_companions(self) -> None:
+        if self.labels_field and not self.ids_field:
+            raise _usage("--labels-field goes with --ids-field")
+        if self.chat_template and not self.messages_field:
+            raise _usage("--chat-template goes with --messages-field")
+        roles = tuple(r.strip() for r in self.train_on.split(",") if r.strip())
+        if not roles or any(r not in ROLES for r in roles):
+            raise _usage(f"--train-on takes roles from {', '.join(ROLES)}, not {self.train_on!r}")
+        if self.train_on != "assistant" and not self.messages_field:
+            raise _usage("--train-on goes with --messages-field")
+
+    @property
+    def pad_multiple(self) -> int:
+        """--pad-to-multiple-of as the multiple every length rounds up to (1: no rounding)."""
+        return self.pad_to_multiple_of or 1
+
+
+def _usage(message: str) -> PackcliError:
+    return PackcliError(message, usage=True)
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """One rule for every choice, named as the caller names it (`--mode` or `mode`)."""
+    if value not in allowed:
+        raise _usage(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def check_algorithm(value: str, name: str = "--algorithm") -> None:
+    """A built-in packer, or module:function (a user strategy, imported when the plan is made)."""
+    if ":" in value:
+        check_spec(value)
+    else:
+        check_choice(name, value, ALGORITHMS)
+
+
+def check_positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise _usage(f"{name} must be at least 1, not {value}")
+
+
+def check_pad_multiple(multiple: int | None, seq_len: int, mode: str, name: str, seq_len_name: str) -> None:
+    """Padding to a multiple is for bin mode (concat rows have no room to pad), and rows
+    must hold whole padded segments."""
+    if multiple is None:
+        return
+    check_positive(name, multiple)
+    if mode != "bin":
+        raise _usage(f"{name} applies to bin mode only (concat rows are cut at exactly {seq_len_name})")
+    if seq_len % multiple:
+        raise _usage(f"{seq_len_name} {seq_len} is not a multiple of {name} {multiple}")
+
+
+def check_seq_len(value: int, name: str = "seq_len") -> None:
+    if not 1 <= value <= MAX_SEQ_LEN:
+        raise _usage(f"{name} must be between 1 and {MAX_SEQ_LEN:,}, not {value}")
+
+
+def check_spec(spec: str) -> None:
+    """`module:function` with both parts dotted Python names (a usage error otherwise)."""
+    module, _, attribute = spec.partition(":")
+    names = [*module.split("."), *attribute.split(".")]
+    if not module or not attribute or not all(name.isidentifier() for name in names):
+        raise PackcliError(
+            f"--algorithm {spec!r}: a built-in name or module:function (e.g. my_packing:pack)", usage=True
+        )

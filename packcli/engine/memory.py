@@ -1,0 +1,254 @@
+"""packcli as a library: pack token sequences in memory with the engine the CLI uses.
+
+    from packcli import pack_sequences
+    packed = pack_sequences([[1, 2, 3], [4, 5]], seq_len=8, pad_id=0)
+    packed.input_ids, packed.labels, packed.position_ids, packed.cu_seqlens_per_row()
+
+Labels are NOT shifted (Hugging Face convention: the model shifts them); they are -100
+on the first token of every segment and on padding, so nothing is predicted across a
+boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from packcli.core.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, TRUNCATION_SIDES
+from packcli.core.errors import PackcliError
+from packcli.core.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
+from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.engine.summary import unlearned_section
+from packcli.plan.grouping import GroupTable, group_counts, group_entries
+from packcli.plan.planner import RowPlan, plan_rows, uncapped_rows
+from packcli.plan.rows import Rows
+from packcli.plan.settings import PlanSettings
+from packcli.plan.strategy import Strategy, is_custom
+from packcli.tokenize.sequences import SequenceBatch
+from packcli.write.gather import gather_rows
+from packcli.write.report import RowStats, no_packing_baseline
+from packcli.write.spill import Spill
+
+
+@dataclass
+class PackedSequences:
+    """Packed rows (NumPy) with where every sequence went and the efficiency figures."""
+
+    rows: Rows
+    placement: dict[str, np.ndarray]  # sequence, row, offset, length: one entry per packed piece
+    report: dict[str, Any]
+    row_group: np.ndarray | None = None  # with `groups`: int32 group id of each row (report["groups"])
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        return self.rows.input_ids
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Unshifted: labels[i] belongs to input_ids[i]; the model does the shift."""
+        return self.rows.labels
+
+    @property
+    def position_ids(self) -> np.ndarray:
+        return self.rows.position_ids
+
+    @property
+    def cu_seqlens(self) -> np.ndarray:
+        """Flat int32 CSR values; row r is cu_seqlens[cu_offsets[r]:cu_offsets[r + 1]]."""
+        return self.rows.cu_seqlens
+
+    @property
+    def cu_offsets(self) -> np.ndarray:
+        return self.rows.cu_offsets
+
+    def cu_seqlens_per_row(self) -> list[np.ndarray]:
+        offsets = self.rows.cu_offsets
+        return [self.rows.cu_seqlens[offsets[r] : offsets[r + 1]] for r in range(len(self.rows))]
+
+    @property
+    def efficiency(self) -> float:
+        return float(self.report["efficiency"])
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+
+def pack_sequences(
+    sequences: Sequence[Sequence[int]],
+    seq_len: int,
+    *,
+    algorithm: str | Strategy = "bfd",
+    pad_id: int = 0,
+    labels: Sequence[Sequence[int]] | None = None,
+    mode: str = "bin",
+    overlong: str = "split",
+    remainder: str = "pad",
+    buffer_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    groups: Sequence[Any] | None = None,
+    max_sequences_per_row: int | None = None,
+    keep_unlearned: bool = False,
+    truncation_side: str | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> PackedSequences:
+    """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
+
+    `labels`, if given, holds one label per token: the token itself, or -100 where nothing
+    is learned; without it every token is learned. `buffer_size` packs windows of that many
+    segments (one plan over all of them by default). `groups`: one JSON scalar per sequence
+    (as `--group-by` reads from a field); rows never mix two values, and `row_group` says
+    which group each row holds. `algorithm` may also be "module:function" or a callable
+    (a user strategy, see packcli.plan.strategy). Same inputs and settings give the same rows as
+    `packcli pack`: the planner and the row kernel are the same code.
+
+    With `labels`, a segment left with no learned token is dropped (and counted in
+    `report["unlearned"]`) unless `keep_unlearned`; `truncation_side` (`overlong="truncate"`)
+    is "left" with labels (cut the start, keep the learned end) and "right" without.
+    Rows come in a shuffled order by `seed`, as `packcli pack` writes them; `shuffle=False`
+    keeps the plan's order. `pad_to_multiple_of` (bin mode) pads every segment to a
+    multiple of it inside its row and fills `rows.cu_seqlens_unpadded`.
+    """
+
+    _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
+    if truncation_side is not None:
+        check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
+    check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
+    multiple = pad_to_multiple_of or 1
+    tokens, lengths, flat_labels = _flatten(sequences, labels)
+    counts = IngestCounts()
+    side = truncation_side or ("left" if labels is not None else "right")
+    table = GroupTable("groups") if groups is not None else None
+    segmenter = Segmenter(
+        seq_len,
+        mode,
+        overlong,
+        None,
+        counts,
+        track_owners=True,
+        groups=table,
+        keep_unlearned=keep_unlearned,
+        truncation_side=side,
+    )
+    seqs = SequenceBatch(tokens, lengths, flat_labels)
+    values = None if groups is None else list(groups)
+    seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
+    spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
+    segment_groups = None if table is None else segmenter.group_ids.take(len(seg_lengths))
+    settings = PlanSettings(
+        seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row, multiple
+    )
+    plan = plan_rows(seg_lengths, settings, segment_groups)
+    blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple))
+    rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
+    stats = RowStats(seq_len)
+    for block in blocks:
+        stats.add(block)
+    report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    report["unlearned"] = unlearned_section(counts, keep_unlearned)
+    report["tokens_read"] = counts.tokens_in
+    if mode == "concat":
+        report["remainder"] = {"policy": remainder, "tokens": plan.remainder_tokens}
+    _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)
+    owners = segmenter.owners
+    assert owners is not None  # track_owners=True
+    placement = {
+        "sequence": owners[plan.source],
+        "row": plan.row,
+        "offset": plan.offset,
+        "length": plan.piece_len,
+    }
+    return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
+
+
+def _add_groups_and_cap(
+    report: dict[str, Any],
+    rows: Rows,
+    plan: RowPlan,
+    table: GroupTable | None,
+    settings: PlanSettings,
+    lengths: np.ndarray,
+    groups: np.ndarray | None,
+) -> None:
+    """The report's group table and the cap's cost, as `packcli pack` gives them."""
+    if table is not None and plan.row_group is not None:
+        counts = group_counts(plan.row_group, rows.num_segments, rows.real_lengths(), len(table.values))
+        every_token = settings.mode == "bin" or settings.remainder == "pad"
+        report["groups"] = group_entries(table, counts, settings.seq_len, hashed=every_token)
+    if settings.max_per_row is not None and not is_custom(settings.algorithm):
+        uncapped = uncapped_rows(lengths, settings, groups)
+        report["max_sequences_per_row"] = {
+            "cap": settings.max_per_row,
+            "rows": len(rows),
+            "uncapped_rows": uncapped,
+            "extra_rows": len(rows) - uncapped,
+        }
+
+
+def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode: str, overlong: str) -> dict[str, Any]:
+    """The figures `packcli pack` reports, for rows packed in memory."""
+    return {
+        **summary,
+        "no_packing": no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], seq_len),
+        "overlong": {
+            "policy": overlong if mode == "bin" else None,
+            "count": counts.overlong,
+            "tokens_lost": counts.overlong_tokens_lost,
+            "dropped_without_labels": counts.no_labels_dropped,
+        },
+    }
+
+
+def _check_settings(
+    seq_len: int,
+    algorithm: str | Strategy,
+    mode: str,
+    overlong: str,
+    remainder: str,
+    buffer_size: int | None,
+    max_sequences_per_row: int | None = None,
+    groups: Sequence[Any] | None = None,
+) -> None:
+    """The CLI's own checks (packcli.core.options), named as the arguments are here."""
+    if isinstance(algorithm, str):
+        check_algorithm(algorithm, "algorithm")
+    elif not callable(algorithm):
+        raise PackcliError(f"algorithm must be a name, module:function or a callable, not {algorithm!r}", usage=True)
+    check_choice("mode", mode, MODES)
+    check_choice("overlong", overlong, OVERLONG_POLICIES)
+    check_choice("remainder", remainder, REMAINDER_POLICIES)
+    check_seq_len(seq_len)
+    check_positive("buffer_size", buffer_size)
+    check_positive("max_sequences_per_row", max_sequences_per_row)
+    if mode == "concat" and (max_sequences_per_row is not None or not isinstance(algorithm, str) or ":" in algorithm):
+        raise PackcliError("max_sequences_per_row and user strategies apply to bin mode", usage=True)
+    if groups is not None and mode == "concat" and buffer_size is not None:
+        raise PackcliError("groups with mode='concat' plan one stream per group: drop buffer_size", usage=True)
+
+
+def _flatten(
+    sequences: Sequence[Sequence[int]], labels: Sequence[Sequence[int]] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
+    if any(len(a) == 0 for a in arrays):
+        raise PackcliError(f"sequence {next(i for i, a in enumerate(arrays) if len(a) == 0)} is empty")
+    lengths = np.array([len(a) for a in arrays], dtype=np.int64)
+    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+    if len(tokens) and (tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
+        raise PackcliError("token ids must be between 0 and 2^31-1")
+    flat_labels = None
+    if labels is not None:
+        label_arrays = [np.asarray(lab, dtype=np.int64).reshape(-1) for lab in labels]
+        if len(label_arrays) != len(arrays) or any(len(lab) != len(a) for lab, a in zip(label_arrays, arrays)):
+            raise PackcliError("labels must have one label per token of every sequence")
+        flat_labels = (np.concatenate(label_arrays) if label_arrays else np.zeros(0)).astype(np.int32)
+    return tokens.astype(np.int32), lengths, flat_labels
+
+
+def _empty_rows(seq_len: int) -> Rows:
+    empty = np.zeros((0, seq_len), dtype=np.int32)
+    return Rows(empty, empty.copy(), empty.copy(), np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32))

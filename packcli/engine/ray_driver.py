@@ -1,0 +1,243 @@
+"""The driver of `--engine ray`: hands out spill parts and shards, plans in between.
+
+The driver holds the plan's arrays (about 48 bytes per placed piece, the same as the local
+engine) and nothing that grows with the tokens; the tasks are in ray_tasks.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.core.errors import PackcliError
+from packcli.core.flow import Timer
+from packcli.core.options import PackOptions
+from packcli.engine import ray_tasks as tasks
+from packcli.engine.ingest import IngestCounts
+from packcli.engine.job import Job, Outcome, Progress, check_documents, plan_segments
+from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
+from packcli.plan.planner import plan_window, uncapped_rows
+from packcli.plan.settings import plan_settings
+from packcli.plan.strategy import is_custom
+from packcli.read.records import BadRecords
+from packcli.write.columns import ids_dtype
+from packcli.write.manifest import BadRecordCounts
+from packcli.write.report import RowStats
+from packcli.write.shards import ShardInfo
+from packcli.write.spill import LENGTHS_FILE, spill_size
+
+PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
+
+
+@contextmanager
+def ray_session(opts: PackOptions, paths: list[str]) -> Iterator[None]:
+    """Connected before the driver loads its tokenizer, with the workers starting and
+    loading theirs meanwhile (a worker process starts cold: Python, Ray, packcli, the
+    tokenizer); a cluster this call started is stopped at the end."""
+    ray, started = tasks.connect(opts.ray_address, opts.workers)
+    warming: list[Any] = []
+    try:
+        warm = ray.remote(tasks.warm_reader).options(max_retries=0, num_cpus=1)
+        warming = [warm.remote(opts) for _ in range(_workers_wanted(ray, paths))]
+        yield
+    finally:
+        settle(ray, warming)
+        if started:
+            ray.shutdown()
+
+
+def settle(ray: Any, warming: list[Any]) -> None:
+    """Warm-ups are only a head start: a failed one (a worker that cannot import packcli,
+    say) is left to the tasks to report, not printed by Ray as an unhandled error."""
+    ready, _ = ray.wait(warming, num_returns=len(warming), timeout=0)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception:
+            pass
+
+
+def _workers_wanted(ray: Any, paths: list[str]) -> int:
+    """Workers the part tasks will use: the cluster's CPUs, or fewer when the input has
+    fewer parts (about: a file over PART_BYTES counts as several)."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    if len(paths) >= cpus:
+        return cpus
+    return min(cpus, sum(1 + tasks.input_size(path) // PART_BYTES for path in paths))
+
+
+def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
+    ray, started = tasks.connect(job.opts.ray_address, job.opts.workers)  # connected already in a ray_session
+    try:
+        return _stages(ray, job, paths, timer, progress)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
+    opts, spill_dir = job.opts, job.spill_dir
+    outcome = Outcome(stats=RowStats(opts.seq_len))
+    wall: dict[str, float] = {}
+    begin = time.perf_counter()
+    parts = tasks.split_inputs(paths, PART_BYTES)
+    metas, reused = _spill_parts(ray, job, parts, progress)
+    wall["spill"] = time.perf_counter() - begin
+    job.spill_reused = reused == len(parts)
+    outcome.counts, outcome.bad = _merged_counts(metas), _merged_bad(metas)
+    for meta in metas:
+        for stage, seconds in meta.get("timings", {}).items():
+            timer.seconds[stage] += seconds
+    check_documents(outcome)
+    job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    warming = _warm_writers(ray, job, len(parts))
+    begin = time.perf_counter()
+    with timer.stage("plan"):
+        lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
+        groups = _merged_groups(job, metas, lengths)
+    plan = plan_segments(job, outcome, timer, lengths, groups=groups)
+    wall["plan"] = time.perf_counter() - begin
+    begin = time.perf_counter()
+    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    settle(ray, warming)
+    tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
+    wall["write"] = time.perf_counter() - begin
+    timer.seconds["write"] += wall["write"]
+    outcome.stats = tasks.merge_stats(opts.seq_len, results)
+    outcome.shards = [ShardInfo(**r["info"]) for r in results]
+    outcome.group_counts = tasks.merge_group_counts(results)
+    attempts = tasks.count_attempts(spill_dir)
+    job.engine = {
+        "name": "ray",
+        "tasks": len(parts) - reused + len(results),
+        "retries": max(0, attempts - (len(parts) - reused) - len(results)),
+        "parts": len(parts),
+        "parts_reused": reused,
+        "workers": {"kind": "ray", "count": int(ray.cluster_resources().get("CPU", 0)), "nodes": len(ray.nodes())},
+        "seconds": {k: round(v, 4) for k, v in wall.items()},
+    }
+    return outcome
+
+
+def _merged_groups(job: Job, metas: list[dict[str, Any]], lengths: np.ndarray) -> np.ndarray | None:
+    """--group-by: the parts' tables merged in input order into the one the local engine
+    builds (job.groups), and every segment's id in it, in input order."""
+    if job.opts.group_by is None:
+        return None
+    job.groups, remaps = merge_tables([GroupTable.from_dict(meta["groups"]) for meta in metas])
+    ids = [
+        remap[load_group_ids(tasks.part_path(job.spill_dir, i), int(meta["sequences"]))]
+        for i, (meta, remap) in enumerate(zip(metas, remaps))
+    ]
+    joined = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+    if len(joined) != len(lengths):
+        raise PackcliError(f"{job.spill_dir}: {len(joined):,} group ids for {len(lengths):,} segments")
+    return joined
+
+
+def _spill_parts(
+    ray: Any, job: Job, parts: list[tasks.Part], progress: Progress | None
+) -> tuple[list[dict[str, Any]], int]:
+    """One task per part of the input; a resumed run keeps the complete parts of the same run."""
+    spill_dir = job.spill_dir
+    kept = tasks.complete_parts(spill_dir, len(parts), job.run_id) if job.opts.resume else {}
+    if not kept:
+        tasks.clear(spill_dir)
+    tasks.remove_attempts(spill_dir)
+    remote = ray.remote(tasks.spill_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    opts = job.opts
+    if opts.input_kind in ("text", "prompt") and job.setup.backend in ("hf", "tiktoken"):
+        opts = replace(opts, tokenizer_backend=job.setup.backend)  # what the driver chose, as one run
+    fingerprint = job.setup.fingerprint
+    refs = {
+        remote.remote(opts, part, str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.run_id, fingerprint): i
+        for i, part in enumerate(parts)
+        if i not in kept
+    }
+    warm_planner(job.opts)
+    metas = dict(kept)
+    pending = list(refs)
+    total = sum(part.bytes for part in parts)
+    done_bytes = sum(parts[i].bytes for i in kept)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        (meta,) = tasks.resolved(ray, ready)
+        index = refs[ready[0]]
+        metas[index] = meta
+        done_bytes += parts[index].bytes
+        if progress is not None:
+            progress(int(meta["sequences"]), int(meta["tokens"]), done_bytes, total)
+    return [metas[i] for i in range(len(parts))], len(kept)
+
+
+def _warm_writers(ray: Any, job: Job, parts: int) -> list[Any]:
+    """The idle workers load the row kernels while this process plans: every worker the part
+    tasks used, as any of them may get a shard."""
+    count = min(parts, int(ray.cluster_resources().get("CPU", 1)))
+    warm = ray.remote(tasks.warm_writer).options(max_retries=0, num_cpus=1)
+    dtype = ids_dtype(job.setup.vocab_size).name
+    return [warm.remote(dtype) for _ in range(count)]
+
+
+def warm_planner(opts: Any) -> None:
+    """The planner's kernels loaded (Numba, from its cache) while the tasks read: the plan
+    runs alone between the two rounds of tasks, with every worker idle."""
+    if is_custom(opts.algorithm):
+        return  # a user's strategy is called once, on the real lengths
+    settings = plan_settings(opts)
+    lengths = np.minimum(np.arange(1, 9, dtype=np.int64), opts.seq_len)
+    groups = np.zeros(len(lengths), dtype=np.int32) if opts.group_by is not None else None
+    plan_window(lengths, settings, 0, True, groups)
+    if opts.max_sequences_per_row is not None:
+        uncapped_rows(lengths, settings, groups)
+
+
+def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:
+    opts = job.opts
+    rows = job.rows_per_shard
+    count = (plan.n_rows + rows - 1) // rows
+    shard_job = tasks.ShardJob(
+        part_dirs=[str(tasks.part_path(job.spill_dir, i)) for i in range(len(part_tokens))],
+        part_tokens=part_tokens,
+        plan=plan,
+        order=plan.row_order(),
+        fmt=opts.format,
+        seq_len=opts.seq_len,
+        rows_per_shard=rows,
+        vocab_size=job.setup.vocab_size,
+        pad_id=job.setup.pad_id,
+        output=job.remote.url if job.remote is not None else str(job.out_dir),
+        ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
+        multiple=opts.pad_multiple,
+    )
+    shared = ray.put(shard_job)
+    remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    return tasks.resolved(ray, [remote.remote(shared, i, str(job.spill_dir)) for i in range(count)])
+
+
+def _merged_counts(metas: list[dict[str, Any]]) -> IngestCounts:
+    total = IngestCounts()
+    for meta in metas:
+        for key, value in meta["counts"].items():
+            setattr(total, key, getattr(total, key) + int(value))
+    return total
+
+
+def _merged_bad(metas: list[dict[str, Any]]) -> BadRecordCounts:
+    """The parts' tallies, in input order: the first examples are the local engine's first."""
+    merged: BadRecordCounts = {"read": 0, "skipped": 0, "by_reason": {}, "examples": []}
+    for meta in metas:
+        bad = meta["bad"]
+        merged["read"] += bad["read"]
+        merged["skipped"] += bad["skipped"]
+        for reason, n in bad["by_reason"].items():
+            merged["by_reason"][reason] = merged["by_reason"].get(reason, 0) + n
+        merged["examples"].extend(bad["examples"])
+    merged["examples"] = merged["examples"][: BadRecords.max_examples]
+    return merged

@@ -1,0 +1,236 @@
+"""The plan: segment lengths in, the row and offset of every segment out.
+
+A plan is a plain value computed from the lengths alone (a few bytes per segment), so
+any executor can compute it and hand out ranges of rows to gather. Bin mode packs all
+segments at once with the chosen kernel (or in windows of `--buffer-size` segments);
+concat mode cuts the joined stream at multiples of `seq_len`. Shuffling permutes whole
+rows, by the seed alone. Same lengths and settings, same plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from packcli.plan.grouping import group_slices
+from packcli.plan.kernels.pack import plan_lengths
+from packcli.plan.rows import cut_pieces, padded_lengths
+from packcli.plan.settings import PlanSettings
+from packcli.plan.strategy import is_custom, place_custom
+
+
+@dataclass
+class RowPlan:
+    """Where each placed piece goes. `piece_start` indexes the spill's tokens; `source` is
+    the spill segment the piece comes from (concat pieces are parts of segments)."""
+
+    piece_start: np.ndarray  # int64
+    piece_len: np.ndarray  # int64
+    source: np.ndarray  # int64
+    row: np.ndarray  # int64, the output row (after shuffling)
+    offset: np.ndarray  # int64, inside the row
+    n_rows: int
+    remainder_tokens: int = 0  # concat: tokens of the last, partial row (padded or dropped)
+    row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
+
+    def row_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """(pieces sorted by row, stable; their rows): what row_blocks searches."""
+        order = np.argsort(self.row, kind="stable")
+        return order, self.row[order]
+
+    def row_blocks(
+        self,
+        block_rows: int,
+        first_row: int = 0,
+        end_row: int | None = None,
+        order: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(first row, end row, indices of the pieces in those rows) for consecutive blocks
+        of rows [first_row, end_row); `order`: row_order(), when the caller has it already."""
+        pieces, sorted_rows = order if order is not None else self.row_order()
+        end = self.n_rows if end_row is None else end_row
+        for first in range(first_row, end, block_rows):
+            last = min(first + block_rows, end)
+            lo, hi = np.searchsorted(sorted_rows, [first, last])
+            yield first, last, pieces[lo:hi]
+
+
+def window_rng(seed: int, window: int) -> np.random.Generator:
+    return np.random.default_rng([seed, window])
+
+
+def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> RowPlan:
+    """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    if settings.mode == "bin":
+        return _plan_bin(starts, lengths, settings, groups=groups)
+    if groups is not None:
+        return _plan_concat_grouped(starts, lengths, settings, groups)
+    plan = _plan_concat(starts, lengths, PlanSettings(**{**settings.__dict__, "shuffle": False}), final=True)
+    if settings.shuffle:
+        plan.row = _permute_within(plan.row, _concat_window_ends(lengths, settings, plan.n_rows), settings.seed)
+    return plan
+
+
+def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> list[int]:
+    """Where the rows of each window end, as `packcli pack` writes them: a window closes
+    after exactly `window` segments, with the full rows of the stream so far; the last
+    window takes the rest."""
+    if s.window is None:
+        return [n_rows]
+    closed = np.cumsum(lengths)[s.window - 1 :: s.window] // s.seq_len
+    return [*closed.tolist(), n_rows]  # the last window may be empty: permuting it is a no-op
+
+
+def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_window: int = 0) -> np.ndarray:
+    """Rows permuted inside each window (window w: rows up to window_ends[w]) by its own rng."""
+    mapping = np.arange(window_ends[-1], dtype=np.int64)
+    begin = 0
+    for window, end in enumerate(window_ends, first_window):
+        mapping[begin:end] = begin + window_rng(seed, window).permutation(end - begin)
+        begin = end
+    permuted: np.ndarray = mapping[row]
+    return permuted
+
+
+def _plan_bin(
+    starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, first_window: int = 0, groups: np.ndarray | None = None
+) -> RowPlan:
+    rows, offsets, row_groups, base = [], [], [], 0
+    for window, (row_of, offset, n_rows, row_group) in enumerate(_placed_windows(lengths, s, groups), first_window):
+        if s.shuffle:
+            row_of, row_group = _shuffled(row_of, row_group, n_rows, s.seed, window)
+        rows.append(row_of + base)
+        offsets.append(offset)
+        if row_group is not None:
+            row_groups.append(row_group)
+        base += n_rows
+    empty = np.zeros(0, dtype=np.int64)
+    return RowPlan(
+        piece_start=starts,
+        piece_len=lengths,
+        source=np.arange(len(lengths), dtype=np.int64),
+        row=np.concatenate(rows) if rows else empty,
+        offset=np.concatenate(offsets) if offsets else empty,
+        n_rows=base,
+        row_group=None if groups is None else _joined_groups(row_groups),
+    )
+
+
+def _placed_windows(
+    lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]:
+    """`place` on each window of `--buffer-size` segments (one window without it)."""
+    size = s.window or max(1, len(lengths))
+    for first in range(0, len(lengths), size):
+        part = None if groups is None else groups[first : first + size]
+        yield place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
+
+
+def _shuffled(
+    row: np.ndarray, row_group: np.ndarray | None, n_rows: int, seed: int, window: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A window's rows renumbered by its seeded permutation; each row's group moves with it."""
+    permutation = window_rng(seed, window).permutation(n_rows)
+    if row_group is not None:
+        moved = np.empty_like(row_group)
+        moved[permutation] = row_group
+        row_group = moved
+    return permutation[row], row_group
+
+
+def _joined_groups(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32)
+
+
+def place(
+    lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """(row, offset, rows, group of each row or None) of one window: a user strategy, the
+    chosen packer over all segments, or the packer over each group on its own (rows of
+    group 0 first, then group 1, ...)."""
+    if is_custom(s.algorithm):
+        return place_custom(s.algorithm, lengths, s.seq_len, groups, s.max_per_row)
+    algorithm = str(s.algorithm)
+    if groups is None:
+        placed = plan_lengths(lengths, s.seq_len, algorithm, s.seed, s.max_per_row)
+        return placed.row.astype(np.int64), placed.offset.astype(np.int64), placed.n_rows, None
+    row = np.empty(len(lengths), dtype=np.int64)
+    offset = np.empty(len(lengths), dtype=np.int64)
+    row_group, base = [], 0
+    for group, members in group_slices(groups):
+        placed = plan_lengths(lengths[members], s.seq_len, algorithm, s.seed, s.max_per_row)
+        row[members] = placed.row + base  # int64 + int32: no wrap
+        offset[members] = placed.offset
+        row_group.append(np.full(placed.n_rows, group, dtype=np.int32))
+        base += placed.n_rows
+    return row, offset, base, _joined_groups(row_group)
+
+
+def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> int:
+    """Rows the plan of these lengths needs without --max-sequences-per-row: what the cap
+    costs is reported against it (planning alone is cheap). 0 for a user strategy."""
+    if is_custom(settings.algorithm):
+        return 0
+    s = PlanSettings(**{**settings.__dict__, "max_per_row": None})
+    return sum(n_rows for _, _, n_rows, _ in _placed_windows(np.asarray(lengths, dtype=np.int64), s, groups))
+
+
+def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
+    """Rows of exactly seq_len cut from the joined stream. `final=False` plans only the full
+    rows (a window whose tail goes on into the next one)."""
+    seq_len = s.seq_len
+    total = int(lengths.sum())
+    full = total // seq_len
+    remainder = total - full * seq_len
+    piece_start, piece_len, source = cut_pieces(starts, lengths, seq_len, aligned=True)
+    keep_partial = final and remainder and s.remainder == "pad"
+    n_rows = full + (1 if keep_partial else 0)
+    if n_rows * seq_len < total:
+        kept = piece_start < full * seq_len
+        piece_start, piece_len, source = piece_start[kept], piece_len[kept], source[kept]
+    row = piece_start // seq_len
+    if s.shuffle:
+        row = _permute_within(row, [n_rows], s.seed, window)
+    return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, remainder if final else 0)
+
+
+def plan_window(
+    lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, groups: np.ndarray | None = None
+) -> RowPlan:
+    """Window `index` of a run that spills and writes window by window. In concat mode a
+    window that is not the last plans only its full rows: the caller carries the tail on.
+    `groups`: the window's group id per segment (--group-by; concat only with one window)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    if settings.mode == "concat":
+        if groups is not None:
+            return _plan_concat_grouped(starts, lengths, settings, groups)
+        return _plan_concat(starts, lengths, settings, final, index)
+    return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
+
+
+def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> RowPlan:
+    """Concat mode, each group its own stream: its segments joined in input order and cut
+    into rows, its last partial row padded or dropped on its own."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    row_groups, base, remainder = [], 0, 0
+    for group, members in group_slices(groups):
+        own = lengths[members]
+        stream_starts = np.cumsum(own) - own
+        stream = _plan_concat(stream_starts, own, PlanSettings(**{**s.__dict__, "shuffle": False}), final=True)
+        owner = stream.source
+        spill_start = starts[members][owner] + stream.piece_start - stream_starts[owner]
+        parts.append((spill_start, stream.piece_len, members[owner], stream.row + base, stream.offset))
+        row_groups.append(np.full(stream.n_rows, group, dtype=np.int32))
+        base += stream.n_rows
+        remainder += stream.remainder_tokens
+    columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)]
+    row_group: np.ndarray | None = _joined_groups(row_groups)
+    if s.shuffle and base:
+        columns[3], row_group = _shuffled(columns[3], row_group, base, s.seed, 0)
+    piece_start, piece_len, source, row, offset = columns
+    return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)

@@ -1,0 +1,252 @@
+"""The two files that describe an output: manifest.json and report.json (docs/format.md).
+
+Their schema is written down here once, as TypedDicts, with the one reader every
+consumer of an output goes through (`load_manifest`: verify, stats, the loaders, the
+exports), so a manifest from another packcli version gets the same answer everywhere.
+`pack` fills them in engine/summary.py. Key order is the order of the files' bytes: a
+manifest is byte-identical for the same input and options.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NotRequired, Required, TypedDict, cast
+
+from packcli.core.choices import FORMATS
+from packcli.core.errors import PackcliError
+from packcli.plan.grouping import GroupEntry
+
+# 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
+# 3 added the column max_seqlen, cu_seqlens_unpadded with --pad-to-multiple-of, and
+# `group_by`, the `groups` table and the `group` column of --group-by outputs; readers
+# compute max_seqlen for older outputs.
+FORMAT_VERSION = 3
+OLDEST_READABLE_VERSION = 1
+REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
+
+
+# ----------------------------------------------------------------------------- manifest.json
+
+
+class TokenizerInfo(TypedDict):
+    name_or_path: str | None
+    vocab_size: int | None
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int
+    fingerprint: str | None
+    backend: str
+
+
+class Columns(TypedDict, total=False):
+    input_ids: Required[str]
+    labels: Required[str]
+    position_ids: Required[str]
+    cu_seqlens: Required[str]
+    num_segments: Required[str]
+    max_seqlen: str  # format 3
+    cu_seqlens_unpadded: str  # with --pad-to-multiple-of
+    group: str  # with --group-by
+
+
+class Totals(TypedDict):
+    rows: int
+    sequences: int
+    real_tokens: int
+
+
+class ShardEntry(TypedDict):
+    path: str
+    rows: int
+    sequences: int
+    real_tokens: int
+    checksum: str
+
+
+class Manifest(TypedDict):
+    format_version: int
+    packcli_version: str
+    mode: str
+    algorithm: str | None
+    plan: str  # absent in format 1
+    seq_len: int
+    format: str
+    labels: str
+    options: dict[str, Any]
+    tokenizer: TokenizerInfo
+    columns: Columns
+    totals: Totals
+    shards: list[ShardEntry]
+    group_by: NotRequired[str | None]  # format 3
+    groups: NotRequired[list[GroupEntry]]  # format 3, with --group-by
+
+
+def load_manifest(out_dir: Path | str) -> Manifest:
+    """The manifest of a finished output, refused with what to do when this packcli cannot read it.
+
+    Its absence means the run did not finish. Every format up to FORMAT_VERSION reads:
+    the columns of format 1 are all still there (later formats only added keys and optional
+    columns), and readers compute max_seqlen where it is missing."""
+    out_dir = Path(out_dir)
+    path = out_dir / "manifest.json"
+    if not out_dir.is_dir():
+        raise PackcliError(f"{out_dir}: no such directory")
+    if not path.is_file():
+        raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise PackcliError(f"{path}: not a packcli manifest (a JSON object is expected)")
+    _check_format_version(path, manifest.get("format_version"))
+    missing = [key for key in REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise PackcliError(f"{path}: missing {', '.join(missing)}")
+    if manifest["format"] not in FORMATS:
+        raise PackcliError(f"{path}: unknown format {manifest['format']!r}")
+    return cast("Manifest", manifest)  # the keys every reader needs are checked above
+
+
+def _check_format_version(path: Path, version: object) -> None:
+    """A newer format may change what the files mean, so it is refused, not guessed at."""
+    if version is None:
+        raise PackcliError(f"{path}: missing format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < OLDEST_READABLE_VERSION:
+        raise PackcliError(f"{path}: unknown format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise PackcliError(f"{path.parent}: written by a newer packcli (format {version}); upgrade packcli")
+
+
+# ----------------------------------------------------------------------------- report.json
+
+
+class SequencesPerRow(TypedDict):
+    mean: float
+    max: int
+
+
+class FillPerRow(TypedDict):
+    min: int
+    median: float
+    mean: float
+
+
+class SequenceLengths(TypedDict):
+    min: int
+    median: float
+    max: int
+
+
+class RowSummary(TypedDict):
+    """The figures measured from rows (`RowStats.summary`), in pack's report and in stats."""
+
+    seq_len: int
+    rows: int
+    sequences_packed: int
+    real_tokens: int
+    padding_tokens: int
+    label_tokens: int
+    efficiency: float
+    lower_bound_rows: int
+    sequences_per_row: SequencesPerRow
+    fill_per_row: FillPerRow
+    sequence_length: SequenceLengths
+
+
+class NoPacking(TypedDict):
+    rows: int
+    efficiency: float
+
+
+class Documents(TypedDict):
+    read: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    skipped_examples: list[str]
+    special_token_records: int
+
+
+class Overlong(TypedDict):
+    policy: str
+    count: int
+    tokens_lost: int
+    dropped_without_labels: int
+
+
+class UnlearnedCause(TypedDict):
+    sequences: int
+    tokens: int
+
+
+class Unlearned(TypedDict):
+    """Segments with no learned token: dropped (policy "drop") or kept (--keep-unlearned)."""
+
+    policy: str
+    sequences: int
+    tokens: int
+    by_cause: dict[str, UnlearnedCause]
+
+
+class Remainder(TypedDict):
+    policy: str
+    tokens: int
+
+
+class Buffer(TypedDict):
+    plan: str
+    size: int | None
+    windows: int
+    bfd_rows_in_one_window: int
+    extra_rows: int
+    efficiency_in_one_window: float
+
+
+class SpillSummary(TypedDict):
+    bytes: int
+    reused: bool
+    tmp_dir: str | None
+
+
+class BadRecordCounts(TypedDict):
+    """The reader's bad-record tally, as the spill keeps it for --resume."""
+
+    read: int
+    skipped: int
+    by_reason: dict[str, int]
+    examples: list[str]
+
+
+class Report(RowSummary, total=False):
+    """report.json: the row figures and these. `remainder` (concat mode) or `buffer` (bin
+    mode); every other key always."""
+
+    documents: Documents
+    input: str
+    mode: str
+    algorithm: str | None
+    tokenizer_backend: str
+    tokenizer_backend_reason: str | None
+    workers: dict[str, Any]
+    tokens_read: int
+    overlong: Overlong
+    unlearned: Unlearned
+    no_packing: NoPacking
+    remainder: Remainder
+    buffer: Buffer
+    spill: SpillSummary
+    timings: dict[str, float]
+    tokens_per_second: float
+    groups: list[GroupEntry]
+    max_sequences_per_row: SequenceCap
+    engine: dict[str, Any]  # local or ray; for ray: tasks, retries, workers, seconds per stage
+
+
+class SequenceCap(TypedDict):
+    """What --max-sequences-per-row cost: rows against the uncapped plan of the same lengths."""
+
+    cap: int
+    rows: int
+    uncapped_rows: int | None  # None for a user strategy, which has no uncapped twin
+    extra_rows: int | None

@@ -1,0 +1,347 @@
+"""The token spill: every segment's tokens on disk, so memory holds a few bytes per sequence.
+
+Read+tokenize appends segments (the pieces the planner places, after `--overlong`) in
+input order: tokens in the output's id dtype and, where labels are masked, one bit per
+token saying whether it is learned (a label is always its token or -100, so one bit
+says it all). Only the lengths stay in memory; the planner needs nothing else, and rows
+are then gathered from the files block by block.
+
+A spill is complete when `complete.json` exists (written last, atomically); `--resume`
+reuses a complete spill whose run identity matches and skips reading and tokenizing.
+
+Where the kernel names its boot (Linux), the spill is not fsynced: a process killed or
+stopped leaves its written pages in the page cache, where the next run reads them, and
+only a reboot can lose them. The record keeps the boot's id, and a spill from another
+boot is not reused. The spill is removed as soon as its rows are gathered, and pages the
+kernel has not written back by then never reach the disk. Elsewhere it is fdatasynced
+as it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from packcli.core.errors import PackcliError
+from packcli.core.flow import pooled_empty
+
+TOKENS_FILE = "tokens.bin"
+LEARNED_FILE = "learned.bin"
+LENGTHS_FILE = "lengths.npy"
+COMPLETE_FILE = "complete.json"
+SYNC_BYTES = 64 << 20  # written bytes between two background fdatasyncs
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot's id, or None where the system does not say (the spill is then fsynced)."""
+    try:
+        return BOOT_ID_FILE.read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` as contiguous integers of `dtype`: a view where only the signedness differs
+    (the same bytes a cast gives, without the copy), else a cast."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind in "iu" and values.dtype.itemsize == dtype.itemsize:
+        return values.view(dtype)
+    return values.astype(dtype)
+
+
+class SpillWriter:
+    """Appends segments to a spill directory; `finish` makes it complete."""
+
+    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool, durable: bool = False):
+        """`durable`: fsync the spill even where the boot has an id (a spill that another
+        machine may resume from, after this one is gone)."""
+        self.directory = Path(directory)
+        self.token_dtype, self.masked = np.dtype(token_dtype), masked
+        remove_spill(self.directory)
+        self.directory.mkdir(parents=True)
+        self._tokens = open(self.directory / TOKENS_FILE, "wb")
+        self._learned = open(self.directory / LEARNED_FILE, "wb") if masked else None
+        self._carry = np.zeros(0, dtype=bool)  # learned flags that do not fill a byte yet
+        self._lengths: list[np.ndarray] = []
+        self.tokens = 0
+        self.sequences = 0
+        self.boot = None if durable else boot_id()
+        # Without a boot id the spill goes to disk while it is written, not all at once in
+        # `finish`: its final fsync would otherwise wait for the whole file (seconds per GB)
+        # before any row is built.
+        self._syncing: ThreadPoolExecutor | None = None
+        self._sync: Future[None] | None = None
+        self._unsynced = 0
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> None:
+        """`learned`: one flag per token (required exactly when the spill is masked)."""
+        self._tokens.write(as_int_dtype(tokens, self.token_dtype).data)
+        if self._learned is not None:
+            flags = np.concatenate([self._carry, np.asarray(learned, dtype=bool)])
+            whole = len(flags) - len(flags) % 8
+            self._learned.write(np.packbits(flags[:whole], bitorder="little").data)
+            self._carry = flags[whole:]
+        self._lengths.append(np.asarray(lengths, dtype=np.int64))
+        self.tokens += len(tokens)
+        self.sequences += len(lengths)
+        if self.boot is None:
+            self._unsynced += len(tokens) * self.token_dtype.itemsize
+            if self._unsynced >= SYNC_BYTES and (self._sync is None or self._sync.done()):
+                self._start_sync()
+
+    def _start_sync(self) -> None:
+        """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
+        if self._sync is not None:
+            self._sync.result()
+        if self._syncing is None:
+            self._syncing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-spill-sync")
+        fds = [f.fileno() for f in (self._tokens, self._learned) if f is not None]
+        self._sync = self._syncing.submit(_datasync, fds)
+        self._unsynced = 0
+
+    def _stop_sync(self) -> None:
+        """Wait for a sync under way (before the files close) and stop its thread."""
+        try:
+            if self._sync is not None:
+                self._sync.result()
+        finally:
+            self._sync = None
+            if self._syncing is not None:
+                self._syncing.shutdown()
+                self._syncing = None
+
+    def finish(self, meta: dict[str, Any]) -> Spill:
+        """Flush, record the lengths and `meta`, and mark the spill complete."""
+        if self._learned is not None and len(self._carry):
+            self._learned.write(np.packbits(self._carry, bitorder="little").data)
+        self._stop_sync()
+        for f in (self._tokens, self._learned):
+            if f is not None:
+                f.flush()
+                if self.boot is None:
+                    os.fsync(f.fileno())
+                f.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int64)
+        self._lengths = [lengths]
+        np.save(self.directory / LENGTHS_FILE, lengths)
+        record = {
+            "token_dtype": self.token_dtype.str,
+            "masked": self.masked,
+            "tokens": self.tokens,
+            "sequences": self.sequences,
+            "boot_id": self.boot,
+            **meta,
+        }
+        tmp = self.directory / (COMPLETE_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        os.replace(tmp, self.directory / COMPLETE_FILE)
+        return Spill.open(self.directory, lengths=lengths)
+
+    def abort(self) -> None:
+        try:
+            self._stop_sync()
+        except OSError:
+            pass  # the run is failing already; its own error is the one to show
+        for f in (self._tokens, self._learned):
+            if f is not None and not f.closed:
+                f.close()
+
+
+@dataclass
+class Block:
+    """The tokens (and learned bits) a block of rows needs, with where each piece starts."""
+
+    tokens: np.ndarray
+    token_at: np.ndarray  # int64, per piece: index of its first token in `tokens`
+    learned: np.ndarray | None  # packed bits, little bit order
+    bit_at: np.ndarray  # int64, per piece: index of its first bit in `learned`
+
+
+@dataclass
+class Spill:
+    """A complete spill: tokens and learned bits on disk (or in memory), lengths in memory.
+
+    Blocks are read with positioned reads, not through a memory map: a block's pieces lie
+    all over the spill, and the kernel maps whole page-cache folios around every piece a
+    mapping touches, which made a gathered block cost a hundred times its size in
+    resident memory."""
+
+    lengths: np.ndarray  # int64, one per segment, in input order
+    token_dtype: np.dtype
+    masked: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+    directory: Path | None = None
+    arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
+    _files: list[BinaryIO] = field(default_factory=list)
+
+    def starts(self) -> np.ndarray:
+        starts = np.empty(len(self.lengths), dtype=np.int64)
+        if len(starts):
+            starts[0] = 0
+            np.cumsum(self.lengths[:-1], out=starts[1:])
+        return starts
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
+        """The pieces [start, start + length) of the token stream, read together."""
+        if self.arrays is not None:
+            tokens, bits = self.arrays
+            return Block(tokens, starts, bits, starts)
+        self.open_files()
+        ranges = _Ranges(starts, lengths)
+        tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
+        block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, starts)
+        if self.masked:
+            first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
+            bits, byte_offsets = ranges.read(self._files[1], np.dtype(np.uint8), first_byte, end_byte)
+            block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
+        return block
+
+    def open_files(self) -> None:
+        """Open the spill's files for `read_block` (which opens them itself when needed);
+        threads may then read blocks at the same time (positioned reads share no offset)."""
+        if self._files or self.arrays is not None:
+            return
+        assert self.directory is not None  # a spill is either in memory or in a directory
+        files: list[BinaryIO] = [open(self.directory / TOKENS_FILE, "rb")]
+        if self.masked:
+            files.append(open(self.directory / LEARNED_FILE, "rb"))
+        self._files = files
+
+    def close(self) -> None:
+        files, self._files = self._files, []
+        for f in files:
+            f.close()
+
+    @staticmethod
+    def open(directory: Path, lengths: np.ndarray | None = None) -> Spill:
+        directory = Path(directory)
+        meta = json.loads((directory / COMPLETE_FILE).read_text(encoding="utf-8"))
+        dtype = np.dtype(meta["token_dtype"])
+        if lengths is None:
+            lengths = np.load(directory / LENGTHS_FILE)
+        size = (directory / TOKENS_FILE).stat().st_size
+        if (
+            size != meta["tokens"] * dtype.itemsize
+            or len(lengths) != meta["sequences"]
+            or int(lengths.sum()) != meta["tokens"]
+        ):
+            raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
+        return Spill(lengths, dtype, bool(meta["masked"]), meta, directory)
+
+    @staticmethod
+    def in_memory(tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> Spill:
+        """The same interface over arrays (the Python API packs without touching disk)."""
+        tokens = np.ascontiguousarray(tokens)
+        bits = None if learned is None else np.packbits(np.asarray(learned, dtype=bool), bitorder="little")
+        return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
+
+
+def _datasync(fds: list[int]) -> None:
+    for fd in fds:
+        os.fdatasync(fd)
+
+
+class _Ranges:
+    """Pieces sorted by position and merged where the gap between them is small, so a block
+    is read in few system calls."""
+
+    GAP = 4096  # tokens: read through a gap smaller than this rather than seek over it
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
+        self.order = np.argsort(starts, kind="stable")
+        s = starts[self.order]
+        e = s + lengths[self.order]
+        reach = np.maximum.accumulate(e) if len(e) else e
+        begins = np.ones(len(s), dtype=bool)
+        begins[1:] = s[1:] > reach[:-1] + self.GAP
+        firsts = np.flatnonzero(begins)
+        self.group = np.cumsum(begins) - 1  # the range of each sorted piece
+        self.piece_start = s
+        self.start = s[firsts]
+        self.end = np.maximum.reduceat(e, firsts) if len(firsts) else e
+
+    def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Elements [first, end) of each range from file `f`, one after another in one array;
+        returns the array and where each range starts in it."""
+        sizes = end - first
+        offsets = np.cumsum(sizes) - sizes
+        out = pooled_empty(int(sizes.sum()), dtype)
+        view = out.view(np.uint8).data
+        fd, item = f.fileno(), dtype.itemsize
+        for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
+            _read_exactly(fd, view[at * item : (at + n) * item], position * item)
+        return out, offsets
+
+    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
+        """For each piece, in the caller's order: range_base[range] + its position."""
+        at = np.empty(len(self.order), dtype=np.int64)
+        at[self.order] = range_base[self.group] + self.piece_start
+        return at
+
+
+def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
+    while len(buffer):
+        n = os.preadv(fd, [buffer], position)
+        if n <= 0:
+            raise PackcliError("the token spill ended early; remove it and run again")
+        buffer, position = buffer[n:], position + n
+
+
+def open_complete(directory: Path, run_id: str) -> Spill | None:
+    """The spill in `directory` if it is complete and was made by the same run, and is not
+    an unsynced spill from an earlier boot, else None."""
+    record = Path(directory) / COMPLETE_FILE
+    try:
+        meta = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if meta.get("run_id") != run_id:
+        return None
+    if meta.get("boot_id") is not None and meta["boot_id"] != boot_id():
+        return None
+    try:
+        return Spill.open(directory)
+    except (OSError, ValueError, KeyError, PackcliError):
+        return None
+
+
+def spill_size(directory: Path) -> int:
+    directory = Path(directory)
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) if directory.is_dir() else 0
+
+
+def remove_spill(directory: Path) -> None:
+    for path in (Path(directory), _retired(directory)):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _retired(directory: Path) -> Path:
+    directory = Path(directory)
+    return directory.with_name(directory.name + ".removing")
+
+
+def start_removal(directory: Path) -> threading.Thread:
+    """Remove a spill on a thread (join it): the directory is renamed first, so nothing
+    of it is found again whatever point the removal reaches; freeing a GB of the
+    spill's pages and blocks takes about as long as the fsyncs it then overlaps."""
+    directory, retired = Path(directory), _retired(directory)
+    if directory.is_dir():
+        remove_spill(retired)
+        os.replace(directory, retired)
+    thread = threading.Thread(target=remove_spill, args=(retired,), name="packcli-spill-removal", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,182 @@
+"""The package's layers, as docs/architecture.md draws them, held against every import statement.
+
+Every form counts: module-level, function-level and `if TYPE_CHECKING:` imports alike, so a
+layer cannot be crossed lazily. `packcli/__init__.py` (the lazy public API) is the one
+module above every layer."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "packcli"
+
+
+def layer_table() -> dict[str, set[str]]:
+    """package -> the packages it may import, in the order of the table's rows."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Packages", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        match = re.match(r"\| `(\w+)` \|.*\|([^|]*)\|\s*$", line)
+        if match:
+            table[match.group(1)] = {name.strip() for name in match.group(2).split(",") if name.strip()}
+    return table
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "assets" not in p.parts}
+
+
+def imports_of(path: Path, known: dict[str, Path], own: str | None = None) -> set[str]:
+    """The packcli modules `path` imports, wherever the statement stands."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "packcli":
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name if name in known else str(node.module) for name in names]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            raise AssertionError(f"{path}: relative import; packcli imports absolutely")
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names if alias.name.split(".")[0] == "packcli"]
+        for name in names:
+            while name not in known and "." in name:
+                name = name.rsplit(".", 1)[0]
+            found.add(name)
+    return found - {own or module_name(path)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(path, known) for name, path in known.items()}
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None  # None: packcli itself
+
+
+def test_the_table_is_ordered_and_names_every_package():
+    table = layer_table()
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert set(table) == on_disk
+    above: set[str] = set()
+    for package, allowed in table.items():
+        assert allowed <= above, f"{package} may import {sorted(allowed - above)}, which stand below it"
+        above.add(package)
+
+
+@pytest.mark.parametrize("package", sorted(layer_table()))
+def test_each_package_says_what_it_may_import_as_the_table_does(package):
+    doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    match = re.search(r"May import: (.*?)\.\s*$", doc, re.S)
+    assert match, f"packcli/{package}/__init__.py: no 'May import:' line"
+    said = set() if match.group(1) == "nothing of packcli" else {n.strip() for n in match.group(1).split(",")}
+    assert said == layer_table()[package]
+
+
+def crossings(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    """Imports from a package the table does not allow its importer."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        source = package_of(module)
+        if source is None or source == "__main__":
+            continue
+        for target in sorted(targets):
+            destination = package_of(target)
+            if destination is not None and destination != source and destination not in table[source]:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_no_import_crosses_a_layer_upwards():
+    assert crossings(import_graph(), layer_table()) == []
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one module (iterative: no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_itself_back():
+    graph = import_graph()
+    graph["packcli"] = set()  # the lazy public API stands above everything by design
+    assert strongly_connected(graph) == []
+
+
+def test_the_checker_sees_cycles_and_crossings(tmp_path):
+    """The checks above fail on what they are meant to catch, lazy and type-only imports included."""
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+    source = tmp_path / "errors.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from packcli.write.manifest import Manifest\n"
+        "def f():\n    from packcli.plan import rows\n"
+    )
+    known = {"packcli.plan.rows": source, "packcli.write.manifest": source, "packcli.core.errors": source}
+    found = imports_of(source, known, "packcli.core.errors")
+    assert found == {"packcli.plan.rows", "packcli.write.manifest"}
+    graph = {"packcli.core.errors": found, "packcli.plan.rows": {"packcli.core.errors"}}
+    assert crossings(graph, layer_table()) == [
+        "packcli.core.errors -> packcli.plan.rows",
+        "packcli.core.errors -> packcli.write.manifest",
+    ]
+
+
+def test_every_package_and_module_is_reachable_by_its_folder_name():
+    """A flat module beside the packages would hide a stage again."""
+    flat = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert flat == []
+    counts = defaultdict(int)
+    for name in modules():
+        counts[package_of(name)] += 1
+    assert all(counts[package] > 1 for package in layer_table())
