@@ -16,7 +16,7 @@ from numba.core.caching import FunctionCache
 from packcli.core import jit
 from packcli.core.jit import njit, runtime_only_cache
 from packcli.inspect.verify import verify_dir
-from tests import test_kernels, test_kernels_improve, test_rows
+from tests import test_plan_kernels_improve, test_plan_kernels_pack, test_plan_rows
 from tests.naive import REFERENCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,15 +177,15 @@ def interpreted(monkeypatch):
 @pytest.mark.parametrize(
     "check",
     [
-        test_kernels.test_matches_reference_property,
-        test_kernels.test_contract_property,
-        test_kernels.test_no_two_rows_could_be_merged,
-        test_kernels.test_bfd_rows_from_counts_equal_the_reference,
-        test_kernels_improve.test_hypothesis_matches_reference,
-        test_kernels_improve.test_any_budget_gives_a_valid_deterministic_placement,
-        test_rows.test_build_rows_matches_reference,
-        test_rows.test_pieces_in_any_order_give_the_same_rows,
-        test_rows.test_cut_pieces_matches_reference,
+        test_plan_kernels_pack.test_matches_reference_property,
+        test_plan_kernels_pack.test_contract_property,
+        test_plan_kernels_pack.test_no_two_rows_could_be_merged,
+        test_plan_kernels_pack.test_bfd_rows_from_counts_equal_the_reference,
+        test_plan_kernels_improve.test_hypothesis_matches_reference,
+        test_plan_kernels_improve.test_any_budget_gives_a_valid_deterministic_placement,
+        test_plan_rows.test_build_rows_matches_reference,
+        test_plan_rows.test_pieces_in_any_order_give_the_same_rows,
+        test_plan_rows.test_cut_pieces_matches_reference,
     ],
     ids=lambda check: f"{check.__module__.split('.')[-1]}.{check.__name__}",
 )
