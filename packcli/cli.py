@@ -15,7 +15,15 @@ from typing import Annotated, Any
 import typer
 
 from packcli import __version__
-from packcli.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, ENGINES, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.choices import (
+    ALGORITHMS,
+    COLOR_CHOICES,
+    DEFAULT_BATCH_SIZE,
+    ENGINES,
+    FORMATS,
+    MODES,
+    REMAINDER_POLICIES,
+)
 from packcli.cli_options import (
     INPUT_OPTIONS,
     OUTPUT,
@@ -376,26 +384,33 @@ def _on_command_line(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name == "COMMANDLINE"
 
 
-def _is_raw_input(paths: list[str], given: list[str]) -> bool:
+def _is_raw_input(paths: list[str], given: list[str], command: str = "stats") -> bool:
     """Raw input when no path is a packed output; usage errors for a mix, or for options
     that only raw input takes given with packed outputs."""
-    from packcli.stats import is_packed_output
-    from packcli.storage import is_remote_output
-
-    packed = [is_packed_output(path) or is_remote_output(path) for path in paths]
+    packed = [_is_packed(path) for path in paths]
     if any(packed) and not all(packed):
         raise PackcliError(
-            f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
+            f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: {command} takes packed "
             "output directories, or raw input with --tokenizer and --seq-len, not both",
             usage=True,
         )
     if all(packed) and given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise PackcliError(
-            f"{flags}: for raw input only; to see what packing {paths[0]} again would give, run stats on the raw input",
+            f"{flags}: for raw input only; to see what packing {paths[0]} again would give, run {command} on the raw input",
             usage=True,
         )
     return not all(packed) and bool(given)  # raw input with no option: fails on the first path, with a hint
+
+
+def _is_packed(path: str) -> bool:
+    """A packed output: a directory with a manifest (stats.is_packed_output, without
+    loading stats and its kernels), or a URL that holds one."""
+    from pathlib import Path
+
+    from packcli.storage import is_remote_output
+
+    return (Path(path).is_dir() and (Path(path) / "manifest.json").is_file()) or is_remote_output(path)
 
 
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
@@ -448,6 +463,152 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
     render.render_what_if(console, report)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
+
+
+@app.command(cls=PlainCommand)
+def show(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="A packed output directory (local or a URL), or raw input as for pack, with pack's input options.",
+            show_default=False,
+        ),
+    ],
+    row: Annotated[
+        int | None, option(panel=OUTPUT, help="The row to show (raw input: the record). (default: the first)")
+    ] = None,
+    rows: Annotated[
+        str | None, option(panel=OUTPUT, metavar="A:B", help="Rows A to B-1 (raw input: records; default: 0:5).")
+    ] = None,
+    random: Annotated[
+        int | None, option(panel=OUTPUT, metavar="K", help="K rows picked at random (by --seed).")
+    ] = None,
+    seed: Annotated[int, option(panel=OUTPUT, show_default=True, help="Seed of --random.")] = 0,
+    tokens: Annotated[
+        bool, option("--tokens", panel=OUTPUT, help="One token per line: position, id, text, label.")
+    ] = False,
+    color: Annotated[
+        str,
+        option(
+            panel=OUTPUT,
+            show_default=True,
+            metavar=one_of(COLOR_CHOICES),
+            help="Colour: on a terminal only (auto), always (for less -R), or never.",
+        ),
+    ] = "auto",
+    html: Annotated[
+        str | None,
+        option(
+            panel=OUTPUT, metavar="FILE", help="Also write one self-contained HTML page of the rows (and the stats)."
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool,
+        option(
+            "--json", panel=OUTPUT, help="Print the rows as JSON (ids, pieces, labels, positions, segments) on stdout."
+        ),
+    ] = False,
+    text_field: TextField = None,
+    prompt_field: PromptField = None,
+    completion_field: CompletionField = None,
+    messages_field: MessagesField = None,
+    chat_template: ChatTemplate = None,
+    train_on: TrainOn = "assistant",
+    ids_field: IdsField = None,
+    labels_field: LabelsField = None,
+    on_bad_record: OnBadRecord = "fail",
+    tokenizer: Tokenizer = None,
+    tokenizer_backend: TokenizerBackend = "auto",
+    parse_special_tokens: ParseSpecialTokens = False,
+    bos: Bos = None,
+    eos: Eos = True,
+    eos_token: EosToken = None,
+    pad_id: PadId = None,
+    seq_len: Annotated[
+        int | None,
+        option("--seq-len", panel=PACKING, help="Raw input: the row length pack would use (--overlong applies)."),
+    ] = None,
+    buffer_size: BufferSize = None,
+    group_by: GroupBy = None,
+    max_sequences_per_row: MaxSequencesPerRow = None,
+    overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
+    workers: Workers = None,
+    no_cache: NoCache = False,
+    debug: Debug = False,
+) -> None:
+    """Show rows as the model will see them: segments, learned tokens, positions, padding.
+
+    On raw input (pack's input options, --tokenizer), the segments pack would make of the
+    first records, with the reason for any record skipped, dropped or cut."""
+    with _errors(debug):
+        from packcli.options import check_choice
+
+        check_choice("--color", color, COLOR_CHOICES)
+        arguments = locals()
+        given = [name for name in ("seq_len", *INPUT_OPTIONS) if name != "tokenizer" and _on_command_line(ctx, name)]
+        _is_raw_input(paths, given, command="show")  # a mix, or raw-input options with a packed output: usage errors
+        if all(_is_packed(path) for path in paths):
+            if len(paths) > 1:
+                raise PackcliError("show takes one packed output at a time", usage=True)
+            _show_output(paths[0], row, rows, random, seed, tokenizer, tokens, color, html, json_output)
+            return
+        if random is not None:
+            raise PackcliError(
+                "--random: for packed outputs; on raw input pick records with --row or --rows", usage=True
+            )
+        options = pack_options(paths, arguments, output="", seq_len=seq_len or 0)
+        _show_raw(options, row, rows, tokens, color, html, json_output)
+
+
+def _show_output(
+    path: str,
+    row: int | None,
+    rows: str | None,
+    random: int | None,
+    seed: int,
+    tokenizer: str | None,
+    tokens: bool,
+    color: str,
+    html: str | None,
+    json_output: bool,
+) -> None:
+    from packcli import show, show_render
+
+    source = show.OutputSource(path)
+    indices = show.parse_selection(row, rows, random, source.total_rows, seed)
+    decoder = show.output_decoder(source.manifest, tokenizer, lambda line: sys.stderr.write(f"note: {line}\n"))
+    views = list(show.read_views(source, indices))
+    if html:
+        from packcli import show_html
+
+        report = None
+        if not storage_is_remote(path):
+            from packcli.stats import dir_stats
+
+            report = dir_stats(path)[0]
+        show_html.write_page(html, f"packcli show {path}", views, decoder, report)
+        sys.stderr.write(f"note: page written to {html}\n")
+    if json_output:
+        from packcli import render
+
+        sys.stdout.write(render.to_json([show.view_to_json(view, decoder) for view in views]))
+        return
+    show_render.print_views(show_render.console_for(color), views, decoder, tokens)
+
+
+def storage_is_remote(path: str) -> bool:
+    from packcli.storage import is_remote
+
+    return is_remote(path)
+
+
+def _show_raw(
+    options, row: int | None, rows: str | None, tokens: bool, color: str, html: str | None, json_output: bool
+) -> None:
+    raise PackcliError("show on raw input is not available yet", usage=True)
 
 
 @app.command(cls=PlainCommand)
