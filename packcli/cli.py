@@ -608,7 +608,35 @@ def storage_is_remote(path: str) -> bool:
 def _show_raw(
     options, row: int | None, rows: str | None, tokens: bool, color: str, html: str | None, json_output: bool
 ) -> None:
-    raise PackcliError("show on raw input is not available yet", usage=True)
+    from packcli import show, show_render
+    from packcli.show_raw import raw_views
+
+    if row is not None and rows is not None:
+        raise PackcliError("--row and --rows: give one way to pick records", usage=True)
+    if row is not None:
+        start, stop = row, row + 1
+    else:
+        start, end = show.parse_range(rows or f"0:{show.DEFAULT_RECORDS}")
+        stop = end if end is not None else 1 << 62
+    shown = raw_views(options, start, stop)
+    if not shown.views and not shown.bad:
+        raise PackcliError(f"no records there: the input has none from record {start}")
+    if html:
+        from packcli import show_html
+
+        show_html.write_page(
+            html, "packcli show " + " ".join(options.inputs), shown.views, shown.decoder, None, shown.bad
+        )
+        sys.stderr.write(f"note: page written to {html}\n")
+    if json_output:
+        from packcli import render
+
+        records = [show.view_to_json(view, shown.decoder) for view in shown.views]
+        bad = [{"kind": "bad_record", **entry} for entry in shown.bad]
+        sys.stdout.write(render.to_json(records + bad))
+        return
+    extra = [f"{entry['location']}: {entry['problem']} ({entry['pack']})" for entry in shown.bad]
+    show_render.print_views(show_render.console_for(color), shown.views, shown.decoder, tokens, extra)
 
 
 @app.command(cls=PlainCommand)

@@ -378,6 +378,7 @@ def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
     """A view for scripts: the columns, each token's piece, the segments with their learned text."""
     ids = view.input_ids.tolist()
     out: dict[str, Any] = {
+        "kind": view.kind,
         **view.header,
         "input_ids": ids,
         "labels": view.labels.tolist(),

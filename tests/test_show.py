@@ -256,3 +256,99 @@ def test_help_renders(cli):
     for flag in ("--row", "--rows", "--random", "--tokens", "--color", "--json", "--html", "--prompt-field"):
         assert flag in result.stdout
     assert "show" in cli("--help").stdout
+
+
+# ----------------------------------------------------------------------------- raw input
+
+
+def written_segments(out) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(ids, labels) of every real segment of an output, sorted."""
+    rows, _ = load_rows(out)
+    found = []
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        for k in range(int(rows.num_segments[r])):
+            span = slice(int(cu[k]), int(cu[k + 1]))
+            found.append((tuple(rows.input_ids[r, span].tolist()), tuple(rows.labels[r, span].tolist())))
+    return sorted(found)
+
+
+def shown_segments(records: list[dict]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    found = []
+    for record in records:
+        if record["kind"] != "record" or not record["written"]:
+            continue
+        for s in record["segments"]:
+            span = slice(s["start"], s["end"])
+            found.append((tuple(record["input_ids"][span]), tuple(record["labels"][span])))
+            assert record["position_ids"][span] == list(range(s["end"] - s["start"]))
+    return sorted(found)
+
+
+SFT = ("--tokenizer", "packcli:demo", "--prompt-field", "question", "--completion-field", "answer")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--seq-len", 64),  # truncate, left: the completions are kept
+        ("--seq-len", 64, "--truncation-side", "right"),
+        ("--seq-len", 24, "--overlong", "split"),
+        ("--seq-len", 24, "--overlong", "split", "--keep-unlearned"),
+        ("--seq-len", 96, "--overlong", "drop"),
+    ],
+)
+def test_raw_view_is_what_pack_writes_sft(tmp_path, packed, show_json, options):
+    records = gsm_records(12)
+    records[3]["answer"] = ""  # a bad record: an empty completion
+    records[5] = {"question": "no answer field"}  # a bad record
+    records[7]["question"] = records[7]["question"] * 3  # long prompt
+    path = write_jsonl(tmp_path / "gsm.jsonl", records)
+    common = (*SFT, "--on-bad-record", "skip", *options)
+    out = packed(path, *common)
+    shown = show_json(path, *common, "--rows", "0:")
+    assert shown_segments(shown) == written_segments(out)
+    bad = [r for r in shown if r["kind"] == "bad_record"]
+    assert [r["location"] for r in bad] == [f"{path}:4", f"{path}:6"]
+    assert all(r["pack"] == "skipped by pack" for r in bad)
+    assert [r["record"] for r in shown if r["kind"] == "record"] == list(range(10))
+    long = next(r for r in shown if r.get("location") == f"{path}:8")
+    assert long["tokens"] > options[1] and long["notes"]
+
+
+def test_raw_view_is_what_pack_writes_chat(tmp_path, packed, show_json, cli):
+    records = chat_records(9)
+    records[4] = {"messages": [{"role": "user", "content": "only a question"}]}  # no assistant turn
+    path = write_jsonl(tmp_path / "chat.jsonl", records)
+    common = ("--tokenizer", "packcli:demo", "--messages-field", "messages", "--seq-len", 64)
+    out = packed(path, *common)
+    shown = show_json(path, *common, "--rows", "0:")
+    assert shown_segments(shown) == written_segments(out)
+    by_user = {r["messages"][1]["content"]: r["messages"] for r in records if len(r["messages"]) > 1}
+    for record in shown:
+        if not record["written"]:
+            assert record["location"] == f"{path}:5" and "dropped" in record["notes"][0]
+            continue
+        for s in record["segments"]:
+            text = "".join(record["pieces"][s["start"] : s["end"]])
+            user = re.search(r"user\n(.*?)<\|im_end\|>", text)
+            if user is None:  # truncated from the left: only assistant turns are certain
+                continue
+            turns = [m["content"] + IM_END for m in by_user[user.group(1)] if m["role"] == "assistant"]
+            assert [run["text"] for run in s["learned"]] == turns
+    text = cli("show", path, *common, "--row", 0, "--color", "never").stdout
+    assert text.startswith(f"record 0  {path}:1")
+    assert "truncated to 64 tokens" in text or "segment" in text
+
+
+def test_raw_view_notes_a_record_pack_would_stop_at(tmp_path, cli, show_json):
+    records = gsm_records(3)
+    records[1] = {"question": 3}
+    path = write_jsonl(tmp_path / "gsm.jsonl", records)
+    shown = show_json(path, *SFT, "--rows", "0:")
+    assert [r["kind"] for r in shown] == ["record", "record", "bad_record"]
+    assert "pack stops here" in shown[-1]["pack"]
+    long = show_json(path, *SFT, "--seq-len", 8, "--overlong", "error", "--row", 0)
+    assert not long[0]["written"] and "pack stops here" in long[0]["notes"][0]
+    result = cli("show", path, *SFT, "--random", 2)
+    assert result.exit_code == 2
