@@ -348,6 +348,15 @@ def stats(
             help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
         ),
     ] = None,
+    html: Annotated[
+        str | None,
+        option(
+            "--html",
+            panel=OUTPUT,
+            metavar="FILE",
+            help="Packed outputs: also write the figures and charts as one HTML page.",
+        ),
+    ] = None,
     json_output: Json = False,
     workers: Workers = None,
     no_cache: NoCache = False,
@@ -360,8 +369,10 @@ def stats(
         arguments = locals()
         given = [name for name in ("seq_len", "pad_to_multiple_of", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
         if not _is_raw_input(paths, given):
-            _stats_dirs(paths, plot, json_output)
+            _stats_dirs(paths, plot, json_output, html)
             return
+        if html:
+            raise PackcliError("--html: for packed outputs (raw input has --plot)", usage=True)
         from packcli.stats import WhatIfOptions
 
         seq_lens = list(seq_len or [])
@@ -413,7 +424,7 @@ def _is_packed(path: str) -> bool:
     return (Path(path).is_dir() and (Path(path) / "manifest.json").is_file()) or is_remote_output(path)
 
 
-def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
+def _stats_dirs(paths: list[str], plot: str | None, json_output: bool, html: str | None = None) -> None:
     from packcli import render
     from packcli.stats import dir_stats, is_packed_output
     from packcli.storage import fetched_output
@@ -433,6 +444,10 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
         histograms.append(hists)
     if plot:
         render.plot_dirs(plot, paths, histograms, reports)
+    if html:
+        from packcli.show_html import write_stats_page
+
+        write_stats_page(html, paths, reports)
     if json_output:
         sys.stdout.write(render.to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
         return
@@ -443,6 +458,8 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
         render.render_compare(console, paths, reports)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
+    if html:
+        console.print(f"[dim]page written to {html}[/dim]")
 
 
 def _stats_raw(options, plot: str | None, json_output: bool) -> None:
