@@ -505,6 +505,9 @@ def show(
     tokens: Annotated[
         bool, option("--tokens", panel=OUTPUT, help="One token per line: position, id, text, label.")
     ] = False,
+    learned_only: Annotated[
+        bool, option("--learned-only", panel=OUTPUT, help="Only the learned tokens' text (each run of others as …).")
+    ] = False,
     color: Annotated[
         str,
         option(
@@ -570,14 +573,14 @@ def show(
         if all(_is_packed(path) for path in paths):
             if len(paths) > 1:
                 raise PackcliError("show takes one packed output at a time", usage=True)
-            _show_output(paths[0], row, rows, random, seed, tokenizer, tokens, color, html, json_output)
+            _show_output(paths[0], row, rows, random, seed, tokenizer, (tokens, learned_only), color, html, json_output)
             return
         if random is not None:
             raise PackcliError(
                 "--random: for packed outputs; on raw input pick records with --row or --rows", usage=True
             )
         options = pack_options(paths, arguments, output="", seq_len=seq_len or 0)
-        _show_raw(options, row, rows, tokens, color, html, json_output)
+        _show_raw(options, row, rows, (tokens, learned_only), color, html, json_output)
 
 
 def _show_output(
@@ -587,11 +590,12 @@ def _show_output(
     random: int | None,
     seed: int,
     tokenizer: str | None,
-    tokens: bool,
+    modes: tuple[bool, bool],
     color: str,
     html: str | None,
     json_output: bool,
 ) -> None:
+    """`modes`: --tokens, --learned-only."""
     from packcli import show, show_render
 
     source = show.OutputSource(path)
@@ -613,7 +617,7 @@ def _show_output(
 
         sys.stdout.write(render.to_json([show.view_to_json(view, decoder) for view in views]))
         return
-    show_render.print_views(show_render.console_for(color), views, decoder, tokens)
+    show_render.print_views(show_render.console_for(color), views, decoder, modes[0], learned_only=modes[1])
 
 
 def storage_is_remote(path: str) -> bool:
@@ -623,7 +627,13 @@ def storage_is_remote(path: str) -> bool:
 
 
 def _show_raw(
-    options, row: int | None, rows: str | None, tokens: bool, color: str, html: str | None, json_output: bool
+    options,
+    row: int | None,
+    rows: str | None,
+    modes: tuple[bool, bool],
+    color: str,
+    html: str | None,
+    json_output: bool,
 ) -> None:
     from packcli import show, show_render
     from packcli.show_raw import raw_views
@@ -653,7 +663,8 @@ def _show_raw(
         sys.stdout.write(render.to_json(records + bad))
         return
     extra = [f"{entry['location']}: {entry['problem']} ({entry['pack']})" for entry in shown.bad]
-    show_render.print_views(show_render.console_for(color), shown.views, shown.decoder, tokens, extra)
+    console = show_render.console_for(color)
+    show_render.print_views(console, shown.views, shown.decoder, modes[0], extra, learned_only=modes[1])
 
 
 @app.command(cls=PlainCommand)

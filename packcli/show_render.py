@@ -90,19 +90,22 @@ def header_line(view: View) -> Text:
     return text
 
 
-def render_view(view: View, decoder: Decoder | None, plain: bool) -> Group:
-    """The header, any notes, then the row's text segment by segment."""
+def render_view(view: View, decoder: Decoder | None, plain: bool, learned_only: bool = False) -> Group:
+    """The header, any notes, then the row's text segment by segment (`learned_only`: only
+    the learned tokens, each run of others as one "…")."""
     parts: list[Any] = [header_line(view)]
     parts += [Text(f"  {note}", style=NOTE_STYLE) for note in view.notes]
     body = Text()
     for segment in view.segments:
-        _segment_text(body, view, segment, decoder, plain)
+        _segment_text(body, view, segment, decoder, plain, learned_only)
     if view.segments:
         parts.append(body)
     return Group(*parts)
 
 
-def _segment_text(body: Text, view: View, segment: Segment, decoder: Decoder | None, plain: bool) -> None:
+def _segment_text(
+    body: Text, view: View, segment: Segment, decoder: Decoder | None, plain: bool, learned_only: bool = False
+) -> None:
     learned_style, dim_style, marker_style = SEGMENT_STYLES[segment.index % 2]
     if segment.index:
         body.append("\n")  # each segment from the start of a line
@@ -116,7 +119,11 @@ def _segment_text(body: Text, view: View, segment: Segment, decoder: Decoder | N
     for i in range(segment.start, segment.real_end):
         token = int(view.input_ids[i])
         learned = bool(view.learned[i])
-        if plain and learned != open_run:
+        if learned_only and not learned:
+            if i == segment.start or view.learned[i - 1]:
+                body.append("…", style=dim_style)
+            continue
+        if plain and not learned_only and learned != open_run:
             body.append(LEARNED_OPEN if learned else LEARNED_CLOSE)
             open_run = learned
         style = learned_style if learned else dim_style
@@ -164,7 +171,12 @@ def render_tokens(view: View, decoder: Decoder | None) -> Group:
 
 
 def print_views(
-    console: Console, views: Iterable[View], decoder: Decoder | None, tokens: bool, extra: list[str] | None = None
+    console: Console,
+    views: Iterable[View],
+    decoder: Decoder | None,
+    tokens: bool,
+    extra: list[str] | None = None,
+    learned_only: bool = False,
 ) -> None:
     plain = console.color_system is None
     first = True
@@ -172,7 +184,8 @@ def print_views(
         if not first:
             console.print()
         first = False
-        console.print(render_tokens(view, decoder) if tokens else render_view(view, decoder, plain), soft_wrap=False)
+        rendered = render_tokens(view, decoder) if tokens else render_view(view, decoder, plain, learned_only)
+        console.print(rendered, soft_wrap=False)
     for line in extra or []:
         console.print(Text(line, style=NOTE_STYLE))
     if decoder is None:

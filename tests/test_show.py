@@ -352,3 +352,33 @@ def test_raw_view_notes_a_record_pack_would_stop_at(tmp_path, cli, show_json):
     assert not long[0]["written"] and "pack stops here" in long[0]["notes"][0]
     result = cli("show", path, *SFT, "--random", 2)
     assert result.exit_code == 2
+
+
+def test_learned_only_shows_the_learned_text_alone(tmp_path, packed, cli):
+    path = write_jsonl(tmp_path / "chat.jsonl", chat_records(3))
+    out = packed(path, "--tokenizer", "packcli:demo", "--messages-field", "messages", "--seq-len", 256)
+    text = cli("show", out, "--learned-only", "--color", "never").stdout
+    assert "is prime." in text and "(checked)" in text
+    assert "system" not in text and "name a prime" not in text and "«" not in text
+    assert text.count("…") >= 3
+
+
+def test_show_takes_every_input_option_of_pack_defined_alike():
+    import typer
+
+    from packcli.cli import app
+    from packcli.cli_options import INPUT_OPTIONS
+
+    commands = typer.main.get_command(app).commands
+    pack = {p.name: p for p in commands["pack"].params}
+    show = {p.name: p for p in commands["show"].params}
+    for name in INPUT_OPTIONS:
+        a, b = pack[name], show[name]
+        assert (a.opts, a.secondary_opts, a.default, a.help, a.metavar, a.rich_help_panel) == (
+            b.opts,
+            b.secondary_opts,
+            b.default,
+            b.help,
+            b.metavar,
+            b.rich_help_panel,
+        ), name
