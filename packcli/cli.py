@@ -482,6 +482,9 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
         console.print(f"[dim]plot written to {plot}[/dim]")
 
 
+SHOW = "Show"  # the panel of show's own options
+
+
 @app.command(cls=PlainCommand)
 def show(
     ctx: typer.Context,
@@ -493,25 +496,23 @@ def show(
         ),
     ],
     row: Annotated[
-        int | None, option(panel=OUTPUT, help="The row to show (raw input: the record). (default: the first)")
+        int | None, option(panel=SHOW, help="The row to show (raw input: the record). (default: the first)")
     ] = None,
     rows: Annotated[
-        str | None, option(panel=OUTPUT, metavar="A:B", help="Rows A to B-1 (raw input: records; default: 0:5).")
+        str | None, option(panel=SHOW, metavar="A:B", help="Rows A to B-1 (raw input: records; default: 0:5).")
     ] = None,
-    random: Annotated[
-        int | None, option(panel=OUTPUT, metavar="K", help="K rows picked at random (by --seed).")
-    ] = None,
-    seed: Annotated[int, option(panel=OUTPUT, show_default=True, help="Seed of --random.")] = 0,
+    random: Annotated[int | None, option(panel=SHOW, metavar="K", help="K rows picked at random (by --seed).")] = None,
+    seed: Annotated[int, option(panel=SHOW, show_default=True, help="Seed of --random.")] = 0,
     tokens: Annotated[
-        bool, option("--tokens", panel=OUTPUT, help="One token per line: position, id, text, label.")
+        bool, option("--tokens", panel=SHOW, help="One token per line: position, id, text, label.")
     ] = False,
     learned_only: Annotated[
-        bool, option("--learned-only", panel=OUTPUT, help="Only the learned tokens' text (each run of others as …).")
+        bool, option("--learned-only", panel=SHOW, help="Only the learned tokens' text (each run of others as …).")
     ] = False,
     color: Annotated[
         str,
         option(
-            panel=OUTPUT,
+            panel=SHOW,
             show_default=True,
             metavar=one_of(COLOR_CHOICES),
             help="Colour: on a terminal only (auto), always (for less -R), or never.",
@@ -519,14 +520,12 @@ def show(
     ] = "auto",
     html: Annotated[
         str | None,
-        option(
-            panel=OUTPUT, metavar="FILE", help="Also write one self-contained HTML page of the rows (and the stats)."
-        ),
+        option(panel=SHOW, metavar="FILE", help="Also write one self-contained HTML page of the rows (and the stats)."),
     ] = None,
     json_output: Annotated[
         bool,
         option(
-            "--json", panel=OUTPUT, help="Print the rows as JSON (ids, pieces, labels, positions, segments) on stdout."
+            "--json", panel=SHOW, help="Print the rows as JSON (ids, pieces, labels, positions, segments) on stdout."
         ),
     ] = False,
     text_field: TextField = None,
@@ -579,8 +578,20 @@ def show(
             raise PackcliError(
                 "--random: for packed outputs; on raw input pick records with --row or --rows", usage=True
             )
+        _refuse_unfinished_output(paths, tokenizer, ids_field)
         options = pack_options(paths, arguments, output="", seq_len=seq_len or 0)
         _show_raw(options, row, rows, (tokens, learned_only), color, html, json_output)
+
+
+def _refuse_unfinished_output(paths: list[str], tokenizer: str | None, ids_field: str | None) -> None:
+    """A directory without a manifest and no tokenizer: an unfinished output, not raw input."""
+    from pathlib import Path
+
+    if tokenizer is None and ids_field is None and len(paths) == 1 and Path(paths[0]).is_dir():
+        raise PackcliError(
+            f"{paths[0]}: no manifest.json, so this is not a complete packcli output "
+            "(for raw input, give --tokenizer and the input options of pack)"
+        )
 
 
 def _show_output(

@@ -12,6 +12,7 @@ store, read by byte range), a Parquet shard reads the one row group that holds t
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -111,6 +112,28 @@ class Decoder:
             return raw.replace(self.metaspace, " ")
         text: str = self.backend.decode([token], skip_special_tokens=False)
         return text
+
+    def pieces(self, tokens: np.ndarray | list[int]) -> list[str]:
+        """Each token's text in a run of tokens, joined exactly the run's text where the
+        tokenizer is byte-level: a character whose bytes span several tokens goes with the
+        token that completes it (the ones before show nothing). Else each token's own piece."""
+        if not self.byte_level:
+            return [self.piece(t) for t in tokens]
+        decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        out = [decode(self._token_bytes(int(t))) for t in tokens]
+        if out:
+            out[-1] += decode(b"", final=True)
+        return out
+
+    def _token_bytes(self, token: int) -> bytes:
+        if token in self.added:
+            return self.added[token].encode("utf-8")
+        raw = self.backend.id_to_token(token)
+        if raw is None:
+            return f"<id {token}>".encode()
+        if all(ch in self._bytes for ch in raw):
+            return bytes(self._bytes[ch] for ch in raw)
+        return raw.encode("utf-8")
 
     def text(self, tokens: np.ndarray | list[int]) -> str:
         decoded: str = self.backend.decode([int(t) for t in tokens], skip_special_tokens=False)
@@ -384,7 +407,7 @@ def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
         "labels": view.labels.tolist(),
         "position_ids": view.position_ids.tolist(),
         "cu_seqlens": [s.start for s in view.segments] + ([view.segments[-1].end] if view.segments else []),
-        "pieces": [decoder.piece(t) for t in ids] if decoder is not None else None,
+        "pieces": decoder.pieces(ids) if decoder is not None else None,
         "segments": [
             {
                 "index": s.index,

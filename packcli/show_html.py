@@ -55,11 +55,11 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _token(view: View, i: int, decoder: Decoder | None) -> str:
+def _token(view: View, i: int, decoder: Decoder | None, pieces: list[str] | None) -> str:
     token = int(view.input_ids[i])
     label = int(view.labels[i])
     title = f"id {token} · position {int(view.position_ids[i])} · label {label}"
-    piece = decoder.piece(token) if decoder is not None else f"{token} "
+    piece = pieces[i] if pieces is not None else f"{token} "
     classes = ["t"]
     if label != -100:
         classes.append("L")
@@ -69,7 +69,7 @@ def _token(view: View, i: int, decoder: Decoder | None) -> str:
     return f'<span class="{" ".join(classes)}" title="{_e(title)}">{body}</span>'
 
 
-def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None) -> str:
+def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None, pieces: list[str] | None) -> str:
     attrs = (
         f'data-row="{number}" data-seg="{segment.index}" data-start="{segment.start}" '
         f'data-end="{segment.end}" data-real-end="{segment.real_end}"'
@@ -89,11 +89,11 @@ def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None)
     while i < segment.real_end:
         if i in runs:
             end = runs[i]
-            inner = "".join(_token(view, j, decoder) for j in range(i, end))
+            inner = "".join(_token(view, j, decoder, pieces) for j in range(i, end))
             parts.append(f'<span class="learn" data-start="{i}" data-end="{end}">{inner}</span>')
             i = end
         else:
-            parts.append(_token(view, i, decoder))
+            parts.append(_token(view, i, decoder, pieces))
             i += 1
     if segment.end > segment.real_end:
         parts.append(f'<span class="ipad">pad × {segment.end - segment.real_end}</span>')
@@ -114,7 +114,8 @@ def view_block(view: View, decoder: Decoder | None) -> str:
     number = view.header.get("row", view.header.get("record", 0))
     parts = [f'<div class="row" data-kind="{view.kind}" data-row="{number}" id="{view.kind}-{number}">', _head(view)]
     parts += [f'<div class="note">{_e(note)}</div>' for note in view.notes]
-    parts += [_segment(view, number, segment, decoder) for segment in view.segments]
+    pieces = decoder.pieces(view.input_ids) if decoder is not None else None
+    parts += [_segment(view, number, segment, decoder, pieces) for segment in view.segments]
     parts.append("</div>")
     return "\n".join(parts)
 

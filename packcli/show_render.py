@@ -96,15 +96,22 @@ def render_view(view: View, decoder: Decoder | None, plain: bool, learned_only: 
     parts: list[Any] = [header_line(view)]
     parts += [Text(f"  {note}", style=NOTE_STYLE) for note in view.notes]
     body = Text()
+    pieces = decoder.pieces(view.input_ids) if decoder is not None else None
     for segment in view.segments:
-        _segment_text(body, view, segment, decoder, plain, learned_only)
+        _segment_text(body, view, segment, decoder, pieces, plain, learned_only)
     if view.segments:
         parts.append(body)
     return Group(*parts)
 
 
 def _segment_text(
-    body: Text, view: View, segment: Segment, decoder: Decoder | None, plain: bool, learned_only: bool = False
+    body: Text,
+    view: View,
+    segment: Segment,
+    decoder: Decoder | None,
+    pieces: list[str] | None,
+    plain: bool,
+    learned_only: bool = False,
 ) -> None:
     learned_style, dim_style, marker_style = SEGMENT_STYLES[segment.index % 2]
     if segment.index:
@@ -127,10 +134,10 @@ def _segment_text(
             body.append(LEARNED_OPEN if learned else LEARNED_CLOSE)
             open_run = learned
         style = learned_style if learned else dim_style
-        if decoder is None:
+        if decoder is None or pieces is None:
             body.append(f"{token} ", style=style)
             continue
-        text, at_line_start = visible(decoder.piece(token), at_line_start)
+        text, at_line_start = visible(pieces[i], at_line_start)
         if token in decoder.special:
             style += " " + SPECIAL_STYLE
         body.append(text, style=style)
@@ -178,7 +185,7 @@ def print_views(
     extra: list[str] | None = None,
     learned_only: bool = False,
 ) -> None:
-    plain = console.color_system is None
+    plain = console.color_system is None or console.no_color  # NO_COLOR in the environment too
     first = True
     for view in views:
         if not first:

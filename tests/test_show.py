@@ -382,3 +382,48 @@ def test_show_takes_every_input_option_of_pack_defined_alike():
             b.metavar,
             b.rich_help_panel,
         ), name
+
+
+def test_no_colour_and_unfinished_outputs(tmp_path, packed, cli, monkeypatch):
+    path = write_jsonl(tmp_path / "gsm.jsonl", gsm_records(3))
+    out = packed(path, *SFT, "--seq-len", 256)
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = cli("show", out).stdout
+    assert "\x1b[" not in plain and "«" in plain
+    (out / "manifest.json").unlink()
+    result = cli("show", out)
+    assert result.exit_code == 1 and "not a complete packcli output" in result.stderr
+    result = cli("stats", out, "--html", tmp_path / "s.html", "--tokenizer", "packcli:demo", "--seq-len", 64)
+    assert result.exit_code == 2
+
+
+def test_whitespace_is_made_visible():
+    from packcli.show_render import cell_text, visible
+
+    assert visible("a\n  b\tc\r", False) == ("a↵\n··b→c␍", False)
+    assert visible("  x", True) == ("··x", False)
+    assert visible("  x", False) == ("  x", False)
+    assert visible("\n", False) == ("↵\n", True)
+    assert visible("\x00", False)[0] == "\\x00"
+    assert cell_text(" the\n") == "·the↵"
+
+
+def test_pieces_of_other_tokenizer_families(tmp_path, word_tokenizer):
+    from helpers import unigram_tokenizer
+
+    from packcli.show import load_decoder
+    from packcli.tokenizing import load_tokenizer
+
+    texts = ["the cat sat on the mat", "a dog ran far away", "packing rows of tokens"] * 20
+    spm = load_decoder(str(unigram_tokenizer(tmp_path / "spm", texts, vocab_size=60)))
+    ids = load_tokenizer(str(tmp_path / "spm")).encode("the cat sat", add_special_tokens=False)
+    pieces = [spm.piece(i) for i in ids]
+    assert "▁" not in "".join(pieces) and "".join(pieces).strip() == spm.text(ids) == "the cat sat"
+    words = load_decoder(str(word_tokenizer))
+    assert [words.piece(i) for i in (4, 5, 1)] == ["w0", "w1", "</s>"] and 1 in words.special
+    demo = load_decoder("packcli:demo")
+    ids = load_tokenizer("packcli:demo").encode("naïve café →", add_special_tokens=False)
+    pieces = demo.pieces(ids)
+    assert "".join(pieces) == "naïve café →" == demo.text(ids)
+    split = pieces.index("ï")  # its two bytes are two tokens: the character goes with the second
+    assert pieces[split - 1] == "" and demo.piece(ids[split - 1]) == "\\xc3"
