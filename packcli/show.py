@@ -189,7 +189,7 @@ def output_decoder(manifest: Manifest, given: str | None, warn) -> Decoder | Non
     saved = {k: os.environ.get(k) for k in offline}
     os.environ.update(offline)
     try:
-        return load_decoder(recorded)
+        decoder = load_decoder(recorded)
     except PackcliError as exc:
         warn(f"the output's tokenizer {recorded} cannot be loaded here ({exc}); showing ids (give --tokenizer)")
         return None
@@ -199,6 +199,10 @@ def output_decoder(manifest: Manifest, given: str | None, warn) -> Decoder | Non
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    wanted = manifest["tokenizer"].get("fingerprint")
+    if wanted and decoder.fingerprint != wanted:
+        warn(f"the tokenizer at {recorded} is not the one this output was packed with (its files changed)")
+    return decoder
 
 
 # ----------------------------------------------------------------------------- packed rows

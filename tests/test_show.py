@@ -54,6 +54,7 @@ def show_json(cli):
     def run(*args) -> list[dict]:
         result = cli("show", *args, "--json")
         assert result.exit_code == 0, result.output + result.stderr
+        assert "--tokenizer" in args or "--ids-field" in args or result.stderr == "", result.stderr
         return json.loads(result.stdout)
 
     return run
@@ -427,3 +428,19 @@ def test_pieces_of_other_tokenizer_families(tmp_path, word_tokenizer):
     assert "".join(pieces) == "naïve café →" == demo.text(ids)
     split = pieces.index("ï")  # its two bytes are two tokens: the character goes with the second
     assert pieces[split - 1] == "" and demo.piece(ids[split - 1]) == "\\xc3"
+
+
+def test_a_tokenizer_other_than_the_outputs_is_named(tmp_path, packed, cli, word_tokenizer):
+    import shutil
+
+    tok = shutil.copytree(word_tokenizer, tmp_path / "tok")
+    path = write_jsonl(tmp_path / "t.jsonl", [{"text": "w1 w2 w3"}, {"text": "w4 w5"}])
+    out = packed(path, "--tokenizer", tok, "--seq-len", 16)
+    result = cli("show", out, "--json")
+    assert result.stderr == "" and json.loads(result.stdout)[0]["pieces"][:3] == ["w1", "w2", "w3"]
+    result = cli("show", out, "--json", "--tokenizer", "packcli:demo")
+    assert "is not the tokenizer this output was packed with" in result.stderr
+    shutil.rmtree(tok)
+    result = cli("show", out, "--json")
+    assert result.exit_code == 0 and "cannot be loaded here" in result.stderr
+    assert json.loads(result.stdout)[0]["pieces"] is None
