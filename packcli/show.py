@@ -353,9 +353,7 @@ def _npy_slice(source: OutputSource, name: str, start: int, stop: int) -> np.nda
     if local is not None:
         if not local.is_file():
             raise FileNotFoundError(name)
-        from packcli.shards import map_npy
-
-        return np.array(map_npy(local)[start:stop])
+        return np.array(np.load(local, mmap_mode="r")[start:stop])  # not shards.map_npy: it loads pyarrow
     if source.remote is None or not source.remote.exists(name):
         raise FileNotFoundError(name)
     with source.open(name) as f:

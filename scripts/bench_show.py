@@ -6,10 +6,11 @@ Writes a synthetic output of about --gigabytes of shards (npy: 10 bytes a token;
 the same rows, compressed) with packcli's own shard writer, then times, as wall time of
 whole processes (start-up included, best of --rounds interleaved rounds):
 
+- `packcli --version`: start-up alone;
 - `show SMALL --row 0 --json`: a one-row output, so start-up and one decode;
 - `show BIG --row N --json` for a row in the last shard, in each format;
 
-and prints each as a ratio to the first: `show` reads only the row it renders, so the
+and prints each as a ratio to the one-row output and as the time after start-up: `show` reads only the row it renders, so the
 size of the output should not show (a ratio near 1.0).
 """
 
@@ -97,15 +98,31 @@ def size(path: Path) -> int:
 
 
 def timed(*args: str) -> float:
+    """Wall time of `packcli show ARGS --json`; of `packcli --version` (start-up) without ARGS."""
+    command = ["show", *args, "--json"] if args else ["--version"]
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "packcli", "show", *args, "--json"],
+        [sys.executable, "-m", "packcli", *command],
         check=True,
         stdout=subprocess.DEVNULL,
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     return time.perf_counter() - started
+
+
+def read_seconds(out: Path, row: int, rounds: int) -> float:
+    """In this process, best of `rounds`: opening the output and reading one row into a View
+    (pyarrow already imported by the writer: the read alone)."""
+    from packcli import show
+
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        source = show.OutputSource(str(out))
+        list(show.read_views(source, [row]))
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def main() -> int:
@@ -138,16 +155,26 @@ def main() -> int:
         if not (small / "manifest.json").is_file():
             write_output(small, "npy", args.seq_len, 1, rows_per_shard)
         row = str(total_rows - 3)
-        runs: dict[str, list[float]] = {"small --row 0": [], "npy --row " + row: [], "parquet --row " + row: []}
+        runs: dict[str, list[float]] = {"--version": [], "small --row 0": []}
+        runs.update({f"{fmt} --row {row}": [] for fmt in ("npy", "parquet")})
         timed(str(small), "--row", "0")  # warm the page cache and the start-up cache
         for _ in range(args.rounds):
+            runs["--version"].append(timed())
             runs["small --row 0"].append(timed(str(small), "--row", "0"))
             for fmt in ("npy", "parquet"):
                 runs[f"{fmt} --row {row}"].append(timed(str(outputs[fmt]), "--row", row))
-        baseline = min(runs["small --row 0"])
-        print(f"packcli show, wall time of the whole process, best of {args.rounds}:")
+        baseline, start_up = min(runs["small --row 0"]), min(runs["--version"])
+        print(f"packcli, wall time of the whole process, best of {args.rounds}:")
         for name, seconds in runs.items():
-            print(f"  {name:<24} {min(seconds):6.3f} s   {min(seconds) / baseline:5.2f}x the one-row output")
+            best = min(seconds)
+            print(
+                f"  {name:<24} {best:6.3f} s   {best / baseline:5.2f}x the one-row output,"
+                f" {best - start_up:+.3f} s after start-up (--version)"
+            )
+        print("reading the row alone, in this process:")
+        for name, out in (("small --row 0", small), *((f"{fmt} --row {row}", outputs[fmt]) for fmt in outputs)):
+            seconds = read_seconds(out, 0 if out == small else int(row), args.rounds)
+            print(f"  {name:<24} {seconds * 1000:8.2f} ms")
     return 0
 
 
