@@ -518,6 +518,7 @@ def show(
             help="Colour: on a terminal only (auto), always (for less -R), or never.",
         ),
     ] = "auto",
+    no_color: Annotated[bool, option("--no-color", panel=SHOW, help="Plain text: the same as --color never.")] = False,
     html: Annotated[
         str | None,
         option(panel=SHOW, metavar="FILE", help="Also write one self-contained HTML page of the rows (and the stats)."),
@@ -566,6 +567,10 @@ def show(
         from packcli.options import check_choice
 
         check_choice("--color", color, COLOR_CHOICES)
+        if no_color:
+            if _on_command_line(ctx, "color") and color != "never":
+                raise PackcliError(f"--no-color and --color {color}: give one", usage=True)
+            color = "never"
         arguments = locals()
         given = [name for name in ("seq_len", *INPUT_OPTIONS) if name != "tokenizer" and _on_command_line(ctx, name)]
         _is_raw_input(paths, given, command="show")  # a mix, or raw-input options with a packed output: usage errors

@@ -189,6 +189,8 @@ def test_colour_only_when_asked_and_plain_marks_learned_text(tmp_path, packed, c
     coloured = cli("show", out, "--color", "always").stdout
     assert "\x1b[" in coloured and "«" not in coloured
     assert cli("show", out, "--color", "sometimes").exit_code == 2
+    assert cli("show", out, "--no-color").stdout == plain
+    assert cli("show", out, "--no-color", "--color", "always").exit_code == 2
 
 
 def test_tokens_view_lists_each_token_with_position_and_label(tmp_path, packed, cli, show_json):
@@ -246,9 +248,10 @@ def test_show_reads_a_remote_output(s3_server, tmp_path, cli, show_json):
         local = tmp_path / f"local-{fmt}"
         result = cli("pack", path, *args, "--seq-len", 96, "--format", fmt, "-o", local, "--rows-per-shard", 3)
         verify_dir(local)
-        assert show_json(url, "--rows", "2:8") == [
-            {**r, "shard": r["shard"]} for r in show_json(local, "--rows", "2:8")
-        ]
+        assert cli("verify", url).exit_code == 0
+        shown = show_json(url, "--rows", "2:8")
+        assert shown == show_json(local, "--rows", "2:8") and len(shown) == 6
+        assert {r["shard"] for r in shown} >= {"shard-00001" + (".parquet" if fmt == "parquet" else "")}
 
 
 def test_help_renders(cli):
