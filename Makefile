@@ -14,7 +14,7 @@ TORCH := torch==2.13.0
 STREAMING := mosaicml-streaming==0.13.0
 STREAMING_DEPS := 'xxhash>=3,<4' 'zstd>=1.5.2.5,<2' 'python-snappy>=0.6.1,<1' 'Brotli>=1.0.9' 'catalogue>=2,<3' 'tqdm>=4.64,<5' pillow
 
-.PHONY: install install-test demo lint test cov bench assets clean
+.PHONY: install install-test browser demo lint test cov bench assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -35,6 +35,14 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
 	touch $(TEST_STAMP)
 
+# Headless Chromium, a system package: tests/test_show_html.py opens `packcli show --html`
+# pages in it (scripts/check_html.py). Installed with apt where no Chromium is on PATH.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		command -v google-chrome >/dev/null 2>&1 || \
+		($(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium)
+
 # Pack the bundled sample corpus with the bundled tokenizer (offline), then show its stats.
 demo: $(STAMP)
 	$(BIN)/packcli pack packcli/assets/demo.jsonl --tokenizer packcli:demo --seq-len 1024 \
@@ -48,11 +56,11 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check packcli tests scripts
 	$(BIN)/mypy
 
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest -q
 
 # The suite with the Numba kernels run as plain Python, under coverage, and the total.
-cov: $(TEST_STAMP)
+cov: $(TEST_STAMP) browser
 	NUMBA_DISABLE_JIT=1 $(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider
 	$(BIN)/python -m coverage report
 
@@ -84,6 +92,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_ray.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_rows.py --tokenizer $(QWEN)
 	$(BIN)/python scripts/bench_repair.py --tokenizer $(QWEN) $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_show.py $(BENCH_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)

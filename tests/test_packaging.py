@@ -433,6 +433,9 @@ def test_a_plain_install_runs_every_command(tmp_path):
         "stats raw": ["stats", str(text), *demo_tok, "--seq-len", "512"],
         "export": ["export", "megatron", out, str(tmp_path / "mega")],
         "plot": ["stats", out, "--plot", str(tmp_path / "p.png")],
+        "show": ["show", out, "--html", str(tmp_path / "show.html")],
+        "show chat": ["show", chat_out, "--tokens", "--json"],
+        "show raw": ["show", str(chat), *demo_tok, "--messages-field", "messages", "--seq-len", "256"],
     }
     spec = json.dumps({"blocked": blocked, "commands": commands})
     run = subprocess.run(
@@ -440,7 +443,18 @@ def test_a_plain_install_runs_every_command(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.splitlines()[-1])
-    for key in ("pack", "pack chat", "verify", "verify chat", "stats", "stats raw", "export"):
+    for key in (
+        "pack",
+        "pack chat",
+        "verify",
+        "verify chat",
+        "stats",
+        "stats raw",
+        "export",
+        "show",
+        "show chat",
+        "show raw",
+    ):
         assert results[key][0] == 0, (key, results[key])
     assert (
         results["plot"][:1] == [1]

@@ -51,7 +51,15 @@ from packcli.cli.options import (
     option,
     pack_options,
 )
-from packcli.core.choices import ALGORITHMS, DEFAULT_BATCH_SIZE, ENGINES, FORMATS, MODES, REMAINDER_POLICIES
+from packcli.core.choices import (
+    ALGORITHMS,
+    COLOR_CHOICES,
+    DEFAULT_BATCH_SIZE,
+    ENGINES,
+    FORMATS,
+    MODES,
+    REMAINDER_POLICIES,
+)
 from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.version import __version__
 
@@ -340,6 +348,15 @@ def stats(
             help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
         ),
     ] = None,
+    html: Annotated[
+        str | None,
+        option(
+            "--html",
+            panel=OUTPUT,
+            metavar="FILE",
+            help="Packed outputs: also write the figures and charts as one HTML page.",
+        ),
+    ] = None,
     json_output: Json = False,
     workers: Workers = None,
     no_cache: NoCache = False,
@@ -352,8 +369,10 @@ def stats(
         arguments = locals()
         given = [name for name in ("seq_len", "pad_to_multiple_of", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
         if not _is_raw_input(paths, given):
-            _stats_dirs(paths, plot, json_output)
+            _stats_dirs(paths, plot, json_output, html)
             return
+        if html:
+            raise PackcliError("--html: for packed outputs (raw input has --plot)", usage=True)
         from packcli.inspect.what_if import WhatIfOptions
 
         seq_lens = list(seq_len or [])
@@ -376,29 +395,36 @@ def _on_command_line(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name == "COMMANDLINE"
 
 
-def _is_raw_input(paths: list[str], given: list[str]) -> bool:
+def _is_raw_input(paths: list[str], given: list[str], command: str = "stats") -> bool:
     """Raw input when no path is a packed output; usage errors for a mix, or for options
     that only raw input takes given with packed outputs."""
-    from packcli.core.storage import is_remote_output
-    from packcli.inspect.stats import is_packed_output
-
-    packed = [is_packed_output(path) or is_remote_output(path) for path in paths]
+    packed = [_is_packed(path) for path in paths]
     if any(packed) and not all(packed):
         raise PackcliError(
-            f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: stats takes packed "
+            f"{paths[packed.index(False)]} is not a packed output but {paths[packed.index(True)]} is: {command} takes packed "
             "output directories, or raw input with --tokenizer and --seq-len, not both",
             usage=True,
         )
     if all(packed) and given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise PackcliError(
-            f"{flags}: for raw input only; to see what packing {paths[0]} again would give, run stats on the raw input",
+            f"{flags}: for raw input only; to see what packing {paths[0]} again would give, run {command} on the raw input",
             usage=True,
         )
     return not all(packed) and bool(given)  # raw input with no option: fails on the first path, with a hint
 
 
-def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
+def _is_packed(path: str) -> bool:
+    """A packed output: a directory with a manifest (stats.is_packed_output, without
+    loading stats and its kernels), or a URL that holds one."""
+    from pathlib import Path
+
+    from packcli.core.storage import is_remote_output
+
+    return (Path(path).is_dir() and (Path(path) / "manifest.json").is_file()) or is_remote_output(path)
+
+
+def _stats_dirs(paths: list[str], plot: str | None, json_output: bool, html: str | None = None) -> None:
     from packcli.cli import render
     from packcli.core.storage import fetched_output
     from packcli.inspect.stats import dir_stats, is_packed_output
@@ -418,6 +444,10 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
         histograms.append(hists)
     if plot:
         render.plot_dirs(plot, paths, histograms, reports)
+    if html:
+        from packcli.cli.show_html import write_stats_page
+
+        write_stats_page(html, paths, reports)
     if json_output:
         sys.stdout.write(render.to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
         return
@@ -428,6 +458,8 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool) -> None:
         render.render_compare(console, paths, reports)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
+    if html:
+        console.print(f"[dim]page written to {html}[/dim]")
 
 
 def _stats_raw(options, plot: str | None, json_output: bool) -> None:
@@ -448,6 +480,209 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
     render.render_what_if(console, report)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
+
+
+SHOW = "Show"  # the panel of show's own options
+
+
+@app.command(cls=PlainCommand)
+def show(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="A packed output directory (local or a URL), or raw input as for pack, with pack's input options.",
+            show_default=False,
+        ),
+    ],
+    row: Annotated[
+        int | None, option(panel=SHOW, help="The row to show (raw input: the record). (default: the first)")
+    ] = None,
+    rows: Annotated[
+        str | None, option(panel=SHOW, metavar="A:B", help="Rows A to B-1 (raw input: records; default: 0:5).")
+    ] = None,
+    random: Annotated[int | None, option(panel=SHOW, metavar="K", help="K rows picked at random (by --seed).")] = None,
+    seed: Annotated[int, option(panel=SHOW, show_default=True, help="Seed of --random.")] = 0,
+    tokens: Annotated[
+        bool, option("--tokens", panel=SHOW, help="One token per line: position, id, text, label.")
+    ] = False,
+    learned_only: Annotated[
+        bool, option("--learned-only", panel=SHOW, help="Only the learned tokens' text (each run of others as …).")
+    ] = False,
+    color: Annotated[
+        str,
+        option(
+            panel=SHOW,
+            show_default=True,
+            metavar=one_of(COLOR_CHOICES),
+            help="Colour: on a terminal only (auto), always (for less -R), or never.",
+        ),
+    ] = "auto",
+    no_color: Annotated[bool, option("--no-color", panel=SHOW, help="Plain text: the same as --color never.")] = False,
+    html: Annotated[
+        str | None,
+        option(panel=SHOW, metavar="FILE", help="Also write one self-contained HTML page of the rows (and the stats)."),
+    ] = None,
+    json_output: Annotated[
+        bool,
+        option(
+            "--json", panel=SHOW, help="Print the rows as JSON (ids, pieces, labels, positions, segments) on stdout."
+        ),
+    ] = False,
+    text_field: TextField = None,
+    prompt_field: PromptField = None,
+    completion_field: CompletionField = None,
+    messages_field: MessagesField = None,
+    chat_template: ChatTemplate = None,
+    train_on: TrainOn = "assistant",
+    ids_field: IdsField = None,
+    labels_field: LabelsField = None,
+    on_bad_record: OnBadRecord = "fail",
+    tokenizer: Tokenizer = None,
+    tokenizer_backend: TokenizerBackend = "auto",
+    parse_special_tokens: ParseSpecialTokens = False,
+    bos: Bos = None,
+    eos: Eos = True,
+    eos_token: EosToken = None,
+    pad_id: PadId = None,
+    seq_len: Annotated[
+        int | None,
+        option("--seq-len", panel=PACKING, help="Raw input: the row length pack would use (--overlong applies)."),
+    ] = None,
+    buffer_size: BufferSize = None,
+    group_by: GroupBy = None,
+    max_sequences_per_row: MaxSequencesPerRow = None,
+    overlong: Overlong = None,
+    truncation_side: TruncationSide = None,
+    keep_unlearned: KeepUnlearned = False,
+    workers: Workers = None,
+    no_cache: NoCache = False,
+    debug: Debug = False,
+) -> None:
+    """Show rows as the model will see them: segments, learned tokens, positions, padding.
+
+    On raw input (pack's input options, --tokenizer), the segments pack would make of the
+    first records, with the reason for any record skipped, dropped or cut."""
+    with _errors(debug):
+        from packcli.core.options import check_choice
+
+        check_choice("--color", color, COLOR_CHOICES)
+        if no_color:
+            if _on_command_line(ctx, "color") and color != "never":
+                raise PackcliError(f"--no-color and --color {color}: give one", usage=True)
+            color = "never"
+        arguments = locals()
+        given = [name for name in ("seq_len", *INPUT_OPTIONS) if name != "tokenizer" and _on_command_line(ctx, name)]
+        _is_raw_input(paths, given, command="show")  # a mix, or raw-input options with a packed output: usage errors
+        if all(_is_packed(path) for path in paths):
+            if len(paths) > 1:
+                raise PackcliError("show takes one packed output at a time", usage=True)
+            _show_output(paths[0], row, rows, random, seed, tokenizer, (tokens, learned_only), color, html, json_output)
+            return
+        if random is not None:
+            raise PackcliError(
+                "--random: for packed outputs; on raw input pick records with --row or --rows", usage=True
+            )
+        _refuse_unfinished_output(paths, tokenizer, ids_field)
+        options = pack_options(paths, arguments, output="", seq_len=seq_len or 0)
+        _show_raw(options, row, rows, (tokens, learned_only), color, html, json_output)
+
+
+def _refuse_unfinished_output(paths: list[str], tokenizer: str | None, ids_field: str | None) -> None:
+    """A directory without a manifest and no tokenizer: an unfinished output, not raw input."""
+    from pathlib import Path
+
+    if tokenizer is None and ids_field is None and len(paths) == 1 and Path(paths[0]).is_dir():
+        raise PackcliError(
+            f"{paths[0]}: no manifest.json, so this is not a complete packcli output "
+            "(for raw input, give --tokenizer and the input options of pack)"
+        )
+
+
+def _show_output(
+    path: str,
+    row: int | None,
+    rows: str | None,
+    random: int | None,
+    seed: int,
+    tokenizer: str | None,
+    modes: tuple[bool, bool],
+    color: str,
+    html: str | None,
+    json_output: bool,
+) -> None:
+    """`modes`: --tokens, --learned-only."""
+    from packcli.cli import show_render
+    from packcli.inspect import show
+
+    source = show.OutputSource(path)
+    indices = show.parse_selection(row, rows, random, source.total_rows, seed)
+    decoder = show.output_decoder(source.manifest, tokenizer, lambda line: sys.stderr.write(f"note: {line}\n"))
+    views = list(show.read_views(source, indices))
+    if html:
+        from packcli.cli import show_html
+
+        report = None
+        if not storage_is_remote(path):
+            from packcli.inspect.stats import dir_stats
+
+            report = dir_stats(path)[0]
+        show_html.write_page(html, f"packcli show {path}", views, decoder, report)
+        sys.stderr.write(f"note: page written to {html}\n")
+    if json_output:
+        from packcli.cli import render
+
+        sys.stdout.write(render.to_json([show.view_to_json(view, decoder) for view in views]))
+        return
+    show_render.print_views(show_render.console_for(color), views, decoder, modes[0], learned_only=modes[1])
+
+
+def storage_is_remote(path: str) -> bool:
+    from packcli.core.storage import is_remote
+
+    return is_remote(path)
+
+
+def _show_raw(
+    options,
+    row: int | None,
+    rows: str | None,
+    modes: tuple[bool, bool],
+    color: str,
+    html: str | None,
+    json_output: bool,
+) -> None:
+    from packcli.cli import show_render
+    from packcli.inspect import show
+    from packcli.inspect.show_raw import raw_views
+
+    if row is not None and rows is not None:
+        raise PackcliError("--row and --rows: give one way to pick records", usage=True)
+    if row is not None:
+        start, stop = row, row + 1
+    else:
+        start, end = show.parse_range(rows or f"0:{show.DEFAULT_RECORDS}")
+        stop = end if end is not None else 1 << 62
+    shown = raw_views(options, start, stop)
+    if not shown.views and not shown.bad:
+        raise PackcliError(f"no records there: the input has none from record {start}")
+    if html:
+        from packcli.cli import show_html
+
+        show_html.write_page(
+            html, "packcli show " + " ".join(options.inputs), shown.views, shown.decoder, None, shown.bad
+        )
+        sys.stderr.write(f"note: page written to {html}\n")
+    if json_output:
+        from packcli.cli import render
+
+        records = [show.view_to_json(view, shown.decoder) for view in shown.views]
+        bad = [{"kind": "bad_record", **entry} for entry in shown.bad]
+        sys.stdout.write(render.to_json(records + bad))
+        return
+    extra = [f"{entry['location']}: {entry['problem']} ({entry['pack']})" for entry in shown.bad]
+    console = show_render.console_for(color)
+    show_render.print_views(console, shown.views, shown.decoder, modes[0], extra, learned_only=modes[1])
 
 
 @app.command(cls=PlainCommand)

@@ -15,3 +15,4 @@ BAD_RECORD_POLICIES = ("fail", "skip")
 ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_BATCH_SIZE = 8  # stats: the pad-to-longest baseline's batch, as a padding collator's
 ENGINES = ("local", "ray")
+COLOR_CHOICES = ("auto", "always", "never")  # show: colour on a terminal only, always, never
