@@ -335,7 +335,9 @@ def test_a_missing_extra_names_itself(site, parquet_out, monkeypatch):
     imports = [imp for imp in PACKAGE_IMPORTS if (site_module(imp.file), imp.scope) == site and imp.extra]
     (extra,), (what,) = {imp.extra for imp in imports}, {imp.what for imp in imports}
     for name in {imp.name for imp in imports}:
-        monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
+        # `import name` (and of any submodule, imported already by an earlier test or not) now raises ImportError
+        for loaded in [name, *(key for key in sys.modules if key.startswith(name + "."))]:
+            monkeypatch.setitem(sys.modules, loaded, None)
     with pytest.raises(PackcliError) as raised:
         TRIGGERS[site](parquet_out, monkeypatch)
     assert str(raised.value) == f"{what}: pip install 'packcli[{extra}]'"
