@@ -107,7 +107,10 @@ def pack(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet), directories, globs, or - for JSONL on stdin.",
+            help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .json, .parquet, .arrow), directories of them, "
+            "datasets save_to_disk directories, globs, - for JSONL on stdin, or any of these as URLs "
+            "(s3://, gs://, az://, hf://).",
+            metavar="INPUT",
             show_default=False,
         ),
     ],
@@ -172,11 +175,11 @@ def pack(
     pad_to_multiple_of: Annotated[
         int | None,
         option(
-            panel=OUTPUT,
+            panel=PACKING,
             help="Bin mode: pad each segment to a multiple of N (context parallel, FP8).",
         ),
     ] = None,
-    output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
+    output: Annotated[str, option("--output", "-o", panel=OUTPUT, metavar="DIR", help="Output directory.")],
     format: Annotated[
         str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")
     ] = "parquet",
@@ -194,6 +197,7 @@ def pack(
         str | None,
         option(
             panel=RUN,
+            metavar="DIR",
             help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
         ),
     ] = None,
@@ -210,6 +214,7 @@ def pack(
         str | None,
         option(
             panel=RUN,
+            metavar="ADDR",
             help="With --engine ray: a running cluster (auto, ray://HOST:10001). (default: start one on this machine)",
         ),
     ] = None,
@@ -296,6 +301,7 @@ def stats(
         list[str],
         typer.Argument(
             help="Packed output directories (compared side by side when several), or raw input as for pack, with --seq-len and pack's input options.",
+            metavar="PATH",
             show_default=False,
         ),
     ],
@@ -337,6 +343,7 @@ def stats(
         option(
             "--plot",
             panel=OUTPUT,
+            metavar="FILE",
             help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
         ),
     ] = None,
@@ -452,7 +459,7 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
 
 @app.command(cls=PlainCommand)
 def verify(
-    path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
+    path: Annotated[str, typer.Argument(help="A packed output directory.", metavar="DIR", show_default=False)],
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:

@@ -112,7 +112,7 @@ def test_help_shows_every_choice_from_the_core_in_panels(cli):
         metavar = "<" + "|".join(values) + ">"
         assert params[name].metavar == metavar and metavar in text, name
     assert kernels.ALGORITHMS == ("nf", "ff", "ffd", "bfd", "spfhp", "lpfhp")
-    panels = [text.index(f"─ {panel} ─") for panel in (INPUT, TOKENIZATION, PACKING, OUTPUT, RUN)]
+    panels = [text.index(f"\n{panel}:\n") for panel in (INPUT, TOKENIZATION, PACKING, OUTPUT, RUN)]
     assert panels == sorted(panels)
     assert all(p.rich_help_panel for p in params.values() if p.name != "inputs")
     stats_text = cli("stats", "--help").stdout
