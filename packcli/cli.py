@@ -81,19 +81,27 @@ def _root(
 
 
 @contextmanager
-def _errors(debug: bool):
+def _errors(debug: bool, output: str | None = None):
+    """Errors as one line. `output`: pack's output directory, which a signal reports as
+    complete once its manifest.json is written (the SPEC's definition of complete)."""
     try:
         yield
-    except (PackcliError, Interrupted) as exc:
+    except (PackcliError, Interrupted, KeyboardInterrupt) as exc:
         if debug:
             raise
+        if not isinstance(exc, PackcliError):
+            stop = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT", 2)
+            exc = stop.completed() if not stop.complete and _has_manifest(output) else stop
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        sys.stderr.write(f"error: {Interrupted('SIGINT', 2)}\n")
-        raise typer.Exit(130) from None
+
+
+def _has_manifest(output: str | None) -> bool:
+    from pathlib import Path
+
+    from packcli.storage import is_remote
+
+    return output is not None and not is_remote(output) and (Path(output) / "manifest.json").is_file()
 
 
 def _stdout():
@@ -221,10 +229,11 @@ def pack(
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
-    with _errors(debug):
-        from packcli.flow import arrow_from_system
+    with _errors(debug, output):
+        from packcli.flow import arrow_from_system, signals_raise
 
         arrow_from_system()
+        from packcli.pause import pause
         from packcli.pipeline import run_pack
 
         options = pack_options(
@@ -246,9 +255,11 @@ def pack(
             engine=engine,
             ray_address=ray_address,
         )
-        with _progress() as progress:
-            report = run_pack(options, progress=progress)
-        _show_report(report, f"packed into {output}", json_output)
+        with signals_raise():  # SIGTERM after the run too: told as SIGINT is
+            with _progress() as progress:
+                report = run_pack(options, progress=progress)
+            pause("done")
+            _show_report(report, f"packed into {output}", json_output)
 
 
 @contextmanager

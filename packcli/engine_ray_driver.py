@@ -19,7 +19,7 @@ from packcli import engine_ray as tasks
 from packcli.errors import PackcliError
 from packcli.flow import Timer
 from packcli.grouping import GroupTable, load_group_ids, merge_tables
-from packcli.ingest import IngestCounts
+from packcli.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.manifest import BadRecordCounts
 from packcli.options import PackOptions
 from packcli.pipeline import Job, Outcome, Progress, check_documents, plan_segments
@@ -92,7 +92,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     for meta in metas:
         for stage, seconds in meta.get("timings", {}).items():
             timer.seconds[stage] += seconds
-    check_documents(outcome)
+    check_documents(outcome, paths)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
@@ -223,7 +223,10 @@ def _merged_counts(metas: list[dict[str, Any]]) -> IngestCounts:
     total = IngestCounts()
     for meta in metas:
         for key, value in meta["counts"].items():
-            setattr(total, key, getattr(total, key) + int(value))
+            if isinstance(value, list):  # examples, in input order, as many as one engine keeps
+                getattr(total, key).extend(value[: max(0, UNLEARNED_EXAMPLES - len(getattr(total, key)))])
+            else:
+                setattr(total, key, getattr(total, key) + int(value))
     return total
 
 

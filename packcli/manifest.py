@@ -259,6 +259,7 @@ class Unlearned(TypedDict):
     sequences: int
     tokens: int
     by_cause: dict[str, UnlearnedCause]
+    examples: list[str]  # where the first few sequences with nothing to learn at all came from
 
 
 class Remainder(TypedDict):
@@ -388,6 +389,7 @@ def unlearned_section(counts: IngestCounts, keep: bool) -> Unlearned:
         "sequences": sum(c["sequences"] for c in by_cause.values()),
         "tokens": sum(c["tokens"] for c in by_cause.values()),
         "by_cause": by_cause,
+        "examples": list(counts.unlearned_examples),
     }
 
 

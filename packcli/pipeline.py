@@ -23,13 +23,14 @@ import numpy as np
 
 from packcli import __version__, outdir, reading, remote_output, storage
 from packcli import spill as spilling
-from packcli.errors import PackcliError
+from packcli.errors import Interrupted, PackcliError
 from packcli.flow import Timer, prefetch, signals_raise
 from packcli.grouping import GroupTable, group_entries, load_group_ids, save_group_ids
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
+from packcli.pause import pause
 from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
@@ -68,6 +69,7 @@ class Job:
     published: int = 0  # shards uploaded to the remote output so far
     engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
     spill_removal: threading.Thread | None = None  # the spill going, once every row is gathered
+    published_manifest: bool = False  # a remote output's manifest is uploaded: the output is complete
 
     @property
     def run_id(self) -> str:
@@ -122,6 +124,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             stream.close()
             return _finished_report(job)
         with signals_raise():
+            pause("claimed")
             if opts.engine == "ray":
                 stream.close()  # it checked the first batch and chose the backend; tasks read the rest
                 from packcli.engine_ray_driver import execute_ray
@@ -132,6 +135,12 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             report = _report(job, outcome, stream.workers, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
+    except KeyboardInterrupt:  # SIGINT: said as SIGTERM's is, complete or not
+        raise Interrupted("SIGINT", 2, complete=_output_complete(job)) from None
+    except Interrupted as stop:
+        if _output_complete(job):  # it came after the manifest: the output is whole
+            raise stop.completed() from None
+        raise
     finally:
         stream.close()
         job.lock.release()
@@ -141,6 +150,11 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
 
 def _complete(job: Job) -> bool:
     return (job.out_dir / "manifest.json").is_file()
+
+
+def _output_complete(job: Job) -> bool:
+    """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
+    return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
 
 
 def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
@@ -219,10 +233,11 @@ def _execute(
         else:
             _windows(job, chunks, outcome, writer, timer)
             outcome.bad = bad_dict(bad)
-        check_documents(outcome)
+        check_documents(outcome, paths)
         with timer.stage("write"):
             outcome.shards = outdir.guarded(job.out_dir, writer.close)
             publish(job, outcome.shards)
+        pause("written")
         outcome.group_counts = writer.group_counts
         return outcome
     except BaseException:
@@ -247,12 +262,22 @@ def make_segmenter(
     )
 
 
-def check_documents(outcome: Outcome) -> None:
+def check_documents(outcome: Outcome, paths: list[str]) -> None:
     if outcome.counts.sequences_in == 0:
         skipped = outcome.bad["skipped"]
         raise PackcliError(
-            f"no documents to pack in the input{f' ({skipped:,} bad records skipped)' if skipped else ''}"
+            f"no documents to pack in {input_names(paths)}{f' ({skipped:,} bad records skipped)' if skipped else ''}"
         )
+
+
+def input_names(paths: list[str], shown: int = 3) -> str:
+    """The inputs an error is about: `a.jsonl`, `a.jsonl, b.jsonl`, `a.jsonl, ... (12 files)`."""
+    names = ["stdin" if path == "-" else path for path in paths]
+    if not names:
+        return "the input"
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, ... ({len(names):,} files)"
 
 
 def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, bad: BadRecords, timer: Timer) -> None:
@@ -267,6 +292,7 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
             group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
     else:
         spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
+        pause("spilled")
         outcome.bad = spill.meta["bad"]
         if job.groups is not None:
             group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
@@ -386,6 +412,7 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
             writer.absorb(part)
             outcome.stats.merge(stats)
             publish(job, writer.hashed_shards())
+            pause("shard-done")
     except BaseException:
         stop.set()
         raise
@@ -621,9 +648,12 @@ def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     removal = job.spill_removal or spilling.start_removal(job.spill_dir)
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
+        pause("report.json")
         outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", _manifest(job, outcome, report))
         if job.remote is not None:
             remote_output.finish(job.remote, out)
+            job.published_manifest = True
+        pause("manifest.json")
     finally:
         removal.join()
 
