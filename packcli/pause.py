@@ -7,8 +7,8 @@ stands at POINT, sends its signal, which the run's main thread receives inside t
 No timing is involved. Unset (always, outside the tests), `pause` is one dictionary lookup.
 
 Points of `pack`, in order: claimed (the output directory is the run's), spilled (every
-segment on disk), shard-done (the first shard of a whole plan finished), written (every
-shard closed), report.json-tmp and report.json (report written to its temporary name, then
+segment on disk), shard-done (a shard finished), mid-shard (rows written into a shard
+not yet finished, after at least one finished one), written (every shard closed), report.json-tmp and report.json (report written to its temporary name, then
 in place), manifest.json-tmp and manifest.json (the same for the manifest: from here the
 output is complete), done (the command, before it prints the summary).
 """
@@ -23,6 +23,7 @@ POINTS = (
     "claimed",
     "spilled",
     "shard-done",
+    "mid-shard",
     "written",
     "report.json-tmp",
     "report.json",
@@ -32,10 +33,18 @@ POINTS = (
 )
 
 
+_reached: dict[str, int] = {}
+
+
 def pause(point: str) -> None:
-    if os.environ.get(POINT_VARIABLE) != point:
+    """Hold here if the environment names this point (`POINT`, or `POINT:N` for its N-th time)."""
+    wanted = os.environ.get(POINT_VARIABLE)
+    if wanted is None or wanted.partition(":")[0] != point:
         return
-    del os.environ[POINT_VARIABLE]  # once: a point reached again (a second shard) runs on
+    _reached[point] = _reached.get(point, 0) + 1
+    if _reached[point] != int(wanted.partition(":")[2] or 1):
+        return
+    del os.environ[POINT_VARIABLE]  # once: the run goes on after the test lets it
     fd = os.open(os.environ[FIFO_VARIABLE], os.O_RDONLY)  # returns once the test opens it for writing
     try:
         while os.read(fd, 4096):  # until the test closes its end; a signal is raised from here

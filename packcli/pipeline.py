@@ -369,8 +369,13 @@ def _plan_and_write(
             with timer.stage("write"):
                 outcome.stats.add(rows)
                 row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
+                finished = len(writer.shards)
                 outdir.guarded(job.out_dir, writer.add, rows, row_group)
                 first_row += len(rows)
+                if len(writer.shards) > finished:
+                    pause("shard-done")
+                if writer.shards and writer.in_progress:
+                    pause("mid-shard")
                 if job.remote is not None:
                     publish(job, writer.hashed_shards())
     finally:

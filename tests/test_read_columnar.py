@@ -131,7 +131,13 @@ BAD_PARQUET = [
         id="msgs-empty",
     ),
     pytest.param(
-        {"m": [[{"role": "user", "content": "c"}], [{"role": "user", "content": None}], [{"role": "user", "content": "c"}]]},
+        {
+            "m": [
+                [{"role": "user", "content": "c"}],
+                [{"role": "user", "content": None}],
+                [{"role": "user", "content": "c"}],
+            ]
+        },
         {"m": "messages"},
         "wrong type",
         "field 'm' item 0 'content' is null",
