@@ -35,7 +35,7 @@ from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import RowBuffers, padded_lengths
-from packcli.shards import ShardInfo, ShardWriter, ids_dtype, shard_name
+from packcli.shards import ShardInfo, ShardWriter, ids_dtype, npy_shard_files, shard_name
 from packcli.spill import Spill, SpillWriter, remove_spill
 from packcli.tokensetup import TokenSetup, setup_tokens
 
@@ -193,7 +193,8 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
             job.finished = remote.exists("manifest.json")
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
-                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name)
+                files = npy_shard_files(opts.pad_to_multiple_of is not None, opts.group_by is not None)
+                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name, files)
         else:
             remote_output.prepare(remote, staging, identity, opts.overwrite)
         return job

@@ -41,6 +41,18 @@ NPY_FILES = (
 GROUP_COLUMN = "group"  # --group-by: int32 group id of each row (the manifest's `groups` table)
 GROUP_FILE = "group.npy"
 OPTIONAL_NPY_FILES = ("max_seqlen.npy", "cu_seqlens_unpadded.npy")  # format 3; the second with --pad-to-multiple-of
+
+
+def npy_shard_files(unpadded: bool, grouped: bool) -> tuple[str, ...]:
+    """Every file a finished npy shard of this run holds: 7, 8 with --pad-to-multiple-of, +1 with --group-by."""
+    return (
+        *NPY_FILES,
+        "max_seqlen.npy",
+        *(("cu_seqlens_unpadded.npy",) if unpadded else ()),
+        *((GROUP_FILE,) if grouped else ()),
+    )
+
+
 ROW_GROUP_TOKENS = 1 << 20
 NPY_HEADER_BYTES = 128
 READ_BLOCK_ROWS = 4096

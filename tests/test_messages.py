@@ -168,3 +168,15 @@ def test_foreign_files_are_refused_without_advice_that_fails(cli, text, tmp_path
     assert "notes.txt" in first and "not even with --overwrite" in first and "pass --overwrite" not in first
     assert "notes.txt" in one_line(cli(*args, "--overwrite"))
     assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("extra, count", [((), 7), (("--pad-to-multiple-of", "4"), 8), (("--group-by", "g"), 8)])
+def test_an_npy_shard_holds_the_files_a_resume_waits_for(packed, tmp_path, word_tokenizer, extra, count):
+    """What a remote --resume checks before it keeps an uploaded npy shard, and what commands.md says."""
+    from packcli.shards import npy_shard_files
+
+    data = write_jsonl(tmp_path / "g.jsonl", [{"text": "w1 w2 w3", "g": i % 2} for i in range(6)])
+    out = packed(data, "--tokenizer", word_tokenizer, "--seq-len", 8, "--format", "npy", *extra)
+    files = npy_shard_files("--pad-to-multiple-of" in extra, "--group-by" in extra)
+    assert len(files) == count
+    assert sorted(p.name for p in (out / "shard-00000").iterdir()) == sorted(files)
