@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "console": "sh", "python": "python", "py": "python"}
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>\S.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<info>[^`\s]*)")
-LOOKS_RUNNABLE = re.compile(r"^\s*(\$ |packcli |python3? |pip |make |import \w|from [\w.]+ import )")
+LOOKS_RUNNABLE = re.compile(
+    r"^\s*(\$ |packcli [a-z]+ |python3? (-[cm] |\S+\.py)|(\S*/)?pip3? install |make [a-z]|import \w+\s*$|from [\w.]+ import )"
+)
 BLOCK_TIMEOUT = 600  # seconds: only a hung block reaches it
 
 
