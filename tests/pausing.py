@@ -20,13 +20,31 @@ from packcli.pause import FIFO_VARIABLE, POINT_VARIABLE
 SAFETY_TIMEOUT = 300  # seconds: only a hung process reaches it
 
 
-def stop_at(command: list[str], point: str, sig: int, fifo_dir: Path, env: dict | None = None):
-    """Run `command` until it reaches `point` (`POINT` or `POINT:N`), send it `sig`, and
-    return the CompletedProcess (text stdout and stderr)."""
+def stop_at(
+    command: list[str],
+    point: str,
+    sig: int,
+    fifo_dir: Path,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    group: bool = False,
+):
+    """Run `command` until a packcli it runs reaches `point` (`POINT` or `POINT:N`), send it
+    `sig`, and return the CompletedProcess (text stdout and stderr). `group`: the command runs
+    in a process group of its own and the whole group gets the signal, as a terminal's Ctrl-C
+    reaches make and the packcli it runs."""
     fifo = fifo_dir / f"pause-{point.replace(':', '-')}-{sig}.fifo"
     os.mkfifo(fifo)
     environment = {**os.environ, **(env or {}), POINT_VARIABLE: point, FIFO_VARIABLE: str(fifo)}
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        start_new_session=group,
+    )
     outputs: dict[str, str] = {}
 
     def watch() -> None:
@@ -39,7 +57,10 @@ def stop_at(command: list[str], point: str, sig: int, fifo_dir: Path, env: dict 
     try:
         if process.poll() is not None and "stderr" in outputs:
             pytest.fail(f"the run ended before reaching {point!r}: {outputs}")
-        process.send_signal(sig)
+        if group:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
         watcher.join(SAFETY_TIMEOUT)
     finally:
         os.close(writer)

@@ -167,7 +167,9 @@ def docs_world(tmp_path_factory) -> Path:
         for r in qa
     ]
     write_jsonl(world / "chats.jsonl", chats)
-    shutil.copytree(ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out"))
+    shutil.copytree(
+        ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out", "packed")
+    )
     tiny_model(world / "model", len(load_tokenizer(str(BUNDLED_DIR))))
     bin_dir = world / ".bin"
     bin_dir.mkdir()
