@@ -203,6 +203,7 @@ def start_and_stop(command, out: Path, point: str, sig) -> subprocess.CompletedP
     return stop_at(command, point, sig, out.parent)
 
 
+SAFETY_TIMEOUT = 300  # seconds: only a hung thread reaches it, however loaded the machine
 AFTER_FIRST_SHARD = "shard-done"
 IN_THE_MIDDLE_OF_A_SHARD = "mid-shard:3"  # three blocks into shards, one at least finished
 
@@ -269,8 +270,8 @@ def test_a_signal_as_a_thread_starts_leaves_the_new_thread_whole(monkeypatch):
     with pytest.raises(Interrupted):
         thread.start()
     monkeypatch.setattr(threading, "_start_new_thread", real_start)
-    assert done.wait(5)
-    thread.join(5)
+    assert done.wait(SAFETY_TIMEOUT)  # the thread runs at once; the bound is for a hang only
+    thread.join(SAFETY_TIMEOUT)
     assert unraisable == []
     assert thread not in threading._limbo.values() and not thread.is_alive()
 
