@@ -15,12 +15,10 @@ import sys
 import textwrap
 from typing import Any
 
-from typer import Abort
+from typer import Abort, BadParameter
 
-try:  # a typer that carries its own click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-except ImportError:  # pragma: no cover - a typer over click itself
-    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment,no-redef,unused-ignore]
+# click's exception base, from the click typer runs on (its own copy, or click itself)
+ClickException: type[Exception] = next(c for c in BadParameter.__mro__ if c.__name__ == "ClickException")
 
 # The panels, in the order every command shows them. Options without one go in "Options".
 PANELS = ("Input", "Tokenization", "Packing", "Groups and limits", "Output", "Run", "Options")
@@ -138,12 +136,12 @@ def run_main(main: Any, args: Any, prog_name: Any, complete_var: Any, standalone
         return main(args, prog_name, complete_var, standalone_mode=False, **extra)
     try:
         code = main(args, prog_name, complete_var, standalone_mode=False, **extra)
-    except NoArgsIsHelpError as exc:  # `packcli` alone: the help, on stderr, as click shows it
-        sys.stderr.write(exc.ctx.get_help() + "\n")
-        sys.exit(exc.exit_code)
     except ClickException as exc:
-        sys.stderr.write(f"error: {' '.join(exc.format_message().split())}\n")
-        sys.exit(exc.exit_code)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `packcli` alone: the help, on stderr, as click shows it
+            sys.stderr.write(exc.ctx.get_help() + "\n")  # type: ignore[attr-defined]
+        else:
+            sys.stderr.write(f"error: {' '.join(exc.format_message().split())}\n")  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except Abort:
         sys.stderr.write("error: aborted\n")
         sys.exit(1)

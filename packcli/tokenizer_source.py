@@ -84,10 +84,8 @@ def reachable(url: str, timeout: float = CONNECT_TIMEOUT) -> bool:
 
 def cached(name: str) -> bool:
     """Whether the Hub cache holds this repository's tokenizer files."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - transformers brings huggingface_hub
-        return False
+    from huggingface_hub import try_to_load_from_cache  # lazy: only a Hub name needs it
+
     for filename in ("tokenizer_config.json", "tokenizer.json"):
         try:
             if isinstance(try_to_load_from_cache(name, filename), str):

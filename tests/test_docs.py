@@ -120,6 +120,12 @@ def test_every_command_or_python_block_runs_or_says_why_not():
 # ----------------------------------------------------------------------------- the docs' world
 
 
+def compress(source: Path, target: Path) -> None:
+    import zstandard
+
+    target.write_bytes(zstandard.ZstdCompressor().compress(source.read_bytes()))
+
+
 def tiny_model(path: Path, vocab_size: int) -> None:
     """A Llama small enough to train a step on the CPU, at the `./model` the docs load."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -147,13 +153,12 @@ def docs_world(tmp_path_factory) -> Path:
     words = [t.replace("w", "word ") for t in texts]  # plain English-ish text for the demo tokenizer
     write_jsonl(world / "data" / "part-0.jsonl", [{"text": t} for t in words[:150]])
     write_jsonl(world / "data" / "part-1.jsonl", [{"text": t} for t in words[150:300]])
-    zst = world / "data" / "part-2.jsonl.zst"
-    subprocess.run(["zstd", "-q", "-o", str(zst), str(world / "data" / "part-1.jsonl")], check=True)
+    compress(world / "data" / "part-1.jsonl", world / "data" / "part-2.jsonl.zst")
     (world / "data" / "part-1.jsonl").rename(world / "data" / "part-1b.jsonl")
     write_jsonl(world / "corpus" / "a.jsonl", [{"text": t} for t in words[:200]])
     write_jsonl(world / "corpus" / "b.jsonl", [{"text": t} for t in words[200:]])
     write_jsonl(world / "notes.jsonl", [{"text": t} for t in words[:50]])
-    subprocess.run(["zstd", "-q", "-o", str(world / "dump.jsonl.zst"), str(world / "notes.jsonl")], check=True)
+    compress(world / "notes.jsonl", world / "dump.jsonl.zst")
     write_jsonl(world / "b.jsonl", [{"content": t} for t in words[50:80]])
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -173,7 +178,11 @@ def docs_world(tmp_path_factory) -> Path:
     tiny_model(world / "model", len(load_tokenizer(str(BUNDLED_DIR))))
     bin_dir = world / ".bin"
     bin_dir.mkdir()
-    for name, target in (("packcli", f'"{sys.executable}" -m packcli'), ("python", f'"{sys.executable}"')):
+    shims = [("packcli", f'"{sys.executable}" -m packcli'), ("python", f'"{sys.executable}"')]
+    if shutil.which("zstdcat") is None:  # the zstd tools are not installed: the same decompression, in Python
+        unzstd = "import sys, zstandard; zstandard.ZstdDecompressor().copy_stream(open(sys.argv[1], 'rb'), sys.stdout.buffer)"
+        shims.append(("zstdcat", f'"{sys.executable}" -c "{unzstd}"'))
+    for name, target in shims:
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec {target} "$@"\n')
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
