@@ -69,6 +69,15 @@ def endpoint() -> str:
     return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
 
 
+def _proxy() -> str | None:
+    """The HTTPS proxy requests would go through (then it is the proxy that must answer)."""
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        value = os.environ.get(name)
+        if value:
+            return value if "://" in value else f"http://{value}"
+    return None
+
+
 def reachable(url: str, timeout: float = CONNECT_TIMEOUT) -> bool:
     """Whether a TCP connection to the URL's host opens within `timeout` (no request is sent)."""
     parts = urlsplit(url)
@@ -103,7 +112,7 @@ def check_hub_name(spec: str) -> None:
         if not cached(spec):
             raise PackcliError(_hub_error(spec, "HF_HUB_OFFLINE is set and the Hub cache does not hold it"))
         return
-    if reachable(endpoint()):
+    if reachable(_proxy() or endpoint()):
         return
     if cached(spec):  # from the cache, without the retries of a Hub that is not there
         import huggingface_hub.constants

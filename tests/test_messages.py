@@ -38,6 +38,8 @@ def closed_port() -> int:
 def test_a_hub_name_with_the_hub_unreachable_is_refused_at_once(cli, text, tmp_path, monkeypatch, closed_port, name):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     monkeypatch.chdir(tmp_path)
@@ -45,6 +47,15 @@ def test_a_hub_name_with_the_hub_unreachable_is_refused_at_once(cli, text, tmp_p
     assert f"tokenizer {name!r} is not a local path" in line
     assert f"127.0.0.1:{closed_port}) is unreachable" in line and f"pass ./{name}" in line
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_a_hub_name_behind_an_unreachable_proxy(cli, text, tmp_path, monkeypatch, closed_port):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    line = one_line(cli("pack", text, "-o", tmp_path / "o", "--tokenizer", "qwen_tok", "--seq-len", 8))
+    assert "not a local path" in line and "unreachable" in line
 
 
 def test_a_hub_name_offline_and_not_cached(cli, text, tmp_path, monkeypatch):
