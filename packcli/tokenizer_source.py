@@ -120,7 +120,8 @@ def check_hub_name(spec: str) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         huggingface_hub.constants.HF_HUB_OFFLINE = True  # read from the environment when it was imported
         return
-    raise PackcliError(_hub_error(spec, f"the Hugging Face Hub ({endpoint()}) is unreachable"))
+    through = f" through the proxy {_proxy()}" if _proxy() else ""
+    raise PackcliError(_hub_error(spec, f"the Hugging Face Hub ({endpoint()}) is unreachable{through}"))
 
 
 def _hub_error(spec: str, why: str) -> str:
