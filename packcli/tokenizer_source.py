@@ -120,7 +120,10 @@ def check_hub_name(spec: str) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         huggingface_hub.constants.HF_HUB_OFFLINE = True  # read from the environment when it was imported
         return
-    through = f" through the proxy {_proxy()}" if _proxy() else ""
+    proxy = _proxy()
+    through = (
+        f" through the proxy at {urlsplit(proxy).hostname}:{urlsplit(proxy).port or ''}" if proxy else ""
+    )  # no credentials
     raise PackcliError(_hub_error(spec, f"the Hugging Face Hub ({endpoint()}) is unreachable{through}"))
 
 
