@@ -90,7 +90,11 @@ def _errors(debug: bool, output: str | None = None):
         if debug:
             raise
         if not isinstance(exc, PackcliError):
-            stop = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT", 2)
+            stop = (
+                exc
+                if isinstance(exc, Interrupted)
+                else Interrupted("SIGINT", 2, getattr(exc, "output_complete", False))
+            )
             exc = stop.completed() if not stop.complete and _has_manifest(output) else stop
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(exc.exit_code) from None

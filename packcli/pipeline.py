@@ -135,8 +135,9 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             report = _report(job, outcome, stream.workers, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
-    except KeyboardInterrupt:  # SIGINT: said as SIGTERM's is, complete or not
-        raise Interrupted("SIGINT", 2, complete=_output_complete(job)) from None
+    except KeyboardInterrupt as stop:  # SIGINT stays a KeyboardInterrupt for callers; it tells whether it came late
+        stop.output_complete = _output_complete(job)  # type: ignore[attr-defined]
+        raise
     except Interrupted as stop:
         if _output_complete(job):  # it came after the manifest: the output is whole
             raise stop.completed() from None
