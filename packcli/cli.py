@@ -507,6 +507,7 @@ def export_megatron_command(
         typer.Option(
             help="Token dtype in .bin: uint16 or int32. (default: uint16 if the vocabulary has under 65,500 tokens, as Megatron chooses)",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     json_output: Json = False,
@@ -526,7 +527,9 @@ def export_megatron_command(
         print(render.export_line(summary))
 
 
-Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists and is not empty.")]
+Overwrite = Annotated[
+    bool, typer.Option("--overwrite", help="Replace OUT if it exists and is not empty.", rich_help_panel=OUTPUT)
+]
 ExportSource = Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)]
 ExportOut = Annotated[
     str, typer.Argument(help="The directory to write (created; written whole or not at all).", show_default=False)
@@ -562,6 +565,7 @@ def export_mds_command(
             help="Compress the shards (streaming decompresses them when read). (default: none)",
             metavar=one_of(("zstd", "br", "gz", "snappy", "bz2")),
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     overwrite: Overwrite = False,

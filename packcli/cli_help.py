@@ -85,7 +85,7 @@ def _help_text(param: Any) -> str:
 
 def definition_list(rows: list[tuple[str, str]], columns: int) -> list[str]:
     """Two columns; a first column wider than NAME_COLUMN puts its second on the next line."""
-    first = min(max((len(name) for name, _ in rows), default=0), NAME_COLUMN)
+    first = max((len(name) for name, _ in rows if len(name) <= NAME_COLUMN), default=0)  # longer ones: own line
     indent = 2 + first + 2
     text_width = max(columns - indent, 20)
     lines = []
