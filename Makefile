@@ -14,7 +14,7 @@ TORCH := torch==2.13.0
 STREAMING := mosaicml-streaming==0.13.0
 STREAMING_DEPS := 'xxhash>=3,<4' 'zstd>=1.5.2.5,<2' 'python-snappy>=0.6.1,<1' 'Brotli>=1.0.9' 'catalogue>=2,<3' 'tqdm>=4.64,<5' pillow
 
-.PHONY: install install-test browser demo lint test cov bench assets clean
+.PHONY: install install-test browser demo lint test stress cov bench assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -58,6 +58,10 @@ lint: $(TEST_STAMP)
 
 test: lint browser
 	$(BIN)/python -m pytest -q
+
+# `make test` 5 times in a row with a busy loop on every core beside it (STRESS_FLAGS=--runs 2 ...).
+stress: $(TEST_STAMP)
+	$(BIN)/python scripts/stress_test.py $(STRESS_FLAGS)
 
 # The suite with the Numba kernels run as plain Python, under coverage, and the total.
 cov: $(TEST_STAMP) browser

@@ -117,21 +117,27 @@ BAD_PARQUET = [
         id="ids-uint64",
     ),
     pytest.param(
-        {"m": [[{"role": "u", "content": "c"}], None, [{"role": "u", "content": "c"}]]},
+        {"m": [[{"role": "user", "content": "c"}], None, [{"role": "user", "content": "c"}]]},
         {"m": "messages"},
         "wrong type",
         "field 'm' is null",
         id="msgs-null",
     ),
     pytest.param(
-        {"m": [[{"role": "u", "content": "c"}], [], [{"role": "u", "content": "c"}]]},
+        {"m": [[{"role": "user", "content": "c"}], [], [{"role": "user", "content": "c"}]]},
         {"m": "messages"},
         "empty field",
         "field 'm' is an empty list",
         id="msgs-empty",
     ),
     pytest.param(
-        {"m": [[{"role": "u", "content": "c"}], [{"role": "u", "content": None}], [{"role": "u", "content": "c"}]]},
+        {
+            "m": [
+                [{"role": "user", "content": "c"}],
+                [{"role": "user", "content": None}],
+                [{"role": "user", "content": "c"}],
+            ]
+        },
         {"m": "messages"},
         "wrong type",
         "field 'm' item 0 'content' is null",

@@ -188,6 +188,13 @@ BAD_JSONL = [
         "field 'messages' item 0 'content' is a number, expected a string",
         id="msgs-content",
     ),
+    pytest.param(
+        b'{"messages": [{"role": "user", "content": "hi"}, {"role": "narrator", "content": "x"}]}',
+        {"messages": "messages"},
+        "unknown role",
+        "field 'messages' item 1 'role' is 'narrator', not one of system, user, assistant, tool",
+        id="msgs-role",
+    ),
     pytest.param(b'{"meta": null}', {"meta": "any"}, "wrong type", "field 'meta' is null", id="any-null"),
     pytest.param(b"[" * 100_000, TEXT, "malformed JSON", "malformed JSON (", id="deep-nesting"),
     pytest.param(b'{"text": 1' + b"1" * 5000 + b"}", TEXT, "malformed JSON", "malformed JSON (", id="huge-int"),
@@ -198,7 +205,7 @@ BAD_JSONL = [
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst"])
 def test_bad_jsonl_record_fails_with_location_and_problem(tmp_path, suffix, line, fields, reason, problem):
     good = {
-        name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+        name: {"text": "ok", "ids": [1], "messages": [{"role": "user", "content": "c"}], "any": 0}[kind]
         for name, kind in fields.items()
     }
     path = write_jsonl(tmp_path / f"data{suffix}", [good, line, good])
@@ -209,7 +216,7 @@ def test_bad_jsonl_record_fails_with_location_and_problem(tmp_path, suffix, line
 @pytest.mark.parametrize("line,fields,reason,problem", BAD_JSONL)
 def test_bad_jsonl_record_is_counted_under_skip(tmp_path, line, fields, reason, problem):
     good = {
-        name: {"text": "ok", "ids": [1], "messages": [{"role": "u", "content": "c"}], "any": 0}[kind]
+        name: {"text": "ok", "ids": [1], "messages": [{"role": "user", "content": "c"}], "any": 0}[kind]
         for name, kind in fields.items()
     }
     path = write_jsonl(tmp_path / "data.jsonl", [good, line, good])

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +18,7 @@ import pytest
 from helpers import random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pausing import stop_at
 
 from packcli.core.errors import Interrupted
 from packcli.inspect.verify import verify_dir
@@ -198,26 +198,14 @@ def pack_command(corpus, out, tokenizer, *extra) -> list[str]:
     ]
 
 
-def start_and_stop(command, out: Path, when, sig) -> subprocess.CompletedProcess:
-    """Run packcli and send `sig` as soon as `when(out)` holds."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out.is_dir() and when(out)):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"run ended before the moment to stop it: {process.communicate()}")
-        time.sleep(0.002)
-    process.send_signal(sig)
-    stdout, stderr = process.communicate(timeout=60)
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+def start_and_stop(command, out: Path, point: str, sig) -> subprocess.CompletedProcess:
+    """Run packcli, hold it at `point` (packcli/pause.py) and send it `sig` there."""
+    return stop_at(command, point, sig, out.parent)
 
 
-def after_first_shard(out: Path) -> bool:
-    return (out / "shard-00000").exists()
-
-
-def in_the_middle_of_a_shard(out: Path) -> bool:
-    return (out / "shard-00002").exists() and any(p.name.startswith(".shard-") for p in out.iterdir())
+SAFETY_TIMEOUT = 300  # seconds: only a hung thread reaches it, however loaded the machine
+AFTER_FIRST_SHARD = "shard-done"
+IN_THE_MIDDLE_OF_A_SHARD = "mid-shard:3"  # three blocks into shards, one at least finished
 
 
 def shard_bytes(out: Path) -> dict[str, bytes]:
@@ -237,12 +225,14 @@ def uninterrupted(big_corpus, word_tokenizer, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("moment", [after_first_shard, in_the_middle_of_a_shard])
+@pytest.mark.parametrize("moment", [AFTER_FIRST_SHARD, IN_THE_MIDDLE_OF_A_SHARD])
 def test_kill_9_then_resume_is_byte_identical(tmp_path, big_corpus, word_tokenizer, uninterrupted, moment):
     out = tmp_path / "out"
     killed = start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, moment, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     assert not (out / "manifest.json").exists()
+    if moment == IN_THE_MIDDLE_OF_A_SHARD:
+        assert any(p.name.startswith(".shard-") for p in out.iterdir())
     finished_before = len(list(out.glob("shard-*")))
     resumed = subprocess.run(pack_command(big_corpus, out, word_tokenizer, "--resume"), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
@@ -253,8 +243,9 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, big_corpus, word_tokeniz
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signals_stop_cleanly(tmp_path, big_corpus, word_tokenizer, sig, code):
+    """After the first shard (tests/test_interrupts.py stops a run at every other point)."""
     out = tmp_path / "out"
-    stopped = start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, after_first_shard, sig)
+    stopped = start_and_stop(pack_command(big_corpus, out, word_tokenizer), out, AFTER_FIRST_SHARD, sig)
     assert stopped.returncode == code, stopped.stderr
     lines = stopped.stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted by SIG" in lines[0] and "--resume" in lines[0]
@@ -279,8 +270,8 @@ def test_a_signal_as_a_thread_starts_leaves_the_new_thread_whole(monkeypatch):
     with pytest.raises(Interrupted):
         thread.start()
     monkeypatch.setattr(threading, "_start_new_thread", real_start)
-    assert done.wait(5)
-    thread.join(5)
+    assert done.wait(SAFETY_TIMEOUT)  # the thread runs at once; the bound is for a hang only
+    thread.join(SAFETY_TIMEOUT)
     assert unraisable == []
     assert thread not in threading._limbo.values() and not thread.is_alive()
 
@@ -289,7 +280,7 @@ def test_resume_refuses_other_options_or_inputs(tmp_path, big_corpus, word_token
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_bytes(big_corpus.read_bytes())
     out = tmp_path / "out"
-    start_and_stop(pack_command(corpus, out, word_tokenizer), out, after_first_shard, signal.SIGKILL)
+    start_and_stop(pack_command(corpus, out, word_tokenizer), out, AFTER_FIRST_SHARD, signal.SIGKILL)
 
     def resume_with(command):
         refused = subprocess.run(command, capture_output=True, text=True)
@@ -366,7 +357,7 @@ def test_kill_9_with_one_plan_then_resume_reuses_the_spill(tmp_path, big_corpus,
     whole = tmp_path / "whole"
     subprocess.run(command(whole), check=True, capture_output=True)
     out = tmp_path / "out"
-    killed = start_and_stop(command(out), out, after_first_shard, signal.SIGKILL)
+    killed = start_and_stop(command(out), out, AFTER_FIRST_SHARD, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     assert (out / ".packcli-spill" / "complete.json").is_file()  # shards come after the whole spill
     resumed = subprocess.run(command(out, "--resume", "--json"), capture_output=True, text=True)

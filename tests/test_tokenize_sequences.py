@@ -209,6 +209,7 @@ def test_sequences_with_no_label_are_dropped_and_counted(tmp_path, packed):
             "split_pieces": {"sequences": 0, "tokens": 0},
             "truncated": {"sequences": 0, "tokens": 0},
         },
+        "examples": [f"{path}:2"],  # where the sequences with nothing to learn came from
     }
 
 

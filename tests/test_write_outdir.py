@@ -13,16 +13,18 @@ from packcli.core.errors import PackcliError
 from packcli.write.outdir import LOCK_FILE, OutputLock
 
 HOLD_LOCK = (
-    "import sys, time; from pathlib import Path; from packcli.write.outdir import OutputLock; "
-    "OutputLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(60)"
-)
+    "import sys; from pathlib import Path; from packcli.write.outdir import OutputLock; "
+    "OutputLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); sys.stdin.read()"
+)  # holds the lock until the test kills it (stdin never ends): however long the test takes
 
 
 def test_a_second_run_into_a_directory_in_use_fails_at_once(tmp_path, cli, packed, word_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in random_texts(50)])
     out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 32)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         for extra in ((), ("--overwrite",), ("--resume",)):

@@ -89,19 +89,31 @@ def _root(
 
 
 @contextmanager
-def _errors(debug: bool):
+def _errors(debug: bool, output: str | None = None):
+    """Errors as one line. `output`: pack's output directory, which a signal reports as
+    complete once its manifest.json is written (the SPEC's definition of complete)."""
     try:
         yield
-    except (PackcliError, Interrupted) as exc:
+    except (PackcliError, Interrupted, KeyboardInterrupt) as exc:
         if debug:
             raise
+        if not isinstance(exc, PackcliError):
+            stop = (
+                exc
+                if isinstance(exc, Interrupted)
+                else Interrupted("SIGINT", 2, getattr(exc, "output_complete", False))
+            )
+            exc = stop.completed() if not stop.complete and _has_manifest(output) else stop
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        sys.stderr.write(f"error: {Interrupted('SIGINT', 2)}\n")
-        raise typer.Exit(130) from None
+
+
+def _has_manifest(output: str | None) -> bool:
+    from pathlib import Path
+
+    from packcli.core.storage import is_remote
+
+    return output is not None and not is_remote(output) and (Path(output) / "manifest.json").is_file()
 
 
 def _stdout():
@@ -115,7 +127,10 @@ def pack(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet), directories, globs, or - for JSONL on stdin.",
+            help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .json, .parquet, .arrow), directories of them, "
+            "datasets save_to_disk directories, globs, - for JSONL on stdin, or any of these as URLs "
+            "(s3://, gs://, az://, hf://).",
+            metavar="INPUT",
             show_default=False,
         ),
     ],
@@ -180,11 +195,11 @@ def pack(
     pad_to_multiple_of: Annotated[
         int | None,
         option(
-            panel=OUTPUT,
+            panel=PACKING,
             help="Bin mode: pad each segment to a multiple of N (context parallel, FP8).",
         ),
     ] = None,
-    output: Annotated[str, option("--output", "-o", panel=OUTPUT, help="Output directory.")],
+    output: Annotated[str, option("--output", "-o", panel=OUTPUT, metavar="DIR", help="Output directory.")],
     format: Annotated[
         str, option("--format", panel=OUTPUT, show_default=True, metavar=one_of(FORMATS), help="Shard format.")
     ] = "parquet",
@@ -202,6 +217,7 @@ def pack(
         str | None,
         option(
             panel=RUN,
+            metavar="DIR",
             help="Where the token spill goes; it needs about the output's size on disk. (default: inside --output)",
         ),
     ] = None,
@@ -218,16 +234,18 @@ def pack(
         str | None,
         option(
             panel=RUN,
+            metavar="ADDR",
             help="With --engine ray: a running cluster (auto, ray://HOST:10001). (default: start one on this machine)",
         ),
     ] = None,
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
-    with _errors(debug):
-        from packcli.core.flow import arrow_from_system
+    with _errors(debug, output):
+        from packcli.core.flow import arrow_from_system, signals_raise
 
         arrow_from_system()
+        from packcli.core.pause import pause
         from packcli.engine.local import run_pack
 
         options = pack_options(
@@ -249,9 +267,11 @@ def pack(
             engine=engine,
             ray_address=ray_address,
         )
-        with _progress() as progress:
-            report = run_pack(options, progress=progress)
-        _show_report(report, f"packed into {output}", json_output)
+        with signals_raise():  # SIGTERM after the run too: told as SIGINT is
+            with _progress() as progress:
+                report = run_pack(options, progress=progress)
+            pause("done")
+            _show_report(report, f"packed into {output}", json_output)
 
 
 @contextmanager
@@ -304,6 +324,7 @@ def stats(
         list[str],
         typer.Argument(
             help="Packed output directories (compared side by side when several), or raw input as for pack, with --seq-len and pack's input options.",
+            metavar="PATH",
             show_default=False,
         ),
     ],
@@ -345,6 +366,7 @@ def stats(
         option(
             "--plot",
             panel=OUTPUT,
+            metavar="FILE",
             help="Also draw the distributions to this image file (.png, .svg, .pdf); needs matplotlib.",
         ),
     ] = None,
@@ -507,7 +529,12 @@ def show(
         bool, option("--tokens", panel=SHOW, help="One token per line: position, id, text, label.")
     ] = False,
     learned_only: Annotated[
-        bool, option("--learned-only", panel=SHOW, help="Only the learned tokens' text (each run of others as …).")
+        bool,
+        option(
+            "--learned-only",
+            panel=SHOW,
+            help="Only the learned tokens' text (each run of other tokens shown as one ellipsis).",
+        ),
     ] = False,
     color: Annotated[
         str,
@@ -687,7 +714,7 @@ def _show_raw(
 
 @app.command(cls=PlainCommand)
 def verify(
-    path: Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)],
+    path: Annotated[str, typer.Argument(help="A packed output directory.", metavar="DIR", show_default=False)],
     json_output: Json = False,
     debug: Debug = False,
 ) -> None:
@@ -720,6 +747,7 @@ def export_megatron_command(
         typer.Option(
             help="Token dtype in .bin: uint16 or int32. (default: uint16 if the vocabulary has under 65,500 tokens, as Megatron chooses)",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     json_output: Json = False,
@@ -729,7 +757,9 @@ def export_megatron_command(
     _export("megatron", debug, json_output, source=path, out=prefix, dtype=dtype)
 
 
-Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists and is not empty.")]
+Overwrite = Annotated[
+    bool, typer.Option("--overwrite", help="Replace OUT if it exists and is not empty.", rich_help_panel=OUTPUT)
+]
 ExportSource = Annotated[str, typer.Argument(help="A packed output directory.", show_default=False)]
 ExportOut = Annotated[
     str, typer.Argument(help="The directory to write (created; written whole or not at all).", show_default=False)
@@ -765,6 +795,7 @@ def export_mds_command(
             help="Compress the shards (streaming decompresses them when read). (default: none)",
             metavar=one_of(("zstd", "br", "gz", "snappy", "bz2")),
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     overwrite: Overwrite = False,

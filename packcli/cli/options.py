@@ -92,11 +92,34 @@ class _PlainParams:
         return params
 
 
-class PlainCommand(_PlainParams, TyperCommand):
+class _PlainHelp:
+    """Help as packcli.cli.help lays it out; usage errors as one line (exit 2)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from packcli.cli.help import render_help
+
+        formatter.write(render_help(self, ctx))
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        from packcli.cli.help import run_main
+
+        extra["windows_expand_args"] = windows_expand_args
+        return run_main(super().main, args, prog_name, complete_var, standalone_mode, **extra)  # type: ignore[misc]
+
+
+class PlainCommand(_PlainHelp, _PlainParams, TyperCommand):
     """A typer command whose options are coerced without pydantic where they can be."""
 
 
-class PlainGroup(_PlainParams, TyperGroup):
+class PlainGroup(_PlainHelp, _PlainParams, TyperGroup):
     """A typer group (the root's --version and --help) coerced like PlainCommand."""
 
 
@@ -109,36 +132,48 @@ Json = Annotated[bool, option("--json", panel=OUTPUT, help="Print the report as 
 Tokenizer = Annotated[
     str | None,
     option(
+        metavar="TOK",
         panel=TOKENIZATION,
         help="Tokenizer directory, tokenizer.json, Hub name, or packcli:demo (bundled). Required except with --ids-field.",
     ),
 ]
 TextField = Annotated[
-    str | None, option(panel=INPUT, help="Field holding plain text; every token is learned. (default: text)")
+    str | None,
+    option(metavar="FIELD", panel=INPUT, help="Field holding plain text; every token is learned. (default: text)"),
 ]
-PromptField = Annotated[str | None, option(panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")]
-CompletionField = Annotated[str | None, option(panel=INPUT, help="SFT: field of the completion (learned, with EOS).")]
+PromptField = Annotated[
+    str | None, option(metavar="FIELD", panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")
+]
+CompletionField = Annotated[
+    str | None, option(metavar="FIELD", panel=INPUT, help="SFT: field of the completion (learned, with EOS).")
+]
 MessagesField = Annotated[
     str | None,
     option(
+        metavar="FIELD",
         panel=INPUT,
         help="Chat: field with [{role, content}, ...] (or ShareGPT from/value), rendered with the chat template.",
     ),
 ]
 ChatTemplate = Annotated[
-    str | None, option(panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's.")
+    str | None,
+    option(metavar="FILE", panel=INPUT, help="Chat: a Jinja template file to use instead of the tokenizer's."),
 ]
 TrainOn = Annotated[
     str,
     option(
+        metavar="ROLES",
         panel=INPUT,
         show_default=True,
         help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).",
     ),
 ]
-IdsField = Annotated[str | None, option(panel=INPUT, help="Already tokenized input: field with a list of token ids.")]
+IdsField = Annotated[
+    str | None, option(metavar="FIELD", panel=INPUT, help="Already tokenized input: field with a list of token ids.")
+]
 LabelsField = Annotated[
-    str | None, option(panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned).")
+    str | None,
+    option(metavar="FIELD", panel=INPUT, help="With --ids-field: field with the labels (-100 = not learned)."),
 ]
 OnBadRecord = Annotated[
     str,
@@ -176,6 +211,7 @@ Eos = Annotated[
 EosToken = Annotated[
     str | None,
     option(
+        metavar="TOKEN",
         panel=TOKENIZATION,
         help="Token to use as EOS instead of the tokenizer's (an id number when there is no --tokenizer).",
     ),
@@ -193,6 +229,7 @@ BufferSize = Annotated[
 GroupBy = Annotated[
     str | None,
     option(
+        metavar="FIELD",
         panel=GROUPS,
         help="Rows never mix records with different values of this field (any JSON scalar; null is a group of its own, a missing field a bad record).",
     ),

@@ -37,7 +37,7 @@ def to_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=False) + "\n"
 
 
-def render_table(report: Mapping[str, Any], title: str) -> Table:
+def render_table(report: Mapping[str, Any], title: str) -> Table | Group:
     """A Rich table of the figures a user looks at first."""
 
     table = Table(title=title, show_header=False, title_justify="left")
@@ -45,15 +45,18 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
     table.add_column("value", justify="right")
     seq_len = report["seq_len"]
     lines = []
+    notes: list[str] = []  # records named under the table: paths are too long for its columns
     if "documents" in report:
         docs = report["documents"]
         lines.append(("documents read", f"{docs['read']:,}"))
         if docs["skipped"]:
             lines.append(("documents skipped", f"{docs['skipped']:,}"))
+            notes += _skipped_notes(docs.get("skipped_examples") or [], docs["skipped"])
     if "overlong" in report and report["overlong"]["count"]:
         over = report["overlong"]
         lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
     lines += _unlearned_lines(report.get("unlearned"))
+    notes += _unlearned_notes(report.get("unlearned"))
     lines += [
         ("sequences packed", f"{report['sequences_packed']:,}"),
         ("rows", f"{report['rows']:,} x {seq_len:,} tokens"),
@@ -80,9 +83,14 @@ def render_table(report: Mapping[str, Any], title: str) -> Table:
         t = report["timings"]
         lines.append(("time", f"{t['total']:.2f} s, {report['tokens_per_second']:,.0f} tokens/s"))
         stages = [name for name in ("read", "tokenize", "spill", "plan", "write") if name in t]
-        lines.append(("  by stage", ", ".join(f"{name} {t[name]:.2f}" for name in stages)))
+        by_stage = [f"{name} {t[name]:.2f}" for name in stages]  # two lines: one would wrap at 80 columns
+        lines.append(("  by stage", ", ".join(by_stage[:3])))
+        if by_stage[3:]:
+            lines.append(("", ", ".join(by_stage[3:])))
     for name, value in lines:
         table.add_row(name, value)
+    if notes:
+        return Group(table, Text("\n".join(notes)))
     return table
 
 
@@ -100,6 +108,30 @@ def _unlearned_lines(unlearned: Mapping[str, Any] | None) -> list[tuple[str, str
             name = UNLEARNED_CAUSES.get(cause, cause.replace("_", " "))
             lines.append((f"  {name}", f"{figures['sequences']:,} sequences, {figures['tokens']:,} tokens"))
     return lines
+
+
+SHOWN_EXAMPLES = 3  # skipped or unlearned records named under the summary (report.json keeps more)
+
+
+def _skipped_notes(examples: list[str], total: int) -> list[str]:
+    """The first few skipped records, `file:line: reason`, as report.json has them."""
+    notes = [f"skipped {example}" for example in examples[:SHOWN_EXAMPLES]]
+    if total > len(notes):
+        notes.append(f"skipped ... {total - len(notes):,} more (report.json lists the first {len(examples)})")
+    return notes
+
+
+def _unlearned_notes(unlearned: Mapping[str, Any] | None) -> list[str]:
+    """The first few records that had nothing to learn (under --train-on, for chat), by location."""
+    if not unlearned:
+        return []
+    examples = unlearned.get("examples") or []
+    verb = "kept" if unlearned["policy"] == "keep" else "dropped"
+    notes = [f"{verb} {where}: nothing to learn" for where in examples[:SHOWN_EXAMPLES]]
+    more = unlearned["by_cause"]["no_labels"]["sequences"] - len(notes)
+    if notes and more > 0:
+        notes.append(f"{verb} ... {more:,} more with nothing to learn (report.json lists the first {len(examples)})")
+    return notes
 
 
 def _group_and_cap_lines(report: Mapping[str, Any], shown: int = 10) -> list[tuple[str, str]]:

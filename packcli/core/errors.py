@@ -1,5 +1,7 @@
 """The one exception type core code raises; the CLI turns it into one line and exit 1."""
 
+from __future__ import annotations
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,12 +29,23 @@ class Interrupted(BaseException):
     and a signal landing there undid a start the new thread then finished (a KeyError
     traceback on stderr from the new thread)."""
 
-    def __init__(self, signal_name: str, signal_number: int):
-        super().__init__(
-            f"interrupted by {signal_name}: no manifest was written, the output is incomplete; "
-            "run the same command with --resume to continue"
-        )
-        self.signal_number = signal_number
+    def __init__(self, signal_name: str, signal_number: int, complete: bool = False):
+        if complete:
+            message = (
+                f"interrupted by {signal_name} after the output was complete: its manifest.json is written "
+                "and nothing is lost (packcli verify checks it)"
+            )
+        else:
+            message = (
+                f"interrupted by {signal_name}: no manifest was written, the output is incomplete; "
+                "run the same command with --resume to continue"
+            )
+        super().__init__(message)
+        self.signal_name, self.signal_number, self.complete = signal_name, signal_number, complete
+
+    def completed(self) -> Interrupted:
+        """The same interruption, of a run whose output was complete when it came."""
+        return Interrupted(self.signal_name, self.signal_number, complete=True)
 
     @property
     def exit_code(self) -> int:

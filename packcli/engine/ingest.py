@@ -13,7 +13,7 @@ import itertools
 import os
 from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from packcli.read.records import BadRecords, RecordBatch
 
 READ_BATCH = 1024
+UNLEARNED_EXAMPLES = 10  # sequences with nothing to learn named in the report, as bad records are
 Locate = Callable[[int], str]  # a sequence's index in its batch -> "file:line" or "file row N"
 Segments = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # tokens, segment lengths, learned flags or None
 
@@ -58,8 +59,10 @@ class IngestCounts:
     unlearned_split_pieces_tokens: int = 0
     unlearned_truncated: int = 0
     unlearned_truncated_tokens: int = 0
+    # where the first few sequences with nothing to learn came from ("file:line"), for the summary
+    unlearned_examples: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -116,7 +119,7 @@ class Segmenter:
             tokens, lengths, learned, kept = self._overlong(tokens, lengths, learned, location)
             if learns is not None and learned is not None:
                 same = lengths is sequences  # no sequence was cut: its segments are the sequences
-                tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns, same)
+                tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns, same, location)
             self.counts.unpacked_rows += len(lengths)
         if self.owners is not None:
             owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
@@ -188,6 +191,7 @@ class Segmenter:
         kept: np.ndarray | None,
         sequence_learns: np.ndarray,
         segments_are_sequences: bool,
+        location: Locate,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Segments with no learned token counted by cause, and dropped unless kept."""
         if segments_are_sequences:
@@ -202,7 +206,10 @@ class Segmenter:
         piece = idle & ~no_labels & (self.overlong == "split")
         cut = idle & ~no_labels & ~piece
         c = self.counts
-        c.unlearned_no_labels += len(np.unique(owner[no_labels]))
+        idle_sequences = np.unique(owner[no_labels])
+        c.unlearned_no_labels += len(idle_sequences)
+        for index in idle_sequences[: max(0, UNLEARNED_EXAMPLES - len(c.unlearned_examples))].tolist():
+            c.unlearned_examples.append(location(index))
         c.unlearned_no_labels_tokens += int(lengths[no_labels].sum())
         c.unlearned_split_pieces += int(piece.sum())
         c.unlearned_split_pieces_tokens += int(lengths[piece].sum())

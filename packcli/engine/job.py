@@ -26,7 +26,7 @@ from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
 from packcli.write import outdir
 from packcli.write import remote as remote_output
-from packcli.write.columns import shard_name
+from packcli.write.columns import npy_shard_files, shard_name
 from packcli.write.manifest import BadRecordCounts
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
@@ -66,6 +66,7 @@ class Job:
     published: int = 0  # shards uploaded to the remote output so far
     engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
     spill_removal: threading.Thread | None = None  # the spill going, once every row is gathered
+    published_manifest: bool = False  # a remote output's manifest is uploaded: the output is complete
 
     @property
     def run_id(self) -> str:
@@ -127,7 +128,8 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
             job.finished = remote.exists("manifest.json")
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
-                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name)
+                files = npy_shard_files(opts.pad_to_multiple_of is not None, opts.group_by is not None)
+                job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name, files)
         else:
             remote_output.prepare(remote, staging, identity, opts.overwrite)
         return job
@@ -159,12 +161,22 @@ def make_segmenter(
     )
 
 
-def check_documents(outcome: Outcome) -> None:
+def check_documents(outcome: Outcome, paths: list[str]) -> None:
     if outcome.counts.sequences_in == 0:
         skipped = outcome.bad["skipped"]
         raise PackcliError(
-            f"no documents to pack in the input{f' ({skipped:,} bad records skipped)' if skipped else ''}"
+            f"no documents to pack in {input_names(paths)}{f' ({skipped:,} bad records skipped)' if skipped else ''}"
         )
+
+
+def input_names(paths: list[str], shown: int = 3) -> str:
+    """The inputs an error is about: `a.jsonl`, `a.jsonl, b.jsonl`, `a.jsonl, ... (12 files)`."""
+    names = ["stdin" if path == "-" else path for path in paths]
+    if not names:
+        return "the input"
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, ... ({len(names):,} files)"
 
 
 def plan_segments(

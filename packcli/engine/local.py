@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from packcli.core.errors import PackcliError
+from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
+from packcli.core.pause import pause
 from packcli.engine.ingest import IngestCounts, TokenStream, segments, use_workers
 from packcli.engine.job import (
     Chunk,
@@ -85,6 +86,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             stream.close()
             return _finished_report(job)
         with signals_raise():
+            pause("claimed")
             if opts.engine == "ray":
                 stream.close()  # it checked the first batch and chose the backend; tasks read the rest
                 from packcli.engine.ray_driver import execute_ray
@@ -95,6 +97,13 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             report = run_report(job, outcome, stream.workers, timer, time.perf_counter() - started)
             _finish(job, outcome, report)
         return report
+    except KeyboardInterrupt as stop:  # SIGINT stays a KeyboardInterrupt for callers; it tells whether it came late
+        stop.output_complete = _output_complete(job)  # type: ignore[attr-defined]
+        raise
+    except Interrupted as stop:
+        if _output_complete(job):  # it came after the manifest: the output is whole
+            raise stop.completed() from None
+        raise
     finally:
         stream.close()
         job.lock.release()
@@ -104,6 +113,11 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
 
 def _complete(job: Job) -> bool:
     return (job.out_dir / "manifest.json").is_file()
+
+
+def _output_complete(job: Job) -> bool:
+    """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
+    return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
 
 
 def _execute(
@@ -131,10 +145,11 @@ def _execute(
         else:
             _windows(job, chunks, outcome, writer, timer)
             outcome.bad = bad_dict(bad)
-        check_documents(outcome)
+        check_documents(outcome, paths)
         with timer.stage("write"):
             outcome.shards = outdir.guarded(job.out_dir, writer.close)
             publish(job, outcome.shards)
+        pause("written")
         outcome.group_counts = writer.group_counts
         return outcome
     except BaseException:
@@ -154,6 +169,7 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
             group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
     else:
         spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
+        pause("spilled")
         outcome.bad = spill.meta["bad"]
         if job.groups is not None:
             group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
@@ -230,8 +246,13 @@ def _plan_and_write(
             with timer.stage("write"):
                 outcome.stats.add(rows)
                 row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
+                finished = len(writer.shards)
                 outdir.guarded(job.out_dir, writer.add, rows, row_group)
                 first_row += len(rows)
+                if len(writer.shards) > finished:
+                    pause("shard-done")
+                if writer.shards and writer.in_progress:
+                    pause("mid-shard")
                 if job.remote is not None:
                     publish(job, writer.hashed_shards())
     finally:
@@ -273,6 +294,7 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
             writer.absorb(part)
             outcome.stats.merge(stats)
             publish(job, writer.hashed_shards())
+            pause("shard-done")
     except BaseException:
         stop.set()
         raise
@@ -404,9 +426,12 @@ def _finish(job: Job, outcome: Outcome, report: Report) -> None:
     removal = job.spill_removal or spilling.start_removal(job.spill_dir)
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
+        pause("report.json")
         outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", run_manifest(job, outcome, report))
         if job.remote is not None:
             remote_output.finish(job.remote, out)
+            job.published_manifest = True
+        pause("manifest.json")
     finally:
         removal.join()
 

@@ -19,7 +19,7 @@ from packcli.core.errors import PackcliError
 from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
-from packcli.engine.ingest import IngestCounts
+from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, Progress, check_documents, plan_segments
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.plan.planner import plan_window, uncapped_rows
@@ -94,7 +94,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     for meta in metas:
         for stage, seconds in meta.get("timings", {}).items():
             timer.seconds[stage] += seconds
-    check_documents(outcome)
+    check_documents(outcome, paths)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
@@ -225,7 +225,10 @@ def _merged_counts(metas: list[dict[str, Any]]) -> IngestCounts:
     total = IngestCounts()
     for meta in metas:
         for key, value in meta["counts"].items():
-            setattr(total, key, getattr(total, key) + int(value))
+            if isinstance(value, list):  # examples, in input order, as many as one engine keeps
+                getattr(total, key).extend(value[: max(0, UNLEARNED_EXAMPLES - len(getattr(total, key)))])
+            else:
+                setattr(total, key, getattr(total, key) + int(value))
     return total
 
 

@@ -151,6 +151,7 @@ def unlearned_section(counts: IngestCounts, keep: bool) -> Unlearned:
         "sequences": sum(c["sequences"] for c in by_cause.values()),
         "tokens": sum(c["tokens"] for c in by_cause.values()),
         "by_cause": by_cause,
+        "examples": list(counts.unlearned_examples),
     }
 
 

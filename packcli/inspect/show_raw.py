@@ -48,7 +48,7 @@ class RawShow:
 def raw_views(opts: PackOptions, start: int, stop: int) -> RawShow:
     """Records start..stop-1 (good records, in input order) as pack would segment them;
     the bad records met on the way; and the decoder of --tokenizer."""
-    from packcli.engine.local import make_segmenter
+    from packcli.engine.job import make_segmenter
     from packcli.tokenize.setup import setup_tokens
 
     given_seq_len = opts.seq_len or None

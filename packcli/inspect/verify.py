@@ -29,7 +29,7 @@ from packcli.core.errors import PackcliError
 from packcli.core.jit import njit
 from packcli.plan.grouping import group_counts, row_token_hashes
 from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
-from packcli.write.columns import NPY_FILES, OPTIONAL_NPY_FILES
+from packcli.write.columns import GROUP_FILE, NPY_FILES, OPTIONAL_NPY_FILES
 from packcli.write.manifest import Manifest, ShardEntry, load_manifest
 from packcli.write.shard_pages import ShardPages
 from packcli.write.shard_reader import map_npy, read_group_column, read_shard
@@ -332,6 +332,9 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
             hashing, checking = tasks.pop(index)
             digest, shard_bytes = hashing.result()
             if digest != shard["checksum"]:  # the root cause when rows are damaged too
+                missing = missing_npy_files(out_dir / shard["path"], manifest)
+                if missing:
+                    raise PackcliError(f"{shard['path']}: {', '.join(missing)} missing (removed since it was written)")
                 raise PackcliError(f"{shard['path']}: checksum does not match the manifest (file altered or truncated)")
             _add_counts(totals, shard, checking.result())
             size += shard_bytes
@@ -339,6 +342,17 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
     return totals, size
+
+
+def missing_npy_files(path: Path, manifest: Manifest) -> list[str]:
+    """The files an npy shard directory should hold and does not (none for a Parquet shard)."""
+    if not path.is_dir():
+        return []
+    columns = manifest.get("columns", {})
+    expected = [*NPY_FILES, *(name for name in OPTIONAL_NPY_FILES if name[:-4] in columns)]
+    if manifest.get("groups") is not None:
+        expected.append(GROUP_FILE)
+    return [name for name in expected if not (path / name).is_file()]
 
 
 def _add_counts(totals: dict[str, int], shard: ShardEntry, counted: dict[str, int]) -> None:

@@ -120,7 +120,9 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     lengths = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
     if not len(lengths):
         skipped = f" ({bad.total:,} bad records skipped)" if bad.total else ""
-        raise PackcliError(f"no documents in the input{skipped}")
+        from packcli.engine.job import input_names
+
+        raise PackcliError(f"no documents in {input_names(list(paths))}{skipped}")
     return Corpus(
         lengths=lengths,
         documents_read=bad.records_seen,

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from packcli.core.choices import ROLES as CHAT_ROLES  # the roles a turn may have, as --train-on names them
+
 FieldKind = Literal["text", "ids", "messages", "any", "scalar"]
 FIELD_KINDS = ("text", "ids", "messages", "any", "scalar")
 INT64_MAX = np.iinfo(np.int64).max
@@ -114,6 +116,13 @@ def _as_messages(value: Any, name: str) -> list:
                 )
             if type(message[key]) is not str:
                 raise _wrong_type(f"field {name!r} item {i} {key!r}", message[key], "a string")
+        if (
+            message["role"] not in CHAT_ROLES
+        ):  # judged as ShareGPT's 'from' is: a misspelt role would drop turns silently
+            raise RecordProblem(
+                "unknown role",
+                f"field {name!r} item {i} 'role' is {message['role']!r}, not one of {', '.join(CHAT_ROLES)}",
+            )
         normalized.append(message)
     return normalized
 

@@ -57,6 +57,12 @@ def load_tokenizer(spec: str, *, via_transformers: bool = False) -> Any:
         plain = _plain_tokenizer_file(Path(location))
         if plain is not None:
             return plain
+    from packcli.tokenize import source as tokenizer_source
+
+    if Path(location).exists():
+        tokenizer_source.check_local(Path(location))
+    else:
+        tokenizer_source.check_hub_name(spec)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import transformers  # lazy: seconds to import, and a plain tokenizer.json or --ids-field needs none of it
@@ -74,8 +80,8 @@ def load_tokenizer(spec: str, *, via_transformers: bool = False) -> Any:
     except PackcliError:
         raise
     except Exception as exc:  # transformers raises many types for a bad directory or name
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PackcliError(f"cannot load tokenizer {spec!r}: {first_line}") from exc
+        said = " ".join(str(exc).split()) or type(exc).__name__  # every line: the first may end mid-sentence
+        raise PackcliError(f"cannot load tokenizer {spec!r}: {said[:400]}") from exc
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise PackcliError(f"tokenizer {spec!r} has no fast (Rust) version; packcli needs one")

@@ -40,3 +40,13 @@ def shard_name(index: int, fmt: str) -> str:
 def ids_dtype(vocab_size: int | None) -> np.dtype:
     """uint16 where every id fits; uint32 otherwise, or when the vocabulary is unknown."""
     return np.dtype(np.uint16) if vocab_size is not None and vocab_size <= 65536 else np.dtype(np.uint32)
+
+
+def npy_shard_files(unpadded: bool, grouped: bool) -> tuple[str, ...]:
+    """Every file a finished npy shard of this run holds: 7, 8 with --pad-to-multiple-of, +1 with --group-by."""
+    return (
+        *NPY_FILES,
+        "max_seqlen.npy",
+        *(("cu_seqlens_unpadded.npy",) if unpadded else ()),
+        *((GROUP_FILE,) if grouped else ()),
+    )

@@ -187,6 +187,7 @@ class Unlearned(TypedDict):
     sequences: int
     tokens: int
     by_cause: dict[str, UnlearnedCause]
+    examples: list[str]  # where the first few sequences with nothing to learn at all came from
 
 
 class Remainder(TypedDict):

@@ -108,10 +108,12 @@ def prepare_output(path: Path, overwrite: bool) -> None:
     entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
     for name in replaceable(str(path), entries, overwrite):
         remove_path(path / name)
+    probe = path / ".packcli-write-test"
     try:
-        probe = path / ".packcli-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"")
+        finally:
+            probe.unlink(missing_ok=True)  # also when a signal lands between the two
     except OSError as exc:
         raise PackcliError(f"cannot write to output directory {path}: {exc.strerror or exc}") from exc
 
@@ -119,14 +121,15 @@ def prepare_output(path: Path, overwrite: bool) -> None:
 def replaceable(where: str, entries: list[str], overwrite: bool) -> list[str]:
     """The entries to remove, manifest first (a half-replaced directory never looks
     complete); refused when the directory is not empty without --overwrite, or not ours."""
+    foreign = [name for name in entries if not name.startswith(OWNED_PREFIXES)]
+    if foreign:  # first: --overwrite would refuse too, so it is not what to suggest
+        raise PackcliError(
+            f"output directory {where} holds files packcli did not write ({', '.join(foreign[:3])}); "
+            "packcli never deletes them (not even with --overwrite): choose another --output, or move them away"
+        )
     if entries and not overwrite:
         raise PackcliError(
             f"output directory {where} is not empty; pass --overwrite to replace it, or --resume to continue an interrupted run"
-        )
-    foreign = [name for name in entries if not name.startswith(OWNED_PREFIXES)]
-    if foreign:
-        raise PackcliError(
-            f"output directory {where} holds files packcli did not write ({', '.join(foreign[:3])}); refusing to overwrite"
         )
     return sorted(entries, key=lambda n: n != "manifest.json")
 
@@ -139,12 +142,21 @@ def remove_path(path: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: Json) -> None:
+    """Written whole under a temporary name, then renamed; on any failure or signal the
+    temporary file goes and `path` is as it was."""
+    from packcli.core.pause import pause
+
     tmp = path.with_name("." + path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        pause(f"{path.name}-tmp")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def guarded(out_dir: Path, action: Callable[..., T], *args: Any) -> T:

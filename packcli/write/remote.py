@@ -42,19 +42,26 @@ def check_resumable(remote: storage.RemoteDir, identity: Json) -> None:
     )
 
 
-def _complete(remote: storage.RemoteDir, name: str, fmt: str) -> bool:
+def _complete(remote: storage.RemoteDir, name: str, fmt: str, npy_files: tuple[str, ...]) -> bool:
     if fmt == "parquet":
         return remote.exists(name)
-    return all(remote.exists(f"{name}/{file}") for file in NPY_FILES)
+    return all(remote.exists(f"{name}/{file}") for file in npy_files)
 
 
-def completed_shards(remote: storage.RemoteDir, staging: Path, fmt: str, shard_name: Callable[[int], str]) -> int:
-    """Shards numbered from 0 without a gap that are fully uploaded; later ones and the
-    report are removed. The finished ones are fetched into staging: the resumed run
-    counts their rows and checksums them as a local resume does."""
+def completed_shards(
+    remote: storage.RemoteDir,
+    staging: Path,
+    fmt: str,
+    shard_name: Callable[[int], str],
+    npy_files: tuple[str, ...] = NPY_FILES,
+) -> int:
+    """Shards numbered from 0 without a gap that are fully uploaded (an npy shard: every
+    one of `npy_files`); later ones and the report are removed. The finished ones are
+    fetched into staging: the resumed run counts their rows and checksums them as a
+    local resume does."""
     outdir.completed_shards(staging, shard_name)  # stale local shards and temporaries go
     count = 0
-    while _complete(remote, shard_name(count), fmt):
+    while _complete(remote, shard_name(count), fmt, npy_files):
         count += 1
     for name in remote.names():
         if name.startswith(".shard-") or name == "report.json" or (name.startswith("shard-") and _index(name) >= count):

@@ -270,6 +270,11 @@ class ShardWriter:
         return self.first_shard + len(self.shards)
 
     @property
+    def in_progress(self) -> bool:
+        """Whether a shard is open: rows written to its temporary name, not finished yet."""
+        return self._current is not None
+
+    @property
     def started(self) -> bool:
         """Whether any row was given to it (shards after those are no longer independent)."""
         return bool(self.shards) or self._rows > 0
