@@ -189,11 +189,18 @@ def test_every_import_under_packcli_is_declared():
     assert not problems, "\n".join(problems)
 
 
+def readers() -> set[str]:
+    """Canonical names of the readers `make install-test` installs without their
+    dependencies (tests/readers.txt)."""
+    lines = (TESTS / "readers.txt").read_text(encoding="utf-8").splitlines()
+    return {canonicalize_name(Requirement(line).name) for line in lines if line.strip() and not line.startswith("#")}
+
+
 def test_every_import_of_the_suite_is_in_the_test_extra():
-    """`make test` installs the test extra and nothing else, so no test can skip for a
-    library it forgot."""
+    """`make test` installs the test extra and the readers of tests/readers.txt and
+    nothing else, so no test can skip for a library it forgot."""
     local = {"tests"} | {path.stem for path in TESTS.glob("*.py")}
-    allowed = declared("test")
+    allowed = declared("test") | readers()
     problems = []
     for path in sorted(TESTS.glob("*.py")):
         scanner = scan(path)
@@ -271,10 +278,16 @@ def _plot(parquet_out, monkeypatch):
     render.matplotlib_figure()
 
 
-def _export_mds(parquet_out, monkeypatch):
+def _export_mds_brotli(parquet_out, monkeypatch):
     from packcli.export_mds import export_mds
 
-    export_mds(parquet_out, parquet_out.parent / "mds")
+    export_mds(parquet_out, parquet_out.parent / "mds-br", compression="br")
+
+
+def _export_mds_snappy(parquet_out, monkeypatch):
+    from packcli.export_mds import export_mds
+
+    export_mds(parquet_out, parquet_out.parent / "mds-snappy", compression="snappy")
 
 
 def _export_energon(parquet_out, monkeypatch):
@@ -311,7 +324,8 @@ TRIGGERS = {
     ("hf", "load"): _hf_load_parquet,
     ("hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("render", "matplotlib_figure"): _plot,
-    ("export_mds", "streaming_base"): _export_mds,
+    ("export_mds", "_brotli"): _export_mds_brotli,
+    ("export_mds", "_snappy"): _export_mds_snappy,
     ("export_energon", "_energon"): _export_energon,
     ("storage", "filesystem"): _remote_url,
     ("engine_ray", "connect"): _ray_engine,
@@ -393,7 +407,8 @@ print(json.dumps(results))
 def test_a_plain_install_runs_every_command(tmp_path):
     """With every library outside the base dependencies' closure unimportable (as after
     `pip install packcli`), pack (text and chat), stats, verify and export work, and the
-    optional parts name their extra. A library a feature needs but no base dependency
+    optional parts name their extra. Every export target is written without its reader's
+    library (mosaicml-streaming, megatron-energon, datatrove are blocked). A library a feature needs but no base dependency
     requires (jinja2 for chat templates) fails here."""
     closure = base_closure()
     blocked = sorted(
@@ -402,6 +417,7 @@ def test_a_plain_install_runs_every_command(tmp_path):
         if not {canonicalize_name(d) for d in dists} & closure and name.isidentifier()
     )
     assert "torch" in blocked and "datasets" in blocked and "matplotlib" in blocked
+    assert {"streaming", "megatron", "datatrove"} <= set(blocked)
     demo = (Path(packcli.__file__).parent / "assets" / "demo.jsonl").read_text(encoding="utf-8").splitlines()[:20]
     text = tmp_path / "text.jsonl"
     text.write_text("\n".join(demo) + "\n", encoding="utf-8")
@@ -427,6 +443,8 @@ def test_a_plain_install_runs_every_command(tmp_path):
         "stats": ["stats", out],
         "stats raw": ["stats", str(text), *demo_tok, "--seq-len", "512"],
         "export": ["export", "megatron", out, str(tmp_path / "mega")],
+        "export mds": ["export", "mds", out, str(tmp_path / "mds"), "--compression", "zstd"],
+        "export nanotron": ["export", "nanotron", out, str(tmp_path / "nanotron")],
         "plot": ["stats", out, "--plot", str(tmp_path / "p.png")],
     }
     spec = json.dumps({"blocked": blocked, "commands": commands})
@@ -435,7 +453,8 @@ def test_a_plain_install_runs_every_command(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.splitlines()[-1])
-    for key in ("pack", "pack chat", "verify", "verify chat", "stats", "stats raw", "export"):
+    exports = ("export", "export mds", "export nanotron")  # no reader library needed
+    for key in ("pack", "pack chat", "verify", "verify chat", "stats", "stats raw", *exports):
         assert results[key][0] == 0, (key, results[key])
     assert (
         results["plot"][:1] == [1]
