@@ -14,7 +14,7 @@ TORCH := torch==2.13.0
 # or huggingface-hub.
 READERS := --no-deps -r tests/readers.txt
 
-.PHONY: install install-test demo lint test cov bench assets clean
+.PHONY: install install-test demo lint test cov bench check-extras assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -81,6 +81,13 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_ray.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_rows.py --tokenizer $(QWEN)
 	$(BIN)/python scripts/bench_repair.py --tokenizer $(QWEN) $(BENCH_FLAGS)
+
+# Every extra alone, every pair and `all`, each resolved by pip in a fresh venv (nothing
+# installed): fails on a resolve over 60 s or one that would move numpy, transformers,
+# tokenizers or huggingface-hub below what plain `pip install packcli` gives. Needs the
+# package index and minutes; not part of `make test`.
+check-extras: $(STAMP)
+	$(BIN)/python scripts/check_extras.py $(CHECK_EXTRAS_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)
