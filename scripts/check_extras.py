@@ -84,6 +84,7 @@ class Resolver:
         self.python = self.venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
         # the venv's own pip may be old; the resolver a user gets today is the current one
         self._pip(["install", "--quiet", "--upgrade", "pip"], timeout=600, check=True)
+        self.version = self._pip(["--version"], timeout=60, check=True).stdout.split(" from ")[0]
 
     def _pip(self, args: list[str], timeout: float, check: bool = False) -> subprocess.CompletedProcess:
         env = {**os.environ, "PIP_CACHE_DIR": str(self.cache), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -161,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         combos = [c for c in combos if len(c) < 2]
 
     header = f"{'install':<40} {'seconds':>7}  " + "  ".join(f"{name:<15}" for name in WATCHED) + "  verdict"
-    print(header, flush=True)
     results, failed = [], 0
     with tempfile.TemporaryDirectory(prefix="packcli-check-extras-") as work:
         resolver = Resolver(Path(work), ROOT, args.limit)
+        print(f"# {resolver.version}, Python {sys.version.split()[0]}, {os.cpu_count()} cores", flush=True)
+        print(header, flush=True)
         base: dict | None = None
         for combo in combos:
             result = resolver.resolve(combo)
