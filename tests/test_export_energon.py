@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -116,34 +118,88 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def sqlite_content(path: Path):
-    """Schema and every table's rows (sorted: energon's own row order follows its workers)."""
+    """Schema (whitespace aside) and every table's rows (sorted: energon's own row order
+    follows its workers)."""
     with contextlib.closing(sqlite3.connect(path)) as db:
         names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        schema = sorted(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall(), key=repr)
+        schema = sorted(
+            (
+                kind,
+                name,
+                table,
+                sql and " ".join(sql.replace("(", " ( ").replace(")", " ) ").replace(",", " , ").split()),
+            )
+            for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")
+        )
         return schema, {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}
 
 
-def test_index_is_what_energon_preparation_writes(tmp_path, packed, word_tokenizer, monkeypatch):
+def prepare_with_energon(directory: Path) -> None:
+    """Energon's own preparation of the tars in `directory` (what `energon prepare` runs),
+    every sample in the train split."""
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+
+    tars = sorted(p.name for p in directory.glob("*.tar"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        WebdatasetPreparator.prepare_dataset(
+            EPath(directory),
+            tars,
+            split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
+            shuffle_seed=None,
+            workers=1,
+        )
+
+
+@pytest.mark.parametrize("rows_per_shard", [7, 20, 1000])
+def test_index_is_what_energon_preparation_writes(tmp_path, packed, word_tokenizer, rows_per_shard):
     """The `.nv-meta/` and `.tar.idx` files the export writes against those energon's own
-    preparation writes for the same tars (what the export runs for an energon release
-    whose layout it does not know): the same files, index.sqlite with the same schema and
-    rows; only index.uuid differs (energon draws it at random)."""
-    from packcli.export import energon as module
+    preparation writes for a copy of its tars: the same files; index.sqlite with the same
+    schema and rows; .info.json the same but for the energon release it names; only
+    index.uuid differs (energon draws it at random)."""
+    from packcli.export.energon import ENERGON_VERSION, export_energon
 
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in random_texts(90, seed=12, max_words=30)])
-    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", 20)
-    module.export_energon(source, tmp_path / "ours")
-    monkeypatch.setattr(module, "LAYOUT_MAJOR", "unknown")
-    assert not module.writes_index_directly()
-    module.export_energon(source, tmp_path / "theirs")
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--rows-per-shard", rows_per_shard)
+    export_energon(source, tmp_path / "ours")
+    (tmp_path / "theirs").mkdir()
+    for tar in (tmp_path / "ours").glob("*.tar"):
+        shutil.copyfile(tar, tmp_path / "theirs" / tar.name)
+    prepare_with_energon(tmp_path / "theirs")
+    (tmp_path / "theirs" / ".nv-meta" / "dataset.yaml").write_text(
+        (tmp_path / "ours" / ".nv-meta" / "dataset.yaml").read_text()
+    )
     ours, theirs = tree(tmp_path / "ours"), tree(tmp_path / "theirs")
-    assert len([name for name in ours if name.endswith(".tar.idx")]) > 2
+    assert len([name for name in ours if name.endswith(".tar.idx")]) == len(load_rows(source)[1]["shards"])
     assert sorted(ours) == sorted(theirs)
     differ = {name for name in ours if ours[name] != theirs[name]}
-    assert differ <= {".nv-meta/index.uuid", ".nv-meta/index.sqlite"}
+    assert differ <= {".nv-meta/index.uuid", ".nv-meta/index.sqlite", ".nv-meta/.info.json"}
     meta = ".nv-meta/index.sqlite"
     assert sqlite_content(tmp_path / "ours" / meta) == sqlite_content(tmp_path / "theirs" / meta)
+    info, their_info = (json.loads(files[".nv-meta/.info.json"]) for files in (ours, theirs))
+    assert info.pop("energon_version") == ENERGON_VERSION
+    their_info.pop("energon_version")
+    assert info == their_info
     assert str(uuid.UUID(ours[".nv-meta/index.uuid"].decode())) == ours[".nv-meta/index.uuid"].decode()
+
+
+@pytest.mark.parametrize(
+    "numbers",
+    [[], [0], [0, 1], [0, 2], [0, 1, 2, 4, 5, 9, 10, 11], [3, 4, 7], [8, 9, 10, 11], [99998, 99999, 100000, 100001]],
+)
+def test_split_parts_are_what_energon_collapses(numbers):
+    """split.yaml's brace ranges against energon's own collapse of the same tar names."""
+    from megatron.energon.bracecollapse import collapse
+    from megatron.energon.flavors.webdataset import prepare
+
+    from packcli.export.energon import brace_ranges, split_yaml
+
+    names = [f"shard-{n:05d}.tar" for n in numbers]
+    assert brace_ranges(names) == collapse(names, keep_order=True)
+    expected = {"split_parts": {"train": collapse(names, keep_order=True), "val": [], "test": []}, "exclude": []}
+    assert load_yaml(split_yaml(names).encode()) == expected
+    if names:
+        assert split_yaml(names) == prepare.yaml.dump(expected, sort_keys=False)  # energon's own yaml
 
 
 def test_index_bytes_depend_only_on_the_input(tmp_path, packed, word_tokenizer):

@@ -70,9 +70,8 @@ def test_a_remote_out_holds_what_a_local_export_writes(s3_server, tmp_path, sour
 
 
 def test_streaming_reads_an_mds_export_from_the_store(s3_server, tmp_path, source, cli, monkeypatch):
+    from mds_reader import streaming_base
     from test_export_mds import assert_same_rows
-
-    from packcli.export.mds import streaming_base
 
     monkeypatch.setenv("S3_ENDPOINT_URL", os.environ["AWS_ENDPOINT_URL"])  # streaming's own variable
     export_ok(cli, "mds", source, f"s3://{BUCKET}/mds-read")

@@ -4,32 +4,44 @@ One sample per packed row, keyed by its row number, with one `.npy` part per col
 (`<key>.input_ids.npy`, `<key>.labels.npy`, `<key>.position_ids.npy`,
 `<key>.cu_seqlens.npy`, `<key>.num_segments.npy`), one tar per packed shard, every
 sample in the train split and a `dataset.yaml` for `CrudeWebdataset`: a task encoder's
-cooker turns the crude samples into whatever the model takes. The index (`.nv-meta/`
-and each tar's `.tar.idx`) is what `energon prepare` writes, written as the tars are
-for the energon release whose layout the tests check, and by energon's own preparation
-for any other.
+cooker turns the crude samples into whatever the model takes.
+
+The index is what `energon prepare` writes, written by packcli as the tars are (no
+energon import, no tar read back), in the layout of energon 7 (checked by the tests
+against the installed energon's own preparation of the same tars):
+- `OUT/shard-NNNNN.tar.idx`: the byte offset of every sample's first header, then the
+  tar's end, uint64 little-endian.
+- `OUT/.nv-meta/index.sqlite`: table `samples` (tar_file_id, sample_key UNIQUE,
+  sample_index, byte_offset, byte_size: a sample's headers and contents) and table
+  `sample_parts` (tar_file_id, sample_index, part_name, content_byte_offset,
+  content_byte_size), with energon's three indexes; tar_file_id counts the tars in
+  order, sample_index the samples in a tar.
+- `OUT/.nv-meta/.info.json`: `energon_version` and `shard_counts` (samples per tar).
+- `OUT/.nv-meta/split.yaml`: every tar in the train split, runs of consecutive tars as
+  brace ranges (`shard-{00000..00003}.tar`), `val`, `test` and `exclude` empty.
+- `OUT/.nv-meta/index.uuid`: derived from the source's checksums and the index rows
+  (energon draws it at random), so an export's bytes depend only on its input.
+- `OUT/.nv-meta/dataset.yaml`: the sample type.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
-import os
 import queue
+import re
+import sqlite3
 import tarfile
 import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.core.errors import PackcliError, needs_extra
+from packcli.core.errors import PackcliError
 from packcli.export.base import (
     Block,
     ExportDir,
@@ -45,7 +57,9 @@ COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 KEY_DIGITS = 10
 CHUNK_BYTES = 1 << 21  # members laid out and written at a time: the buffer stays in cache
-LAYOUT_MAJOR = "7"  # the energon major version whose `.nv-meta/` layout EnergonIndex writes
+# the energon release whose prepared layout EnergonIndex writes, named in .info.json as
+# energon names the release that prepared a dataset
+ENERGON_VERSION = "7.4.1"
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -272,17 +286,15 @@ def _octal_digits(values: np.ndarray, digits: int) -> np.ndarray:
 class EnergonIndex:
     """`.nv-meta/` as energon's preparation (`energon prepare`) writes it: index.sqlite,
     .info.json, split.yaml, index.uuid, and each tar's `.tar.idx`, from where the export
-    put each member: no tar is read back. The schema, the info and the split documents
-    come from energon's own classes; the rows go in one transaction in tar and sample
-    order, so the bytes depend only on the input, and index.uuid is derived from the
-    source's checksums and the index rows instead of drawn at random.
+    put each member: no tar is read back. The rows go in one transaction in tar and
+    sample order, so the bytes depend only on the input, and index.uuid is derived from
+    the source's checksums and the index rows instead of drawn at random.
 
     SQLite's inserts run in a thread of their own (sqlite releases the GIL while it
     works), beside the tar writes, a few blocks behind at most."""
 
     def __init__(self, directory: Path, identity: list[str]):
         """identity: what makes the tars' bytes (the source's checksums, the columns and their dtypes)."""
-        self.energon = _energon()
         self.directory = directory
         self.meta = directory / ".nv-meta"
         self.meta.mkdir()
@@ -305,56 +317,50 @@ class EnergonIndex:
         assert self.itar is not None
         tar_id, first_index = len(self.counts) - 1, self.counts[tar.name]
         self.counts[tar.name] += len(sizes)
-        self.itar.write(offsets[:, 0].astype(np.uint64).tobytes())  # as TarIndexWriter.append writes each
+        self.itar.write(offsets[:, 0].astype("<u8").tobytes())  # where each sample's first header starts
         self.digest.update(offsets.tobytes() + sizes.tobytes())
         if self.failure is not None:
             raise self.failure
         self.pending.put((tar_id, first_row, first_index, offsets, member_bytes.sum(axis=1), sizes))
 
     def _insert_all(self) -> None:
-        """In the thread: energon's writer (its schema), every block's rows, its indexes and the commit."""
-        writer = None
+        """In the thread: the schema, every block's rows, the indexes and the commit."""
+        db = None
         item: tuple[Any, ...] | None = ()
         try:
-            writer = self.energon.SqliteIndexWriter(self.energon.EPath(self.meta / "index.sqlite"))
+            db = sqlite3.connect(self.meta / "index.sqlite", check_same_thread=False)
             # no tar is synced either, and a failed export's OUT is removed: no journal, no syncs
-            writer.db.execute("PRAGMA synchronous = OFF")
-            writer.db.execute("PRAGMA journal_mode = OFF")
-            for statement in CREATE_INDEXES:  # built as the rows come, not after the last tar
-                writer.db.execute(statement)
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute("PRAGMA journal_mode = OFF")
+            for statement in CREATE_TABLES + CREATE_INDEXES:  # indexes built as the rows come, in key order
+                db.execute(statement)
             while (item := self.pending.get()) is not None:
-                _insert_block(writer.db, *item)
-            writer.close()
+                _insert_block(db, *item)
+            db.commit()
+            db.close()
         except BaseException as exc:  # handed to the export's thread
             self.failure = exc
-            if writer is not None and writer.db is not None:
-                writer.db.close()
+            if db is not None:
+                db.close()
             while item is not None:  # the export's thread must not wait on a full queue
                 item = self.pending.get()
 
     def close_tar(self, tar: _TarShard) -> None:
         """The tar's `.tar.idx` ends with where its members end."""
         if self.itar is not None:
-            self.itar.write(np.array([tar.position], dtype=np.uint64).tobytes())
+            self.itar.write(np.array([tar.position], dtype="<u8").tobytes())
             self.itar.close()
             self.itar = None
 
     def finish(self) -> None:
-        """The indexes and the commit (energon's writer), then the documents energon writes after them."""
-        energon = self.energon
+        """The commit, then the documents energon writes after it."""
         self.pending.put(None)
         self.thread.join()
         if self.failure is not None:
             raise self.failure
-        info = energon.WebdatasetInfo(energon_version=energon.__version__, shard_counts=self.counts)
-        with open(self.meta / ".info.json", "w") as f:
-            json.dump(energon.to_json_object(info), f, indent=2)
-        names = list(self.counts)
-        splits = energon.WebdatasetSplits(
-            split_parts={"train": energon.collapse(names, keep_order=True), "val": [], "test": []}
-        )
-        with open(self.meta / "split.yaml", "w") as f:
-            energon.prepare.yaml.dump(energon.to_json_object(splits), f, sort_keys=False)  # energon's own yaml
+        with open(self.meta / ".info.json", "w", encoding="utf-8") as f:
+            json.dump({"energon_version": ENERGON_VERSION, "shard_counts": self.counts}, f, indent=2)
+        (self.meta / "split.yaml").write_text(split_yaml(list(self.counts)), encoding="utf-8")
         self.digest.update(json.dumps(self.counts).encode())
         (self.meta / "index.uuid").write_text(str(uuid.UUID(bytes=self.digest.digest()[:16], version=4)))
         (self.meta / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
@@ -365,6 +371,56 @@ class EnergonIndex:
             self.itar.close()
         self.pending.put(None)
         self.thread.join()
+
+
+_NUMBERED = re.compile(r"(.*?)(\d+)(\D*)")
+
+
+def brace_ranges(names: list[str]) -> list[str]:
+    """The names in order, each run of two or more whose numbers follow one another (same
+    text around, same width) as one brace range: `shard-{00000..00003}.tar`, as energon
+    writes split parts."""
+    out: list[str] = []
+    run: list[tuple[str, str, str]] = []
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append("".join(run[0]))
+        elif run:
+            (head, first, tail), last = run[0], run[-1][1]
+            out.append(f"{head}{{{first}..{last}}}{tail}")
+        run.clear()
+
+    for name in names:
+        match = _NUMBERED.fullmatch(name)
+        if match is None:
+            close()
+            out.append(name)
+            continue
+        head, digits, tail = match.groups()
+        if run:
+            prev_head, prev_digits, prev_tail = run[-1]
+            if (head, tail, len(digits)) != (prev_head, prev_tail, len(prev_digits)) or int(digits) != int(
+                prev_digits
+            ) + 1:
+                close()
+        run.append((head, digits, tail))
+    close()
+    return out
+
+
+def split_yaml(tars: list[str]) -> str:
+    """split.yaml with every tar in the train split, as energon's preparation writes it."""
+    parts = brace_ranges(tars)
+    train = "".join(f"  - {json.dumps(p) if _needs_quotes(p) else p}\n" for p in parts) if parts else ""
+    return (
+        "split_parts:\n" + ("  train:\n" + train if parts else "  train: []\n") + "  val: []\n  test: []\nexclude: []\n"
+    )
+
+
+def _needs_quotes(name: str) -> bool:
+    """Whether a name is not a plain YAML scalar (packcli's own tar names always are)."""
+    return not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.{}\-]*", name)
 
 
 DIGITS = 20  # an int64 as fixed-width decimal text, for the inserts' blobs
@@ -383,8 +439,14 @@ INSERT_PARTS = (
 ).format(*(f"CAST(substr(?4, {2 * DIGITS} * i + {1 + k * DIGITS}, {DIGITS}) AS INTEGER)" for k in (0, 1)))
 
 
-# SqliteIndexWriter.close's indexes, word for word (close finds them made): on rows that
-# arrive in key order they grow at their ends, in the thread, beside the tar writes
+# energon's schema: its two tables and its three indexes (on rows that arrive in key
+# order the indexes grow at their ends, in the thread, beside the tar writes)
+CREATE_TABLES = (
+    "CREATE TABLE samples (tar_file_id INTEGER NOT NULL, sample_key TEXT NOT NULL UNIQUE, "
+    "sample_index INTEGER NOT NULL, byte_offset INTEGER, byte_size INTEGER)",
+    "CREATE TABLE sample_parts (tar_file_id INTEGER, sample_index INTEGER, part_name TEXT, "
+    "content_byte_offset INTEGER, content_byte_size INTEGER)",
+)
 CREATE_INDEXES = (
     "CREATE INDEX IF NOT EXISTS idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index)",
     "CREATE INDEX IF NOT EXISTS idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset)",
@@ -409,8 +471,7 @@ def _insert_block(
     row_bytes: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
-    """A block's rows of energon's two tables, in the order its SqliteIndexWriter inserts
-    them: one statement per table, its rows generated inside SQLite from a blob of the
+    """A block's rows of energon's two tables, in tar and sample order: one statement per table, its rows generated inside SQLite from a blob of the
     numbers, so the GIL is free while they are inserted (executemany takes it back for
     every row)."""
     n = len(sizes)
@@ -421,49 +482,6 @@ def _insert_block(
     db.execute(INSERT_PARTS, (n * len(COLUMNS), tar_id, first_index, parts))
 
 
-def _energon() -> SimpleNamespace:
-    """The parts of megatron-energon the export uses."""
-    with needs_extra("energon", "packcli export energon needs megatron-energon"):
-        from megatron.energon import __version__
-        from megatron.energon.bracecollapse import collapse
-        from megatron.energon.epathlib import EPath
-        from megatron.energon.flavors.webdataset import prepare
-        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
-        from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
-        from megatron.energon.typed_converter import to_json_object
-    return SimpleNamespace(
-        __version__=__version__,
-        collapse=collapse,
-        EPath=EPath,
-        prepare=prepare,
-        SqliteIndexWriter=SqliteIndexWriter,
-        WebdatasetInfo=WebdatasetInfo,
-        WebdatasetSplits=WebdatasetSplits,
-        to_json_object=to_json_object,
-    )
-
-
-def writes_index_directly() -> bool:
-    """Whether the installed energon's `.nv-meta/` layout is the one `EnergonIndex`
-    writes (checked against its preparation by the tests); others prepare with their own."""
-    return str(_energon().__version__).split(".")[0] == LAYOUT_MAJOR
-
-
-def prepare_with_energon(directory: Path, tars: list[str]) -> None:
-    """Energon's own preparation of the tars (what `energon prepare` runs), every sample
-    in the train split: right for any energon version, at many times the export's cost."""
-    energon = _energon()
-    with contextlib.redirect_stdout(io.StringIO()):  # energon reports on stdout, which belongs to --json
-        energon.prepare.WebdatasetPreparator.prepare_dataset(
-            directory,
-            tars,
-            split_parts_ratio=[("train", 1.0), ("val", 0.0), ("test", 0.0)],
-            shuffle_seed=None,
-            workers=max(1, min(len(tars), os.cpu_count() or 1)),
-        )
-    (directory / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
-
-
 @fetching_source
 def export_energon(
     source: Path | str, out: Path | str, *, overwrite: bool = False, progress: Progress | None = None
@@ -471,12 +489,11 @@ def export_energon(
     """Write OUT/shard-NNNNN.tar (each with its .tar.idx) and OUT/.nv-meta/; returns a summary."""
     manifest = read_source(source)
     ids_dtype = token_dtype(manifest)
-    direct = writes_index_directly()
     rows = tokens = 0
     tars: list[str] = []
     with ExportDir(out, overwrite, last=_upload_rank) as tmp:
         identity = [*COLUMNS, ids_dtype.str, *(entry["checksum"] for entry in manifest["shards"])]
-        index = EnergonIndex(tmp, identity) if direct else None
+        index = EnergonIndex(tmp, identity)
         tar: _TarShard | None = None
         try:
             for block in blocks(source, manifest, progress):
@@ -493,13 +510,9 @@ def export_energon(
         except BaseException:
             if tar is not None:
                 tar.file.close()
-            if index is not None:
-                index.abandon()
+            index.abandon()
             raise
-        if index is not None:
-            index.finish()
-        else:
-            prepare_with_energon(tmp, tars)
+        index.finish()
     return {"format": "energon", "out": str(out), "rows": rows, "real_tokens": tokens, "files": len(tars), "notes": []}
 
 

@@ -1,20 +1,35 @@
 """`packcli export mds`: MosaicML Streaming (MDS) shards, one sample per packed row.
 
-Written with streaming's own `MDSWriter`, so `StreamingDataset(local=OUT)` (LLM Foundry,
-Composer) reads them as they are. Columns: `input_ids` (the npy format's dtype: uint16 or
-uint32), `labels`, `position_ids` (int32, all `[seq_len]`), `cu_seqlens` (int32, one
-entry per segment boundary) and `num_segments` (int).
+Written by packcli from MDS's documented layout (no streaming import), so that
+`StreamingDataset(local=OUT)` (LLM Foundry, Composer) reads them as they are. Columns:
+`input_ids` (the npy format's dtype: uint16 or uint32), `labels`, `position_ids` (int32,
+all `[seq_len]`), `cu_seqlens` (int32, one entry per segment boundary) and `num_segments`
+(int).
+
+The layout, as streaming's `MDSWriter` writes it (format version 2):
+- `OUT/index.json`: `{"shards": [...], "version": 2}`, keys sorted; each shard entry holds
+  its `samples`, `raw_data` and `zip_data` (`{"basename", "bytes", "hashes"}`, `zip_data`
+  null without compression) and the writer's config: `version`, `format` ("mds"),
+  `compression`, `hashes`, `size_limit`, `column_names` (sorted), `column_encodings`,
+  `column_sizes` (bytes of a fixed-size column, else null).
+- `OUT/shard.NNNNN.mds` (`.zstd`, `.gz`, ... appended when compressed): the sample count
+  (uint32), the offset of every sample and of the end (uint32), the config as sorted
+  JSON, then the samples. A sample is the byte size of each variable-size column (uint32),
+  then each column's bytes in name order.
+- A shard is cut before the sample that would take it past `size_limit`, counting the
+  shard's head and 4 bytes per sample beside the samples themselves.
 """
 
 from __future__ import annotations
 
+import bz2
 import ctypes
 import functools
-import importlib.util
+import gzip
+import json
 import os
-import sys
-import types
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,42 +53,103 @@ from packcli.export.base import (
 from packcli.write.manifest import Manifest
 
 COMPRESSIONS = ("zstd", "br", "gz", "snappy", "bz2")
-SHAPE_DTYPES = ((1 << 8, "<u1"), (1 << 16, "<u2"), (1 << 32, "<u4"), (1 << 64, "<u8"))  # streaming's shape codes 0..3
+SHAPE_DTYPES = ((1 << 8, "<u1"), (1 << 16, "<u2"), (1 << 32, "<u4"), (1 << 64, "<u8"))  # MDS's shape codes 0..3
+FORMAT_VERSION = 2
+EXTRA_BYTES_PER_SAMPLE = 4  # each sample's offset, counted against the size limit
+INT_BYTES = 8  # the `int` encoding: int64
 
 
-def streaming_base() -> types.ModuleType:
-    """`streaming.base`, where MDSWriter and StreamingDataset live.
+def _zstd(data: bytes) -> bytes:
+    import zstandard
 
-    The package's `__init__` also imports `streaming.vision`, which needs torchvision;
-    where torchvision is missing, or built for another torch (it then fails with
-    "operator torchvision::nms does not exist"), the import fails although nothing here
-    uses vision. Then the package is entered without its `__init__`: a bare module with
-    the package's path, from which `streaming.base` imports as usual.
-    """
-    with needs_extra("mds", "packcli export mds needs mosaicml-streaming"):
-        try:
-            import streaming.base
-
-            return streaming.base
-        except (ImportError, RuntimeError) as exc:
-            if _failed_on_vision(exc):
-                for name in [name for name in sys.modules if name == "streaming" or name.startswith("streaming.")]:
-                    del sys.modules[name]
-                spec = importlib.util.find_spec("streaming")
-                package = types.ModuleType("streaming")
-                package.__path__ = list(spec.submodule_search_locations or []) if spec else []
-                package.__spec__ = spec
-                sys.modules["streaming"] = package
-                from streaming import base
-
-                return base
-            raise
+    return zstandard.ZstdCompressor(level=3).compress(data)
 
 
-def _failed_on_vision(exc: BaseException) -> bool:
-    if isinstance(exc, ImportError):
-        return (exc.name or "").startswith("torchvision")
-    return "torchvision" in str(exc)
+def _brotli(data: bytes) -> bytes:
+    with needs_extra("mds", "packcli export mds --compression br needs Brotli"):
+        import brotli
+    return brotli.compress(data, quality=11)
+
+
+def _snappy(data: bytes) -> bytes:
+    with needs_extra("mds", "packcli export mds --compression snappy needs python-snappy"):
+        import snappy
+    return snappy.compress(data)
+
+
+# Each compression with the level streaming uses when none is given (zstd 3, brotli 11,
+# gzip 9, bzip2 9); gzip's header time is 0, so the bytes depend only on the rows.
+COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
+    "zstd": _zstd,
+    "br": _brotli,
+    "gz": lambda data: gzip.compress(data, 9, mtime=0),
+    "snappy": _snappy,
+    "bz2": lambda data: bz2.compress(data, 9),
+}
+
+
+def column_size(encoding: str) -> int | None:
+    """The bytes every value of an MDS column takes, or None where its size varies:
+    `int` is 8, `ndarray:DTYPE:SHAPE` its values, `ndarray:DTYPE` varies (its shape is stored)."""
+    if encoding == "int":
+        return INT_BYTES
+    parts = encoding.split(":")
+    if parts[0] != "ndarray" or len(parts) not in (2, 3):
+        raise PackcliError(f"no MDS encoding {encoding!r} here")
+    if len(parts) == 2:
+        return None
+    shape = [int(n) for n in parts[2].split(",")]
+    return int(np.dtype(parts[1]).itemsize * np.prod(shape))
+
+
+class MdsLayout:
+    """What an MDS dataset's files say about it: the config every shard carries, the
+    shard names and index.json's entries."""
+
+    def __init__(self, directory: Path, columns: dict[str, str], compression: str | None, size_limit: int | None):
+        if size_limit is not None and not 0 <= size_limit < 1 << 32:
+            raise PackcliError("the MDS size limit must be below 2^32 (sample offsets are uint32)")
+        self.directory = directory
+        self.compression = compression
+        self.size_limit = size_limit or None
+        names = sorted(columns)
+        self.config: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "format": "mds",
+            "compression": compression,
+            "hashes": [],
+            "size_limit": self.size_limit,
+            "column_names": names,
+            "column_encodings": [columns[name] for name in names],
+            "column_sizes": [column_size(columns[name]) for name in names],
+        }
+        self.config_data = json.dumps(self.config, sort_keys=True).encode("utf-8")
+        self.extra_bytes_per_shard = 4 + 4 + len(self.config_data)
+        self.shards: list[dict[str, Any]] = []
+
+    def add_shard(self, samples: int) -> dict[str, Any]:
+        """The next shard's index entry, its byte counts to be filled in when written."""
+        raw = f"shard.{len(self.shards):05d}.mds"
+        shard: dict[str, Any] = {
+            "samples": samples,
+            "raw_data": {"basename": raw, "bytes": 0, "hashes": {}},
+            "zip_data": None if self.compression is None else {"basename": f"{raw}.{self.compression}", "hashes": {}},
+            **self.config,
+        }
+        self.shards.append(shard)
+        return shard
+
+    def write_compressed(self, data: bytes, shard: dict[str, Any]) -> None:
+        assert self.compression is not None
+        packed = COMPRESSORS[self.compression](data)
+        with open(self.directory / shard["zip_data"]["basename"], "wb") as f:
+            f.write(packed)
+        shard["raw_data"]["bytes"] = len(data)
+        shard["zip_data"]["bytes"] = len(packed)
+
+    def write_index(self) -> None:
+        with open(self.directory / "index.json", "w", encoding="utf-8") as f:
+            json.dump({"version": FORMAT_VERSION, "shards": self.shards}, f, sort_keys=True)
 
 
 def mds_columns(manifest: Manifest) -> dict[str, str]:
@@ -89,7 +165,7 @@ def mds_columns(manifest: Manifest) -> dict[str, str]:
 
 @dataclass
 class EncodedBlock:
-    """A block of rows encoded as `MDSWriter.encode_sample` encodes them for `mds_columns`:
+    """A block of rows encoded as MDS samples of `mds_columns`:
     sample i is `heads[head_offsets[i]:head_offsets[i + 1]]` followed by row i of each of
     `columns`, the fixed-size columns as bytes (views of the source where its dtype is
     the column's: nothing copied)."""
@@ -131,7 +207,7 @@ class EncodedBlock:
 
     def parts(self, start: int, stop: int) -> list[memoryview]:
         """Samples start..stop-1 as byte views, for a shard joined into one bytes object
-        (what MDSWriter's compressors take): a Python step per row, which the compressor
+        (what the compressors take): a Python step per row, which the compressor
         makes small beside its own time."""
         if start == stop:
             return []
@@ -149,9 +225,8 @@ class EncodedBlock:
 
 
 def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
-    """Every row's MDS sample, built for the whole block at once: MDSWriter's own path
-    encodes column by column and sample by sample in Python, several times the cost of
-    the bytes. Layout: the byte size of each variable-size column (uint32; cu_seqlens
+    """Every row's MDS sample, built for the whole block at once (column by column and
+    sample by sample in Python would be several times the cost of the bytes). Layout: the byte size of each variable-size column (uint32; cu_seqlens
     only), then the columns in name order; a fixed-shape array is its values, cu_seqlens
     is [ndim << 2 | shape dtype code][shape][values], an int is int64."""
     rows = block.rows
@@ -232,26 +307,26 @@ def _libc_writev() -> Any:
 
 
 class _ShardCutter:
-    """Samples into MDS shard files, cut where MDSWriter cuts them (a sample that would
-    take the shard past `size_limit` starts the next one); MDSWriter's own bookkeeping
-    (names, compression, index.json) kept. A shard's samples go out as spans of the
-    blocks' own pages (`EncodedBlock.spans`), gathered by the kernel in a few `writev`
-    calls: nothing copied in this process, no Python step per row. A shard to compress
-    is joined into one bytes object first, as MDSWriter's compressors need."""
+    """Samples into MDS shard files, cut where streaming's writer cuts them (a sample that
+    would take the shard past `size_limit` starts the next one), with the shard entries
+    of index.json. A shard's samples go out as spans of the blocks' own pages
+    (`EncodedBlock.spans`), gathered by the kernel in a few `writev` calls: nothing copied
+    in this process, no Python step per row. A shard to compress is joined into one bytes
+    object first, as the compressors take it."""
 
-    def __init__(self, writer: Any):
-        self.writer = writer
+    def __init__(self, layout: MdsLayout):
+        self.layout = layout
         self.runs: list[tuple[EncodedBlock, int, int]] = []  # the pending shard's samples, by block
         self.sizes: list[np.ndarray] = []
-        self.shard_size = writer.extra_bytes_per_shard
+        self.shard_size = layout.extra_bytes_per_shard
         self.workers = max(1, os.cpu_count() or 1)
-        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="packcli-mds") if writer.compression else None
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="packcli-mds") if layout.compression else None
         self.compressing: deque[Future] = deque()
 
     def add(self, encoded: EncodedBlock) -> None:
         sizes = encoded.sizes()
-        limit = self.writer.size_limit
-        per_sample = self.writer.extra_bytes_per_sample
+        limit = self.layout.size_limit
+        per_sample = EXTRA_BYTES_PER_SAMPLE
         i, n = 0, len(sizes)
         while i < n:
             cum = self.shard_size + np.cumsum(sizes[i:] + per_sample)
@@ -275,53 +350,38 @@ class _ShardCutter:
             self.sizes.append(sizes[start:stop])
 
     def flush(self) -> None:
-        """Write the pending samples as one shard (as `JointWriter.flush_shard` does): the
-        sample count, every sample's offset, the config, then the samples."""
-        writer = self.writer
+        """Write the pending samples as one shard: the sample count (uint32), every
+        sample's offset from the shard's start (uint32, one more than the samples), the
+        config, then the samples."""
+        layout = self.layout
         sizes = np.concatenate(self.sizes) if self.sizes else np.zeros(0, dtype=np.int64)
         count = len(sizes)
         offsets = np.zeros(count + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        offsets += 4 + 4 * (count + 1) + len(writer.config_data)
-        head = np.concatenate([np.array([count], "<u4"), offsets.astype("<u4")]).tobytes() + writer.config_data
-        raw_basename, zip_basename = writer._name_next_shard()
-        shard: dict[str, Any] = {"samples": count, "raw_data": None, "zip_data": None}  # MDSWriter's keys, in order
-        shard.update(writer.get_config())
-        writer.shards.append(shard)
+        offsets += 4 + 4 * (count + 1) + len(layout.config_data)
+        head = np.concatenate([np.array([count], "<u4"), offsets.astype("<u4")]).tobytes() + layout.config_data
+        shard = layout.add_shard(count)
         if self.pool is not None:
-            # zstd and the others release the GIL: shards compress side by side, each
-            # as MDSWriter compresses it, a few in flight at most
+            # zstd and the others release the GIL: shards compress side by side, a few in flight at most
             while len(self.compressing) >= self.workers:
                 self.compressing.popleft().result()
             data = self._joined(head)
-            self.compressing.append(self.pool.submit(self._process, data, raw_basename, zip_basename, shard))
-        elif writer.hashes:
-            self._process(self._joined(head), raw_basename, None, shard)
+            self.compressing.append(self.pool.submit(layout.write_compressed, data, shard))
         else:
-            with open(os.path.join(writer.local, raw_basename), "wb", buffering=0) as f:
+            raw = shard["raw_data"]
+            with open(layout.directory / raw["basename"], "wb", buffering=0) as f:
                 write_views(f.fileno(), [head])
                 spans = [encoded.spans(start, stop) for encoded, start, stop in self.runs]
                 write_spans(f.fileno(), np.concatenate(spans) if spans else _NO_SPANS)
-            shard["raw_data"] = {"basename": raw_basename, "bytes": int(offsets[-1]), "hashes": {}}
-            self._upload(raw_basename)
+            raw["bytes"] = int(offsets[-1])
         self.runs, self.sizes = [], []
-        self.shard_size = writer.extra_bytes_per_shard
+        self.shard_size = layout.extra_bytes_per_shard
 
     def _joined(self, head: bytes) -> bytes:
         return b"".join([head, *(part for run in self.runs for part in run[0].parts(run[1], run[2]))])
 
-    def _process(self, data: bytes, raw_basename: str, zip_basename: str | None, shard: dict[str, Any]) -> None:
-        """MDSWriter's own: hashes, compression, the file."""
-        shard["raw_data"], shard["zip_data"] = self.writer._process_file(data, raw_basename, zip_basename)
-        self._upload(zip_basename or raw_basename)
-
-    def _upload(self, basename: str) -> None:
-        self.writer.executor.submit(self.writer.cloud_writer.upload_file, basename).add_done_callback(
-            self.writer.exception_callback
-        )
-
     def finish(self) -> None:
-        """The last shard, and every shard compressed (before MDSWriter writes index.json)."""
+        """The last shard, and every shard compressed (before index.json is written)."""
         try:
             if self.sizes:
                 self.flush()
@@ -345,30 +405,26 @@ def export_mds(
     progress: Progress | None = None,
     size_limit: int = 1 << 26,
 ) -> dict[str, Any]:
-    """Write OUT/index.json and its MDS shards (of at most `size_limit` bytes, MDSWriter's
+    """Write OUT/index.json and its MDS shards (of at most `size_limit` bytes, streaming's
     default, before compression); returns a summary."""
     if compression is not None and compression not in COMPRESSIONS:
         raise PackcliError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}", usage=True)
+    if compression is not None:
+        COMPRESSORS[compression](b"")  # a missing library named before anything is written
     manifest = read_source(source)
-    base = streaming_base()
     ids_dtype = token_dtype(manifest)
     rows = tokens = 0
     with ExportDir(out, overwrite, last=lambda name: int(name == "index.json")) as tmp:
-        with base.MDSWriter(
-            out=str(tmp),
-            columns=mds_columns(manifest),
-            compression=compression,
-            size_limit=size_limit,
-            progress_bar=False,
-        ) as writer:
-            shards = _ShardCutter(writer)
-            try:
-                for block in blocks(source, manifest, progress):
-                    shards.add(encode_block(block, ids_dtype))
-                    rows += len(block.rows)
-                    tokens += int(block.real.sum())
-                shards.finish()
-            finally:
-                shards.close()
-        files = len(list(tmp.glob("shard.*.mds*")))
+        layout = MdsLayout(tmp, mds_columns(manifest), compression, size_limit)
+        shards = _ShardCutter(layout)
+        try:
+            for block in blocks(source, manifest, progress):
+                shards.add(encode_block(block, ids_dtype))
+                rows += len(block.rows)
+                tokens += int(block.real.sum())
+            shards.finish()
+        finally:
+            shards.close()
+        layout.write_index()
+        files = len(layout.shards)
     return {"format": "mds", "out": str(out), "rows": rows, "real_tokens": tokens, "files": files, "notes": []}
