@@ -4,7 +4,8 @@ A plan is a plain value computed from the lengths alone (a few bytes per segment
 any executor can compute it and hand out ranges of rows to gather. Bin mode packs all
 segments at once with the chosen kernel (or in windows of `--buffer-size` segments);
 concat mode cuts the joined stream at multiples of `seq_len`. Shuffling permutes whole
-rows, by the seed alone. Same lengths and settings, same plan.
+rows by a seeded bijection (permute.py), by the seed and window alone. Same lengths and
+settings, same plan.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from packcli.grouping import group_slices
 from packcli.kernels import plan_lengths
+from packcli.permute import RowPermutation
 from packcli.rows import RowBuffers, Rows, cut_pieces, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
@@ -82,10 +84,6 @@ class RowPlan:
             yield first, last, pieces[lo:hi]
 
 
-def window_rng(seed: int, window: int) -> np.random.Generator:
-    return np.random.default_rng([seed, window])
-
-
 def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> RowPlan:
     """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -115,7 +113,7 @@ def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_wi
     mapping = np.arange(window_ends[-1], dtype=np.int64)
     begin = 0
     for window, end in enumerate(window_ends, first_window):
-        mapping[begin:end] = begin + window_rng(seed, window).permutation(end - begin)
+        mapping[begin:end] = begin + RowPermutation(end - begin, seed, window).table()
         begin = end
     permuted: np.ndarray = mapping[row]
     return permuted
@@ -158,8 +156,8 @@ def _placed_windows(
 def _shuffled(
     row: np.ndarray, row_group: np.ndarray | None, n_rows: int, seed: int, window: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """A window's rows renumbered by its seeded permutation; each row's group moves with it."""
-    permutation = window_rng(seed, window).permutation(n_rows)
+    """A window's rows renumbered by its seeded bijection; each row's group moves with it."""
+    permutation = RowPermutation(n_rows, seed, window).table()
     if row_group is not None:
         moved = np.empty_like(row_group)
         moved[permutation] = row_group
