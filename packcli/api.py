@@ -23,7 +23,7 @@ from packcli.grouping import GroupTable, group_counts, group_entries
 from packcli.ingest import IngestCounts, Segmenter
 from packcli.manifest import unlearned_section
 from packcli.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
-from packcli.plan import PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
+from packcli.plan import Plan, PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
@@ -154,11 +154,15 @@ def pack_sequences(
     _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)
     owners = segmenter.owners
     assert owners is not None  # track_owners=True
+    if isinstance(plan, RowPlan):
+        pieces = {"source": plan.source, "row": plan.row, "offset": plan.offset, "length": plan.piece_len}
+    else:
+        pieces = plan.placement()
     placement = {
-        "sequence": owners[plan.source],
-        "row": plan.row,
-        "offset": plan.offset,
-        "length": plan.piece_len,
+        "sequence": owners[pieces["source"]],
+        "row": pieces["row"],
+        "offset": pieces["offset"],
+        "length": pieces["length"],
     }
     return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
 
@@ -166,7 +170,7 @@ def pack_sequences(
 def _add_groups_and_cap(
     report: dict[str, Any],
     rows: Rows,
-    plan: RowPlan,
+    plan: Plan,
     table: GroupTable | None,
     settings: PlanSettings,
     lengths: np.ndarray,

@@ -33,7 +33,7 @@ from packcli import outdir, storage
 from packcli.errors import PackcliError, needs_extra
 from packcli.flow import Timer, prefetch
 from packcli.grouping import group_counts
-from packcli.plan import RowPlan, gather_rows
+from packcli.plan import Plan, RowOrder, gather_rows
 from packcli.report import RowStats
 from packcli.shards import ShardInfo, ShardWriter, shard_name
 from packcli.spill import Block, Spill, open_complete, remove_spill
@@ -61,8 +61,8 @@ class ShardJob:
 
     part_dirs: list[str]
     part_tokens: list[int]
-    plan: RowPlan
-    order: tuple[np.ndarray, np.ndarray]  # plan.row_order(), computed once on the driver
+    plan: Plan
+    order: RowOrder  # plan.row_order(), computed once on the driver
     fmt: str
     seq_len: int
     rows_per_shard: int

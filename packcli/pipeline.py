@@ -30,7 +30,7 @@ from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_w
 from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
-from packcli.plan import RowPlan, gather_rows, plan_window, uncapped_rows
+from packcli.plan import Plan, RowOrder, RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import RowBuffers, padded_lengths
@@ -322,7 +322,7 @@ def _plan_and_write(
     index: int,
     final: bool,
     groups: np.ndarray | None = None,
-) -> RowPlan:
+) -> Plan:
 
     opts = job.opts
     multiple = opts.pad_multiple
@@ -355,7 +355,7 @@ def _plan_and_write(
 SHARD_THREADS = 2  # shards written at the same time by the one-plan path
 
 
-def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcome, writer: ShardWriter) -> None:
+def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, writer: ShardWriter) -> None:
     """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
     own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
     shard's rows are one after another, so its writer is a bottleneck no other thread can
@@ -396,9 +396,9 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
 def _write_one_shard(
     job: Job,
     spill: Spill,
-    plan: RowPlan,
+    plan: Plan,
     part: ShardWriter,
-    order: tuple[np.ndarray, np.ndarray],
+    order: RowOrder,
     stop: threading.Event,
     gathered: Callable[[], None],
 ) -> tuple[ShardWriter, RowStats]:
@@ -432,7 +432,7 @@ def plan_segments(
     index: int = 0,
     final: bool = True,
     groups: np.ndarray | None = None,
-) -> RowPlan:
+) -> Plan:
     """The plan both engines make of a window's segment lengths (the whole input without
     --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
     opts = job.opts
@@ -444,10 +444,10 @@ def plan_segments(
     return plan
 
 
-def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
+def account_plan(job: Job, outcome: Outcome, plan: Plan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
     seq_len = job.opts.seq_len
-    if job.opts.mode == "bin":
+    if isinstance(plan, RowPlan):  # bin mode
         placed = padded_lengths(plan.piece_len, job.opts.pad_multiple)  # the room each one took
         counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
         job.histogram = counts if job.histogram is None else job.histogram + counts
@@ -521,7 +521,7 @@ def _cut_windows(chunks: Chunks, size: int) -> Iterator[tuple[np.ndarray, np.nda
             yield (*part, closes)
 
 
-def _tail(spill: Spill, plan: RowPlan, seq_len: int) -> Chunk | None:
+def _tail(spill: Spill, plan: Plan, seq_len: int) -> Chunk | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)

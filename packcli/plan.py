@@ -19,7 +19,8 @@ import numpy as np
 from packcli.grouping import group_slices
 from packcli.kernels import plan_lengths
 from packcli.permute import RowPermutation
-from packcli.rows import RowBuffers, Rows, cut_pieces, fill_rows, padded_lengths
+from packcli.plan_stream import StreamPlan, grouped_stream_plan, stream_plan
+from packcli.rows import RowBuffers, Rows, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class BlockReader(Protocol):
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block: ...
 
 
+RowOrder = tuple[np.ndarray, np.ndarray] | None  # RowPlan.row_order(); StreamPlan needs none
 ROW_BLOCK_TOKENS = 1 << 19  # rows are built (and written, on another thread) this many tokens at a time
 
 
@@ -67,6 +69,15 @@ class RowPlan:
         order = np.argsort(self.row, kind="stable")
         return order, self.row[order]
 
+    def pieces(
+        self, first: int, last: int, order: RowOrder = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(spill start, length, row - first, offset) of the pieces of output rows [first, last)."""
+        pieces, sorted_rows = order if order is not None else self.row_order()
+        lo, hi = np.searchsorted(sorted_rows, [first, last])
+        pick = pieces[lo:hi]
+        return self.piece_start[pick], self.piece_len[pick], self.row[pick] - first, self.offset[pick]
+
     def row_blocks(
         self,
         block_rows: int,
@@ -84,18 +95,28 @@ class RowPlan:
             yield first, last, pieces[lo:hi]
 
 
-def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> RowPlan:
+Plan = RowPlan | StreamPlan  # bin mode (and a user strategy): arrays per piece; concat: stream ranges
+
+
+def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> Plan:
     """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
     if settings.mode == "bin":
+        starts = np.cumsum(lengths) - lengths
         return _plan_bin(starts, lengths, settings, groups=groups)
     if groups is not None:
-        return _plan_concat_grouped(starts, lengths, settings, groups)
-    plan = _plan_concat(starts, lengths, PlanSettings(**{**settings.__dict__, "shuffle": False}), final=True)
-    if settings.shuffle:
-        plan.row = _permute_within(plan.row, _concat_window_ends(lengths, settings, plan.n_rows), settings.seed)
-    return plan
+        return _plan_concat_grouped(lengths, settings, groups)
+    n_rows = stream_plan(lengths, settings.seq_len, True, settings.remainder).n_rows
+    ends = _concat_window_ends(lengths, settings, n_rows)
+    return stream_plan(
+        lengths,
+        settings.seq_len,
+        True,
+        settings.remainder,
+        shuffle=settings.shuffle,
+        seed=settings.seed,
+        window_ends=ends,
+    )
 
 
 def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> list[int]:
@@ -106,17 +127,6 @@ def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> li
         return [n_rows]
     closed = np.cumsum(lengths)[s.window - 1 :: s.window] // s.seq_len
     return [*closed.tolist(), n_rows]  # the last window may be empty: permuting it is a no-op
-
-
-def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_window: int = 0) -> np.ndarray:
-    """Rows permuted inside each window (window w: rows up to window_ends[w]) by its own rng."""
-    mapping = np.arange(window_ends[-1], dtype=np.int64)
-    begin = 0
-    for window, end in enumerate(window_ends, first_window):
-        mapping[begin:end] = begin + RowPermutation(end - begin, seed, window).table()
-        begin = end
-    permuted: np.ndarray = mapping[row]
-    return permuted
 
 
 def _plan_bin(
@@ -202,88 +212,59 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
     return sum(n_rows for _, _, n_rows, _ in _placed_windows(np.asarray(lengths, dtype=np.int64), s, groups))
 
 
-def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
-    """Rows of exactly seq_len cut from the joined stream. `final=False` plans only the full
-    rows (a window whose tail goes on into the next one)."""
-    seq_len = s.seq_len
-    total = int(lengths.sum())
-    full = total // seq_len
-    remainder = total - full * seq_len
-    piece_start, piece_len, source = cut_pieces(starts, lengths, seq_len, aligned=True)
-    keep_partial = final and remainder and s.remainder == "pad"
-    n_rows = full + (1 if keep_partial else 0)
-    if n_rows * seq_len < total:
-        kept = piece_start < full * seq_len
-        piece_start, piece_len, source = piece_start[kept], piece_len[kept], source[kept]
-    row = piece_start // seq_len
-    if s.shuffle:
-        row = _permute_within(row, [n_rows], s.seed, window)
-    return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, remainder if final else 0)
-
-
 def plan_window(
     lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, groups: np.ndarray | None = None
-) -> RowPlan:
+) -> Plan:
     """Window `index` of a run that spills and writes window by window. In concat mode a
     window that is not the last plans only its full rows: the caller carries the tail on.
     `groups`: the window's group id per segment (--group-by; concat only with one window)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
     if settings.mode == "concat":
         if groups is not None:
-            return _plan_concat_grouped(starts, lengths, settings, groups)
-        return _plan_concat(starts, lengths, settings, final, index)
+            return _plan_concat_grouped(lengths, settings, groups)
+        s = settings
+        return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=index)
+    starts = np.cumsum(lengths) - lengths
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
 
 
-def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> RowPlan:
+def _plan_concat_grouped(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> StreamPlan:
     """Concat mode, each group its own stream: its segments joined in input order and cut
     into rows, its last partial row padded or dropped on its own."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    row_groups, base, remainder = [], 0, 0
-    for group, members in group_slices(groups):
-        own = lengths[members]
-        stream_starts = np.cumsum(own) - own
-        stream = _plan_concat(stream_starts, own, PlanSettings(**{**s.__dict__, "shuffle": False}), final=True)
-        owner = stream.source
-        spill_start = starts[members][owner] + stream.piece_start - stream_starts[owner]
-        parts.append((spill_start, stream.piece_len, members[owner], stream.row + base, stream.offset))
-        row_groups.append(np.full(stream.n_rows, group, dtype=np.int32))
-        base += stream.n_rows
-        remainder += stream.remainder_tokens
-    columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)]
-    row_group: np.ndarray | None = _joined_groups(row_groups)
-    if s.shuffle and base:
-        columns[3], row_group = _shuffled(columns[3], row_group, base, s.seed, 0)
-    piece_start, piece_len, source, row, offset = columns
-    return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
+    slices = list(group_slices(groups))
+    return grouped_stream_plan(lengths, s.seq_len, s.remainder, slices, shuffle=s.shuffle, seed=s.seed)
 
 
 def gather_rows(
     spill: BlockReader,
-    plan: RowPlan,
+    plan: Plan,
     seq_len: int,
     pad_id: int,
     first_row: int = 0,
     multiple: int = 1,
     end_row: int | None = None,
-    order: tuple[np.ndarray, np.ndarray] | None = None,
+    order: RowOrder = None,
     buffers: RowBuffers | None = None,
 ) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block).
-    `buffers`: each block is built in these, over the one before (see RowBuffers)."""
+    `order`: plan.row_order(), when the caller has it already. `buffers`: each block is
+    built in these, over the one before (see RowBuffers)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
-    for first, last, pick in plan.row_blocks(block, first_row, end_row, order):
-        lengths = plan.piece_len[pick]
-        data = spill.read_block(plan.piece_start[pick], lengths)
+    end = plan.n_rows if end_row is None else end_row
+    if order is None:
+        order = plan.row_order()
+    for first in range(first_row, end, block):
+        last = min(first + block, end)
+        starts, lengths, row_of, offset = plan.pieces(first, last, order)
+        data = spill.read_block(starts, lengths)
         yield fill_rows(
             data.tokens,
             data.token_at,
             data.learned,
             data.bit_at,
             lengths,
-            plan.row[pick] - first,
-            plan.offset[pick],
+            row_of,
+            offset,
             last - first,
             seq_len,
             pad_id,
