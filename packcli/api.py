@@ -24,6 +24,7 @@ from packcli.ingest import IngestCounts, Segmenter
 from packcli.manifest import unlearned_section
 from packcli.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
 from packcli.plan import Plan, PlanSettings, RowPlan, gather_rows, plan_rows, uncapped_rows
+from packcli.plan_patterns import PatternPlan
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import Rows
 from packcli.sequences import SequenceBatch
@@ -156,6 +157,8 @@ def pack_sequences(
     assert owners is not None  # track_owners=True
     if isinstance(plan, RowPlan):
         pieces = {"source": plan.source, "row": plan.row, "offset": plan.offset, "length": plan.piece_len}
+    elif isinstance(plan, PatternPlan):
+        pieces = plan.placement(np.cumsum(seg_lengths) - seg_lengths)
     else:
         pieces = plan.placement()
     placement = {

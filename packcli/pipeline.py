@@ -31,6 +31,7 @@ from packcli.kernels import bfd_rows_from_counts
 from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
 from packcli.options import PackOptions
 from packcli.plan import Plan, RowOrder, RowPlan, gather_rows, plan_window, uncapped_rows
+from packcli.plan_patterns import PatternPlan
 from packcli.reading import BadRecords
 from packcli.report import RowStats, no_packing_baseline
 from packcli.rows import RowBuffers, padded_lengths
@@ -447,9 +448,13 @@ def plan_segments(
 def account_plan(job: Job, outcome: Outcome, plan: Plan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
     seq_len = job.opts.seq_len
+    counts = None
     if isinstance(plan, RowPlan):  # bin mode
         placed = padded_lengths(plan.piece_len, job.opts.pad_multiple)  # the room each one took
         counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
+    elif isinstance(plan, PatternPlan):
+        counts = plan.placed_histogram()
+    if counts is not None:
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens
     job.windows += 1

@@ -19,6 +19,7 @@ import numpy as np
 from packcli.grouping import group_slices
 from packcli.kernels import plan_lengths
 from packcli.permute import RowPermutation
+from packcli.plan_patterns import PATTERN_ALGORITHMS, PatternPlan, pattern_plan
 from packcli.plan_stream import StreamPlan, grouped_stream_plan, stream_plan
 from packcli.rows import RowBuffers, Rows, fill_rows, padded_lengths
 from packcli.strategy import Strategy, is_custom, place_custom
@@ -95,13 +96,19 @@ class RowPlan:
             yield first, last, pieces[lo:hi]
 
 
-Plan = RowPlan | StreamPlan  # bin mode (and a user strategy): arrays per piece; concat: stream ranges
+# bin mode with bfd, spfhp or lpfhp: patterns from the histogram; other bin plans (nf, ff, ffd,
+# a cap on bfd, a user strategy, the library's windows): arrays per piece; concat: stream ranges
+Plan = RowPlan | PatternPlan | StreamPlan
 
 
 def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> Plan:
     """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if settings.mode == "bin":
+        if from_counts(settings):
+            if settings.window is None:
+                return _plan_patterns(lengths, settings, 0, groups)
+            return _windows_of_patterns(lengths, settings, groups)
         starts = np.cumsum(lengths) - lengths
         return _plan_bin(starts, lengths, settings, groups=groups)
     if groups is not None:
@@ -224,8 +231,61 @@ def plan_window(
             return _plan_concat_grouped(lengths, settings, groups)
         s = settings
         return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=index)
+    if from_counts(settings):
+        return _plan_patterns(lengths, settings, index, groups)
     starts = np.cumsum(lengths) - lengths
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
+
+
+def from_counts(s: PlanSettings) -> bool:
+    """Whether bin mode plans these settings from the length histogram (plan_patterns.py):
+    bfd, spfhp and lpfhp decide from counts; capped bfd places one sequence at a time."""
+    if is_custom(s.algorithm) or str(s.algorithm) not in PATTERN_ALGORITHMS:
+        return False
+    return s.max_per_row is None or s.algorithm != "bfd"
+
+
+def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None) -> RowPlan:
+    """The library's `buffer_size`: each window planned as `pack` plans it (its own
+    patterns and shuffle), laid out as one RowPlan (the library holds everything anyway)."""
+    size = s.window or max(1, len(lengths))
+    starts = np.cumsum(lengths) - lengths
+    parts: list[dict[str, np.ndarray]] = []
+    row_groups, base = [], 0
+    for window, first in enumerate(range(0, len(lengths), size)):
+        own = lengths[first : first + size]
+        plan = _plan_patterns(own, s, window, None if groups is None else groups[first : first + size])
+        placed = plan.placement(np.cumsum(own) - own)
+        parts.append({"source": placed["source"] + first, "row": placed["row"] + base, "offset": placed["offset"]})
+        if plan.row_group is not None:
+            row_groups.append(plan.row_group)
+        base += plan.n_rows
+    empty = np.zeros(0, dtype=np.int64)
+    column = {k: np.concatenate([p[k] for p in parts]) if parts else empty for k in ("source", "row", "offset")}
+    return RowPlan(
+        piece_start=starts[column["source"]],
+        piece_len=lengths[column["source"]],
+        source=column["source"],
+        row=column["row"],
+        offset=column["offset"],
+        n_rows=base,
+        row_group=None if groups is None else _joined_groups(row_groups),
+    )
+
+
+def _plan_patterns(lengths: np.ndarray, s: PlanSettings, window: int, groups: np.ndarray | None) -> PatternPlan:
+    algorithm = str(s.algorithm)
+    return pattern_plan(
+        lengths,
+        s.seq_len,
+        algorithm,
+        multiple=s.multiple,
+        cap=s.max_per_row,
+        groups=groups,
+        shuffle=s.shuffle,
+        seed=s.seed,
+        window=window,
+    )
 
 
 def _plan_concat_grouped(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> StreamPlan:
