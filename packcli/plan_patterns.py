@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packcli.jit import kernel
-from packcli.kernels import IMPROVE_WORK_BASE, IMPROVE_WORK_PER_SEQUENCE, PackedLengths, improve_rows
+from packcli.errors import PackcliError
+from packcli.jit import kernel, njit
+from packcli.kernels import IMPROVE_WORK_BASE, IMPROVE_WORK_PER_SEQUENCE, PackedLengths, _as_lengths, improve_rows
 from packcli.permute import RowPermutation
 
 # Algorithms whose rows come from the histogram alone (and the ones the repair pass follows).
@@ -338,28 +339,75 @@ def pattern_plan(
 ) -> PatternPlan:
     """The plan of one window of segments (`lengths`, real, in spill order) from its
     histogram per group, with its slot map."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    placed = lengths if multiple == 1 else (lengths + multiple - 1) // multiple * multiple
+    # every length in [1, seq_len] once placed (as pack_lengths checks them): the kernels
+    # below index by placed length and trust it
+    lengths = _as_lengths(lengths, seq_len // multiple * multiple)
     if groups is None:
-        slices: list[tuple[int, np.ndarray | None]] = [(0, None)] if len(lengths) else []
-    else:
-        from packcli.grouping import group_slices
+        counts = kernel(_placed_counts, len(lengths) + seq_len)(lengths, multiple, seq_len)
+        histograms = [(0, counts)] if len(lengths) else []
+        plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
+        plan.slot_start, plan.slot_real = slot_map(lengths, multiple, counts)
+        return plan
+    from packcli.grouping import group_slices
 
-        slices = list(group_slices(groups))
+    placed = lengths if multiple == 1 else (lengths + multiple - 1) // multiple * multiple
     histograms, orders = [], []
-    for g, members in slices:
-        own = placed if members is None else placed[members]
+    for g, members in group_slices(groups):
+        own = placed[members]
         by_length = np.argsort(own, kind="stable")  # input order inside each length
-        orders.append(by_length if members is None else members[by_length])
+        orders.append(members[by_length])
         histograms.append((g, np.bincount(own, minlength=seq_len + 1)))
-    grouped = groups is not None
     plan = plan_from_counts(
-        histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window, grouped=grouped
+        histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window, grouped=True
     )
     order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
     plan.slot_start = (np.cumsum(lengths) - lengths)[order]
     plan.slot_real = None if multiple == 1 else lengths[order]
     return plan
+
+
+def slot_map(lengths: np.ndarray, multiple: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The slot map of one group: the spill start of every sequence (starts are the
+    running sums of `lengths`), sorted by placed length (`counts`: sequences per placed
+    length), in input order inside each length; and beside it the real lengths when
+    `multiple` > 1. A counting sort in one pass: nothing but the outputs is allocated."""
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if len(lengths) and (lengths.min() < 1 or -(-int(lengths.max()) // multiple) * multiple >= len(counts)):
+        raise PackcliError(f"lengths must be in [1, {len(counts) - 1}] once placed")
+    if int(counts.sum()) != len(lengths):
+        raise PackcliError(f"counts hold {int(counts.sum())} sequences, lengths {len(lengths)}")
+    starts = np.empty(len(lengths), dtype=np.int64)
+    real = np.empty(len(lengths) if multiple > 1 else 0, dtype=np.int64)
+    kernel(_slot_map, len(lengths) + len(counts))(lengths, multiple, counts, starts, real)
+    return starts, (real if multiple > 1 else None)
+
+
+@njit(cache=True)
+def _placed_counts(lengths, multiple, seq_len):
+    counts = np.zeros(seq_len + 1, dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        counts[(lengths[i] + multiple - 1) // multiple * multiple] += 1
+    return counts
+
+
+@njit(cache=True)
+def _slot_map(lengths, multiple, counts, starts, real):
+    cursor = np.empty(counts.shape[0], dtype=np.int64)
+    total = 0
+    for length in range(counts.shape[0]):
+        cursor[length] = total
+        total += counts[length]
+    start = 0
+    for i in range(lengths.shape[0]):
+        n = lengths[i]
+        placed = (n + multiple - 1) // multiple * multiple
+        k = cursor[placed]
+        starts[k] = start
+        if multiple > 1:
+            real[k] = n
+        cursor[placed] = k + 1
+        start += n
 
 
 def plan_from_counts(

@@ -26,3 +26,11 @@ def fill_slots(layouts, row_groups, placed, groups, shuffle=False, seed=0, windo
             taken[key] += 1
     assert all(taken[k] == len(q) for k, q in queues.items())  # every sequence placed once
     return sorted(out)
+
+
+def slot_map(lengths, multiple):
+    """Spill starts sorted by placed length, input order inside each; real lengths beside."""
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    placed = [-(-n // multiple) * multiple for n in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (placed[i], i))
+    return [starts[i] for i in order], [lengths[i] for i in order]

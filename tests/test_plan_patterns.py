@@ -128,3 +128,39 @@ def test_the_repair_runs_on_patterns_and_saves_rows():
     repaired = plan_lengths(lengths, 2048, "spfhp").n_rows
     assert repaired < unrepaired
     assert pattern_plan(lengths, 2048, "spfhp").n_rows == repaired
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 64), max_size=200), st.sampled_from([1, 2, 8]))
+def test_the_slot_map_is_a_stable_sort_by_placed_length(lengths, multiple):
+    from naive_slots import slot_map as naive_slot_map
+
+    from packcli.plan_patterns import slot_map
+
+    array = np.array(lengths, dtype=np.int64)
+    counts = np.bincount(-(-array // multiple) * multiple, minlength=65)
+    starts, real = slot_map(array, multiple, counts)
+    expected_starts, expected_real = naive_slot_map(lengths, multiple)
+    assert starts.tolist() == expected_starts
+    assert (real is None) == (multiple == 1)
+    if real is not None:
+        assert real.tolist() == expected_real
+
+
+def test_the_slot_map_refuses_counts_of_other_lengths():
+    from packcli.errors import PackcliError
+    from packcli.plan_patterns import slot_map
+
+    with pytest.raises(PackcliError, match="counts hold 1 sequences, lengths 2"):
+        slot_map(np.array([3, 4]), 1, np.array([0, 0, 0, 1, 0]))
+    with pytest.raises(PackcliError, match=r"lengths must be in \[1, 4\] once placed"):
+        slot_map(np.array([3, 5]), 1, np.array([0, 0, 0, 1, 1]))
+
+
+def test_lengths_longer_than_a_row_are_refused_before_any_kernel_runs():
+    from packcli.errors import PackcliError
+
+    with pytest.raises(PackcliError, match="sequence 1 has length 70, more than the capacity 64"):
+        pattern_plan(np.array([3, 70]), 64, "bfd")
+    with pytest.raises(PackcliError, match="sequence 0 has length 57, more than the capacity 56"):
+        pattern_plan(np.array([57]), 60, "bfd", multiple=8)  # its slot of 64 would not fit a row of 60
