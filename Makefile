@@ -85,6 +85,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_rows.py --tokenizer $(QWEN)
 	$(BIN)/python scripts/bench_repair.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_plan.py $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_sequences.py $(BENCH_FLAGS)
 
 # Rebuild the bundled tokenizer and demo corpus from the project's own docs and code.
 assets: $(STAMP)
