@@ -28,7 +28,16 @@ from packcli.flow import Timer, prefetch, signals_raise
 from packcli.grouping import GroupTable, group_entries, load_group_ids, save_group_ids
 from packcli.ingest import IngestCounts, Segmenter, TokenStream, segments, use_workers
 from packcli.kernels import bfd_rows_from_counts
-from packcli.manifest import BadRecordCounts, GroupEntry, Manifest, Report, buffer_section, build_manifest, build_report
+from packcli.manifest import (
+    FORMAT_VERSION,
+    BadRecordCounts,
+    GroupEntry,
+    Manifest,
+    Report,
+    buffer_section,
+    build_manifest,
+    build_report,
+)
 from packcli.options import PackOptions
 from packcli.plan import Plan, RowOrder, RowPlan, gather_rows, plan_window, uncapped_rows
 from packcli.plan_patterns import PatternPlan
@@ -147,7 +156,9 @@ def _complete(job: Job) -> bool:
 def _open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     """Claim the output directory; on --resume, check it is this run's and keep what is done."""
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
-    identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+    # the format is part of the version a run is resumed by: shards of another row order never mix
+    version = f"{__version__} (format {FORMAT_VERSION})"
+    identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, version)
     if storage.is_remote(opts.output):
         return _open_remote_job(opts, setup, identity, rows_per_shard)
     out_dir = Path(storage.local_path(opts.output))
