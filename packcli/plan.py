@@ -1,11 +1,13 @@
-"""The plan: segment lengths in, the row and offset of every segment out.
+"""The plan: segment lengths in, the rows they make out, and the gathering of rows.
 
-A plan is a plain value computed from the lengths alone (a few bytes per segment), so
-any executor can compute it and hand out ranges of rows to gather. Bin mode packs all
-segments at once with the chosen kernel (or in windows of `--buffer-size` segments);
-concat mode cuts the joined stream at multiples of `seq_len`. Shuffling permutes whole
-rows by a seeded bijection (permute.py), by the seed and window alone. Same lengths and
-settings, same plan.
+A plan is a plain value computed from the lengths alone, so any executor can compute it
+and hand out ranges of rows to gather; every kind answers `pieces(first, last)` (the
+spill start, length, row and offset of what output rows [first, last) hold). Bin mode
+with bfd, spfhp or lpfhp plans from the length histogram (plan_patterns.py: row patterns
+and a slot rule); the packers that decide per sequence keep a RowPlan (arrays per piece);
+concat mode cuts the joined stream at multiples of `seq_len` (plan_stream.py: nothing per
+piece). Shuffling permutes whole rows by a seeded bijection (permute.py), by the seed and
+window alone. Same lengths and settings, same plan.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ class PlanSettings:
 
 @dataclass
 class RowPlan:
-    """Where each placed piece goes. `piece_start` indexes the spill's tokens; `source` is
-    the spill segment the piece comes from (concat pieces are parts of segments)."""
+    """Where each placed piece goes, one entry per piece: the plan of the packers that
+    decide per sequence (nf, ff, ffd, capped bfd, a user strategy) and of the library's
+    windows. `piece_start` indexes the spill's tokens; `source` is the spill segment."""
 
     piece_start: np.ndarray  # int64
     piece_len: np.ndarray  # int64
@@ -66,7 +69,7 @@ class RowPlan:
     row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
 
     def row_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """(pieces sorted by row, stable; their rows): what row_blocks searches."""
+        """(pieces sorted by row, stable; their rows): what `pieces` searches."""
         order = np.argsort(self.row, kind="stable")
         return order, self.row[order]
 
@@ -78,22 +81,6 @@ class RowPlan:
         lo, hi = np.searchsorted(sorted_rows, [first, last])
         pick = pieces[lo:hi]
         return self.piece_start[pick], self.piece_len[pick], self.row[pick] - first, self.offset[pick]
-
-    def row_blocks(
-        self,
-        block_rows: int,
-        first_row: int = 0,
-        end_row: int | None = None,
-        order: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> Iterator[tuple[int, int, np.ndarray]]:
-        """(first row, end row, indices of the pieces in those rows) for consecutive blocks
-        of rows [first_row, end_row); `order`: row_order(), when the caller has it already."""
-        pieces, sorted_rows = order if order is not None else self.row_order()
-        end = self.n_rows if end_row is None else end_row
-        for first in range(first_row, end, block_rows):
-            last = min(first + block_rows, end)
-            lo, hi = np.searchsorted(sorted_rows, [first, last])
-            yield first, last, pieces[lo:hi]
 
 
 # bin mode with bfd, spfhp or lpfhp: patterns from the histogram; other bin plans (nf, ff, ffd,
