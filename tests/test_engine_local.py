@@ -107,7 +107,7 @@ def test_concat_mode_segments_follow_documents(tmp_path, packed, word_tokenizer)
 
 def test_bin_row_layout_by_hand(tmp_path, packed, word_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2 w3"}, {"text": "w4"}, {"text": "w5 w6 w7 w8 w9"}])
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 6, "--algorithm", "nf")
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 6, "--algorithm", "nf", "--no-shuffle")
     rows, _ = load_rows(out)
     assert rows.input_ids.tolist() == [[5, 6, 7, 1, 8, 1], [9, 10, 11, 12, 13, 1]]
     assert rows.labels.tolist() == [[-100, 6, 7, 1, -100, 1], [-100, 10, 11, 12, 13, 1]]

@@ -64,7 +64,7 @@ def rewrite_manifest(out, change) -> None:
 def test_pack_writes_the_current_format_in_the_documented_key_order(output):
     manifest = json.loads((output / "manifest.json").read_text())
     assert list(manifest) == MANIFEST_KEYS
-    assert manifest["format_version"] == FORMAT_VERSION == 3
+    assert manifest["format_version"] == FORMAT_VERSION == 4
 
 
 @pytest.mark.parametrize("reader", READERS, ids=list(READERS))
@@ -95,6 +95,17 @@ def test_format_1_reads_as_it_is(output):
         del manifest["plan"]
 
     rewrite_manifest(output, to_format_1)
+    assert verify_dir(output)["rows"] == rows
+    assert stats_dir(output)["rows"] == rows
+    assert len(hf.load(output)) == rows
+    assert len(PackedDataset(output)) == rows
+    assert export_megatron(output, output.parent / "mega")["tokens"] == stats_dir(output)["real_tokens"]
+
+
+def test_format_3_reads_verifies_and_exports_as_it_is(output):
+    """Format 3 differs from 4 only in the shuffled order of its rows."""
+    rows = verify_dir(output)["rows"]
+    rewrite_manifest(output, lambda m: m.update(format_version=3))
     assert verify_dir(output)["rows"] == rows
     assert stats_dir(output)["rows"] == rows
     assert len(hf.load(output)) == rows

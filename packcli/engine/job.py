@@ -19,7 +19,8 @@ from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.plan.grouping import GroupEntry, GroupTable
-from packcli.plan.planner import RowPlan, plan_window, uncapped_rows
+from packcli.plan.patterns import PatternPlan
+from packcli.plan.planner import Plan, RowPlan, plan_window, uncapped_rows
 from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
@@ -27,7 +28,7 @@ from packcli.tokenize.setup import TokenSetup
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write.columns import npy_shard_files, shard_name
-from packcli.write.manifest import BadRecordCounts
+from packcli.write.manifest import FORMAT_VERSION, BadRecordCounts
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
 
@@ -95,7 +96,9 @@ class Outcome:
 def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
     """Claim the output directory; on --resume, check it is this run's and keep what is done."""
     rows_per_shard = opts.rows_per_shard or max(1, SHARD_TOKENS // opts.seq_len)
-    identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, __version__)
+    # the format is part of the version a run is resumed by: shards of another row order never mix
+    version = f"{__version__} (format {FORMAT_VERSION})"
+    identity = outdir.run_identity(resolved_options(opts, setup, rows_per_shard), paths, setup.fingerprint, version)
     if storage.is_remote(opts.output):
         return _open_remote_job(opts, setup, identity, rows_per_shard)
     out_dir = Path(storage.local_path(opts.output))
@@ -187,7 +190,7 @@ def plan_segments(
     index: int = 0,
     final: bool = True,
     groups: np.ndarray | None = None,
-) -> RowPlan:
+) -> Plan:
     """The plan both engines make of a window's segment lengths (the whole input without
     --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
     opts = job.opts
@@ -199,12 +202,16 @@ def plan_segments(
     return plan
 
 
-def account_plan(job: Job, outcome: Outcome, plan: RowPlan) -> None:
+def account_plan(job: Job, outcome: Outcome, plan: Plan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
     seq_len = job.opts.seq_len
-    if job.opts.mode == "bin":
+    counts = None
+    if isinstance(plan, RowPlan):  # bin mode
         placed = padded_lengths(plan.piece_len, job.opts.pad_multiple)  # the room each one took
         counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
+    elif isinstance(plan, PatternPlan):
+        counts = plan.placed_histogram()
+    if counts is not None:
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens
     job.windows += 1

@@ -39,7 +39,7 @@ from packcli.engine.job import (
 )
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
-from packcli.plan.planner import RowPlan
+from packcli.plan.planner import Plan, RowOrder
 from packcli.plan.rows import RowBuffers
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
@@ -225,7 +225,7 @@ def _plan_and_write(
     index: int,
     final: bool,
     groups: np.ndarray | None = None,
-) -> RowPlan:
+) -> Plan:
 
     opts = job.opts
     multiple = opts.pad_multiple
@@ -263,7 +263,7 @@ def _plan_and_write(
 SHARD_THREADS = 2  # shards written at the same time by the one-plan path
 
 
-def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcome, writer: ShardWriter) -> None:
+def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, writer: ShardWriter) -> None:
     """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
     own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
     shard's rows are one after another, so its writer is a bottleneck no other thread can
@@ -305,9 +305,9 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: RowPlan, outcome: Outcom
 def _write_one_shard(
     job: Job,
     spill: Spill,
-    plan: RowPlan,
+    plan: Plan,
     part: ShardWriter,
-    order: tuple[np.ndarray, np.ndarray],
+    order: RowOrder,
     stop: threading.Event,
     gathered: Callable[[], None],
 ) -> tuple[ShardWriter, RowStats]:
@@ -399,7 +399,7 @@ def _cut_windows(chunks: Chunks, size: int) -> Iterator[tuple[np.ndarray, np.nda
             yield (*part, closes)
 
 
-def _tail(spill: Spill, plan: RowPlan, seq_len: int) -> Chunk | None:
+def _tail(spill: Spill, plan: Plan, seq_len: int) -> Chunk | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)

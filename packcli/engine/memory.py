@@ -23,7 +23,8 @@ from packcli.core.options import check_algorithm, check_choice, check_pad_multip
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.engine.summary import unlearned_section
 from packcli.plan.grouping import GroupTable, group_counts, group_entries
-from packcli.plan.planner import RowPlan, plan_rows, uncapped_rows
+from packcli.plan.patterns import PatternPlan
+from packcli.plan.planner import Plan, RowPlan, plan_rows, uncapped_rows
 from packcli.plan.rows import Rows
 from packcli.plan.settings import PlanSettings
 from packcli.plan.strategy import Strategy, is_custom
@@ -156,11 +157,17 @@ def pack_sequences(
     _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)
     owners = segmenter.owners
     assert owners is not None  # track_owners=True
+    if isinstance(plan, RowPlan):
+        pieces = {"source": plan.source, "row": plan.row, "offset": plan.offset, "length": plan.piece_len}
+    elif isinstance(plan, PatternPlan):
+        pieces = plan.placement(np.cumsum(seg_lengths) - seg_lengths)
+    else:
+        pieces = plan.placement()
     placement = {
-        "sequence": owners[plan.source],
-        "row": plan.row,
-        "offset": plan.offset,
-        "length": plan.piece_len,
+        "sequence": owners[pieces["source"]],
+        "row": pieces["row"],
+        "offset": pieces["offset"],
+        "length": pieces["length"],
     }
     return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
 
@@ -168,7 +175,7 @@ def pack_sequences(
 def _add_groups_and_cap(
     report: dict[str, Any],
     rows: Rows,
-    plan: RowPlan,
+    plan: Plan,
     table: GroupTable | None,
     settings: PlanSettings,
     lengths: np.ndarray,

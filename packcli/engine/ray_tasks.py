@@ -33,7 +33,7 @@ from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
 from packcli.plan.grouping import group_counts
-from packcli.plan.planner import RowPlan
+from packcli.plan.planner import Plan, RowOrder
 from packcli.write import outdir
 from packcli.write.columns import shard_name
 from packcli.write.gather import gather_rows
@@ -64,8 +64,8 @@ class ShardJob:
 
     part_dirs: list[str]
     part_tokens: list[int]
-    plan: RowPlan
-    order: tuple[np.ndarray, np.ndarray]  # plan.row_order(), computed once on the driver
+    plan: Plan
+    order: RowOrder  # plan.row_order(), computed once on the driver
     fmt: str
     seq_len: int
     rows_per_shard: int

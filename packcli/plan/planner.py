@@ -1,10 +1,13 @@
-"""The plan: segment lengths in, the row and offset of every segment out.
+"""The plan: segment lengths in, the rows they make out (write/gather.py gathers them).
 
-A plan is a plain value computed from the lengths alone (a few bytes per segment), so
-any executor can compute it and hand out ranges of rows to gather. Bin mode packs all
-segments at once with the chosen kernel (or in windows of `--buffer-size` segments);
-concat mode cuts the joined stream at multiples of `seq_len`. Shuffling permutes whole
-rows, by the seed alone. Same lengths and settings, same plan.
+A plan is a plain value computed from the lengths alone, so any executor can compute it
+and hand out ranges of rows to gather; every kind answers `pieces(first, last)` (the
+spill start, length, row and offset of what output rows [first, last) hold). Bin mode
+with bfd, spfhp or lpfhp plans from the length histogram (patterns.py: row patterns
+and a slot rule); the packers that decide per sequence keep a RowPlan (arrays per piece);
+concat mode cuts the joined stream at multiples of `seq_len` (stream.py: nothing per
+piece). Shuffling permutes whole rows by a seeded bijection (permute.py), by the seed and
+window alone. Same lengths and settings, same plan.
 """
 
 from __future__ import annotations
@@ -16,15 +19,21 @@ import numpy as np
 
 from packcli.plan.grouping import group_slices
 from packcli.plan.kernels.pack import plan_lengths
-from packcli.plan.rows import cut_pieces, padded_lengths
+from packcli.plan.patterns import PATTERN_ALGORITHMS, PatternPlan, pattern_plan
+from packcli.plan.permute import RowPermutation
+from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import PlanSettings
 from packcli.plan.strategy import is_custom, place_custom
+from packcli.plan.stream import StreamPlan, grouped_stream_plan, stream_plan
+
+RowOrder = tuple[np.ndarray, np.ndarray] | None  # RowPlan.row_order(); StreamPlan needs none
 
 
 @dataclass
 class RowPlan:
-    """Where each placed piece goes. `piece_start` indexes the spill's tokens; `source` is
-    the spill segment the piece comes from (concat pieces are parts of segments)."""
+    """Where each placed piece goes, one entry per piece: the plan of the packers that
+    decide per sequence (nf, ff, ffd, capped bfd, a user strategy) and of the library's
+    windows. `piece_start` indexes the spill's tokens; `source` is the spill segment."""
 
     piece_start: np.ndarray  # int64
     piece_len: np.ndarray  # int64
@@ -36,43 +45,48 @@ class RowPlan:
     row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
 
     def row_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """(pieces sorted by row, stable; their rows): what row_blocks searches."""
+        """(pieces sorted by row, stable; their rows): what `pieces` searches."""
         order = np.argsort(self.row, kind="stable")
         return order, self.row[order]
 
-    def row_blocks(
-        self,
-        block_rows: int,
-        first_row: int = 0,
-        end_row: int | None = None,
-        order: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> Iterator[tuple[int, int, np.ndarray]]:
-        """(first row, end row, indices of the pieces in those rows) for consecutive blocks
-        of rows [first_row, end_row); `order`: row_order(), when the caller has it already."""
+    def pieces(
+        self, first: int, last: int, order: RowOrder = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(spill start, length, row - first, offset) of the pieces of output rows [first, last)."""
         pieces, sorted_rows = order if order is not None else self.row_order()
-        end = self.n_rows if end_row is None else end_row
-        for first in range(first_row, end, block_rows):
-            last = min(first + block_rows, end)
-            lo, hi = np.searchsorted(sorted_rows, [first, last])
-            yield first, last, pieces[lo:hi]
+        lo, hi = np.searchsorted(sorted_rows, [first, last])
+        pick = pieces[lo:hi]
+        return self.piece_start[pick], self.piece_len[pick], self.row[pick] - first, self.offset[pick]
 
 
-def window_rng(seed: int, window: int) -> np.random.Generator:
-    return np.random.default_rng([seed, window])
+# bin mode with bfd, spfhp or lpfhp: patterns from the histogram; other bin plans (nf, ff, ffd,
+# a cap on bfd, a user strategy, the library's windows): arrays per piece; concat: stream ranges
+Plan = RowPlan | PatternPlan | StreamPlan
 
 
-def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> RowPlan:
+def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> Plan:
     """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
     if settings.mode == "bin":
+        if from_counts(settings):
+            if settings.window is None:
+                return _plan_patterns(lengths, settings, 0, groups)
+            return _windows_of_patterns(lengths, settings, groups)
+        starts = np.cumsum(lengths) - lengths
         return _plan_bin(starts, lengths, settings, groups=groups)
     if groups is not None:
-        return _plan_concat_grouped(starts, lengths, settings, groups)
-    plan = _plan_concat(starts, lengths, PlanSettings(**{**settings.__dict__, "shuffle": False}), final=True)
-    if settings.shuffle:
-        plan.row = _permute_within(plan.row, _concat_window_ends(lengths, settings, plan.n_rows), settings.seed)
-    return plan
+        return _plan_concat_grouped(lengths, settings, groups)
+    n_rows = stream_plan(lengths, settings.seq_len, True, settings.remainder).n_rows
+    ends = _concat_window_ends(lengths, settings, n_rows)
+    return stream_plan(
+        lengths,
+        settings.seq_len,
+        True,
+        settings.remainder,
+        shuffle=settings.shuffle,
+        seed=settings.seed,
+        window_ends=ends,
+    )
 
 
 def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> list[int]:
@@ -83,17 +97,6 @@ def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> li
         return [n_rows]
     closed = np.cumsum(lengths)[s.window - 1 :: s.window] // s.seq_len
     return [*closed.tolist(), n_rows]  # the last window may be empty: permuting it is a no-op
-
-
-def _permute_within(row: np.ndarray, window_ends: list[int], seed: int, first_window: int = 0) -> np.ndarray:
-    """Rows permuted inside each window (window w: rows up to window_ends[w]) by its own rng."""
-    mapping = np.arange(window_ends[-1], dtype=np.int64)
-    begin = 0
-    for window, end in enumerate(window_ends, first_window):
-        mapping[begin:end] = begin + window_rng(seed, window).permutation(end - begin)
-        begin = end
-    permuted: np.ndarray = mapping[row]
-    return permuted
 
 
 def _plan_bin(
@@ -133,8 +136,8 @@ def _placed_windows(
 def _shuffled(
     row: np.ndarray, row_group: np.ndarray | None, n_rows: int, seed: int, window: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """A window's rows renumbered by its seeded permutation; each row's group moves with it."""
-    permutation = window_rng(seed, window).permutation(n_rows)
+    """A window's rows renumbered by its seeded bijection; each row's group moves with it."""
+    permutation = RowPermutation(n_rows, seed, window).table()
     if row_group is not None:
         moved = np.empty_like(row_group)
         moved[permutation] = row_group
@@ -179,58 +182,77 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
     return sum(n_rows for _, _, n_rows, _ in _placed_windows(np.asarray(lengths, dtype=np.int64), s, groups))
 
 
-def _plan_concat(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, final: bool, window: int = 0) -> RowPlan:
-    """Rows of exactly seq_len cut from the joined stream. `final=False` plans only the full
-    rows (a window whose tail goes on into the next one)."""
-    seq_len = s.seq_len
-    total = int(lengths.sum())
-    full = total // seq_len
-    remainder = total - full * seq_len
-    piece_start, piece_len, source = cut_pieces(starts, lengths, seq_len, aligned=True)
-    keep_partial = final and remainder and s.remainder == "pad"
-    n_rows = full + (1 if keep_partial else 0)
-    if n_rows * seq_len < total:
-        kept = piece_start < full * seq_len
-        piece_start, piece_len, source = piece_start[kept], piece_len[kept], source[kept]
-    row = piece_start // seq_len
-    if s.shuffle:
-        row = _permute_within(row, [n_rows], s.seed, window)
-    return RowPlan(piece_start, piece_len, source, row, piece_start % seq_len, n_rows, remainder if final else 0)
-
-
 def plan_window(
     lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, groups: np.ndarray | None = None
-) -> RowPlan:
+) -> Plan:
     """Window `index` of a run that spills and writes window by window. In concat mode a
     window that is not the last plans only its full rows: the caller carries the tail on.
     `groups`: the window's group id per segment (--group-by; concat only with one window)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
     if settings.mode == "concat":
         if groups is not None:
-            return _plan_concat_grouped(starts, lengths, settings, groups)
-        return _plan_concat(starts, lengths, settings, final, index)
+            return _plan_concat_grouped(lengths, settings, groups)
+        s = settings
+        return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=index)
+    if from_counts(settings):
+        return _plan_patterns(lengths, settings, index, groups)
+    starts = np.cumsum(lengths) - lengths
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
 
 
-def _plan_concat_grouped(starts: np.ndarray, lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> RowPlan:
+def from_counts(s: PlanSettings) -> bool:
+    """Whether bin mode plans these settings from the length histogram (patterns.py):
+    bfd, spfhp and lpfhp decide from counts; capped bfd places one sequence at a time."""
+    if is_custom(s.algorithm) or str(s.algorithm) not in PATTERN_ALGORITHMS:
+        return False
+    return s.max_per_row is None or s.algorithm != "bfd"
+
+
+def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None) -> RowPlan:
+    """The library's `buffer_size`: each window planned as `pack` plans it (its own
+    patterns and shuffle), laid out as one RowPlan (the library holds everything anyway)."""
+    size = s.window or max(1, len(lengths))
+    starts = np.cumsum(lengths) - lengths
+    parts: list[dict[str, np.ndarray]] = []
+    row_groups, base = [], 0
+    for window, first in enumerate(range(0, len(lengths), size)):
+        own = lengths[first : first + size]
+        plan = _plan_patterns(own, s, window, None if groups is None else groups[first : first + size])
+        placed = plan.placement(np.cumsum(own) - own)
+        parts.append({"source": placed["source"] + first, "row": placed["row"] + base, "offset": placed["offset"]})
+        if plan.row_group is not None:
+            row_groups.append(plan.row_group)
+        base += plan.n_rows
+    empty = np.zeros(0, dtype=np.int64)
+    column = {k: np.concatenate([p[k] for p in parts]) if parts else empty for k in ("source", "row", "offset")}
+    return RowPlan(
+        piece_start=starts[column["source"]],
+        piece_len=lengths[column["source"]],
+        source=column["source"],
+        row=column["row"],
+        offset=column["offset"],
+        n_rows=base,
+        row_group=None if groups is None else _joined_groups(row_groups),
+    )
+
+
+def _plan_patterns(lengths: np.ndarray, s: PlanSettings, window: int, groups: np.ndarray | None) -> PatternPlan:
+    algorithm = str(s.algorithm)
+    return pattern_plan(
+        lengths,
+        s.seq_len,
+        algorithm,
+        multiple=s.multiple,
+        cap=s.max_per_row,
+        groups=groups,
+        shuffle=s.shuffle,
+        seed=s.seed,
+        window=window,
+    )
+
+
+def _plan_concat_grouped(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray) -> StreamPlan:
     """Concat mode, each group its own stream: its segments joined in input order and cut
     into rows, its last partial row padded or dropped on its own."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    row_groups, base, remainder = [], 0, 0
-    for group, members in group_slices(groups):
-        own = lengths[members]
-        stream_starts = np.cumsum(own) - own
-        stream = _plan_concat(stream_starts, own, PlanSettings(**{**s.__dict__, "shuffle": False}), final=True)
-        owner = stream.source
-        spill_start = starts[members][owner] + stream.piece_start - stream_starts[owner]
-        parts.append((spill_start, stream.piece_len, members[owner], stream.row + base, stream.offset))
-        row_groups.append(np.full(stream.n_rows, group, dtype=np.int32))
-        base += stream.n_rows
-        remainder += stream.remainder_tokens
-    columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(5)]
-    row_group: np.ndarray | None = _joined_groups(row_groups)
-    if s.shuffle and base:
-        columns[3], row_group = _shuffled(columns[3], row_group, base, s.seed, 0)
-    piece_start, piece_len, source, row, offset = columns
-    return RowPlan(piece_start, piece_len, source, row, offset, base, remainder, row_group)
+    slices = list(group_slices(groups))
+    return grouped_stream_plan(lengths, s.seq_len, s.remainder, slices, shuffle=s.shuffle, seed=s.seed)

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from packcli.plan.planner import RowPlan
+from packcli.plan.planner import Plan, RowOrder
 from packcli.plan.rows import RowBuffers, Rows, fill_rows
 from packcli.write.spill import Block
 
@@ -24,29 +24,34 @@ ROW_BLOCK_TOKENS = 1 << 19  # rows are built (and written, on another thread) th
 
 def gather_rows(
     spill: BlockReader,
-    plan: RowPlan,
+    plan: Plan,
     seq_len: int,
     pad_id: int,
     first_row: int = 0,
     multiple: int = 1,
     end_row: int | None = None,
-    order: tuple[np.ndarray, np.ndarray] | None = None,
+    order: RowOrder = None,
     buffers: RowBuffers | None = None,
 ) -> Iterator[Rows]:
     """Rows in output order, built from the spill block by block (memory: one block).
-    `buffers`: each block is built in these, over the one before (see RowBuffers)."""
+    `order`: plan.row_order(), when the caller has it already. `buffers`: each block is
+    built in these, over the one before (see RowBuffers)."""
     block = max(1, ROW_BLOCK_TOKENS // seq_len)
-    for first, last, pick in plan.row_blocks(block, first_row, end_row, order):
-        lengths = plan.piece_len[pick]
-        data = spill.read_block(plan.piece_start[pick], lengths)
+    end = plan.n_rows if end_row is None else end_row
+    if order is None:
+        order = plan.row_order()
+    for first in range(first_row, end, block):
+        last = min(first + block, end)
+        starts, lengths, row_of, offset = plan.pieces(first, last, order)
+        data = spill.read_block(starts, lengths)
         yield fill_rows(
             data.tokens,
             data.token_at,
             data.learned,
             data.bit_at,
             lengths,
-            plan.row[pick] - first,
-            plan.offset[pick],
+            row_of,
+            offset,
             last - first,
             seq_len,
             pad_id,

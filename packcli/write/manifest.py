@@ -21,7 +21,9 @@ from packcli.plan.grouping import GroupEntry
 # 3 added the column max_seqlen, cu_seqlens_unpadded with --pad-to-multiple-of, and
 # `group_by`, the `groups` table and the `group` column of --group-by outputs; readers
 # compute max_seqlen for older outputs.
-FORMAT_VERSION = 3
+# 4 changed the shuffled row order (a seeded Feistel bijection, permute.py); the files,
+# columns and keys are those of 3.
+FORMAT_VERSION = 4
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 

@@ -1,0 +1,117 @@
+"""Peak memory of `pack --ids-field` against the number of sequences, short sequences.
+
+    python scripts/bench_sequences.py [--sizes 1M,4M,16M] [--modes bin,concat] [--before CHECKOUT] [--workdir DIR] [--quick]
+
+Inputs (built in --workdir, reused when present): Parquet files with one `ids`
+list<int32> column, N sequences of lognormal lengths (sigma 1, mean about 37 tokens: chat
+turns, short web pages), random ids below 50,000, row groups of 65,536 sequences, built
+with a seed. Each is packed with `--ids-field ids --eos-token 1 --seq-len 2048 --format npy`
+(bin and concat), every run its own subprocess; peak memory is the child's ru_maxrss
+(os.wait4), with the write stage's time from its report. With --before, the same runs of
+another checkout, interleaved. Printed: a table, and the ratio of the largest size's peak
+to the smallest's for each mode and checkout (targets: every run under 450 MB, 16M within
+1.1x of 1M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(text[-1], 1)
+    return int(float(text.rstrip("KMG")) * scale)
+
+
+def build(path: Path, n: int, seed: int = 0) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.exists():
+        return
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("ids", pa.list_(pa.int32()))])
+    partial = path.with_suffix(".partial")
+    with pq.ParquetWriter(partial, schema, compression="zstd") as writer:
+        for first in range(0, n, 1 << 16):
+            count = min(1 << 16, n - first)
+            lengths = np.maximum(1, rng.lognormal(np.log(37) - 0.5, 1.0, count).astype(np.int64))
+            offsets = np.zeros(count + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            values = rng.integers(2, 50_000, int(offsets[-1]), dtype=np.int32)
+            column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+            writer.write_table(pa.table({"ids": column}, schema=schema))
+    partial.rename(path)
+
+
+def run(code: Path, corpus: Path, out: Path, mode: str) -> dict:
+    args = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--overwrite", "--json"]
+    args += ["--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", "2048", "--format", "npy"]
+    args += ["--mode", mode]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    begin = time.perf_counter()
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=code)
+    stdout = process.stdout.read() if process.stdout else b""
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise SystemExit(f"pack failed ({status}): {' '.join(args)}")
+    report = json.loads(stdout)
+    stages = report.get("stages") or report.get("timings") or {}
+    return {
+        "peak_mb": round(usage.ru_maxrss / 1024, 1),
+        "seconds": round(time.perf_counter() - begin, 2),
+        "rows": report["rows"],
+        "write_s": stages.get("write", {}).get("seconds")
+        if isinstance(stages.get("write"), dict)
+        else stages.get("write"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1M,4M,16M")
+    parser.add_argument("--modes", default="bin,concat")
+    parser.add_argument("--before", type=Path, help="another checkout, run on the same inputs")
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--quick", action="store_true", help="1M and 4M sequences only")
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes = "1M,4M"
+    sizes = [size(s) for s in args.sizes.split(",")]
+    codes = {"this": ROOT} | ({"before": args.before} if args.before else {})
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = args.workdir or Path(scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        results: dict[str, dict] = {}
+        for n in sizes:
+            corpus = workdir / f"short-{n}.parquet"
+            build(corpus, n)
+            for mode in args.modes.split(","):
+                for label, code in codes.items():
+                    key = f"{label} {mode} {n:,}"
+                    results[key] = run(code, corpus, Path(scratch) / "out", mode)
+                    print(key, results[key], flush=True)
+    summary = {}
+    for label in codes:
+        for mode in args.modes.split(","):
+            small, large = results[f"{label} {mode} {sizes[0]:,}"], results[f"{label} {mode} {sizes[-1]:,}"]
+            summary[f"{label} {mode}: peak {sizes[-1]:,} / {sizes[0]:,}"] = round(
+                large["peak_mb"] / small["peak_mb"], 3
+            )
+    print(json.dumps({"runs": results, "ratios": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

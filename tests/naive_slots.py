@@ -1,0 +1,36 @@
+"""The slot rule the obvious way: rows in plan order, slots by offset, each slot of placed
+length L taking the next sequence of length L (of its group) in input order. The rows'
+layouts come from the plan under test; what is checked is which sequence fills which slot
+and where the row goes (the one-row shuffle reference)."""
+
+from __future__ import annotations
+
+from naive_permute import output_row
+
+
+def fill_slots(layouts, row_groups, placed, groups, shuffle=False, seed=0, window=0):
+    """layouts: per plan row, its slots [(offset, placed length)] in offset order;
+    row_groups: the group of each plan row; placed / groups: per sequence.
+    Returns sorted (sequence, output row, offset)."""
+    queues = {}
+    for i, (length, group) in enumerate(zip(placed, groups)):
+        queues.setdefault((group, length), []).append(i)
+    taken = dict.fromkeys(queues, 0)
+    n_rows = len(layouts)
+    out = []
+    for r, layout in enumerate(layouts):
+        row = output_row(r, n_rows, seed, window) if shuffle else r
+        for offset, length in layout:
+            key = (row_groups[r], length)
+            out.append((queues[key][taken[key]], row, offset))
+            taken[key] += 1
+    assert all(taken[k] == len(q) for k, q in queues.items())  # every sequence placed once
+    return sorted(out)
+
+
+def slot_map(lengths, multiple):
+    """Spill starts sorted by placed length, input order inside each; real lengths beside."""
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    placed = [-(-n // multiple) * multiple for n in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (placed[i], i))
+    return [starts[i] for i in order], [lengths[i] for i in order]

@@ -1,0 +1,166 @@
+"""Bin mode's plan from the histogram (packcli/plan/patterns.py): its rows against the
+packers' own, the slot rule against tests/naive_slots.py, on fixed and Hypothesis inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from naive_slots import fill_slots
+
+from packcli.plan.kernels.pack import pack_lengths, plan_lengths
+from packcli.plan.patterns import Patterns, pattern_plan, patterns_from_runs, runs_from_counts
+
+ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
+
+
+def layouts(p: Patterns) -> list[list[tuple[int, int]]]:
+    """Every plan row's slots [(offset, placed length)], expanded from the patterns."""
+    rows = []
+    for k in range(len(p.row_start) - 1):
+        a, b = int(p.slot_offsets[k]), int(p.slot_offsets[k + 1])
+        layout = list(zip(p.slot_pos[a:b].tolist(), p.slot_len[a:b].tolist()))
+        rows += [layout] * int(p.row_start[k + 1] - p.row_start[k])
+    return rows
+
+
+def placed_lengths(lengths, multiple):
+    return [-(-n // multiple) * multiple for n in lengths]
+
+
+@st.composite
+def inputs(draw):
+    seq_len = draw(st.integers(1, 64))
+    multiple = draw(st.sampled_from([1, 1, 2, 4]))
+    if seq_len % multiple:
+        multiple = 1
+    lengths = draw(st.lists(st.integers(1, seq_len), max_size=120))
+    groups = draw(st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=len(lengths), max_size=len(lengths))))
+    return seq_len, multiple, lengths, groups
+
+
+def dense(groups):
+    seen: dict[int, int] = {}
+    return [seen.setdefault(g, len(seen)) for g in groups]
+
+
+@settings(max_examples=150, deadline=None)
+@given(inputs(), st.sampled_from(ALGORITHMS), st.booleans(), st.sampled_from([None, 1, 2, 3]))
+def test_the_slot_rule_and_the_rows(data, algorithm, shuffle, cap):
+    seq_len, multiple, lengths, groups = data
+    if algorithm == "bfd":
+        cap = None  # capped bfd is not planned from counts
+    group_ids = None if groups is None else np.array(dense(groups), dtype=np.int32)
+    plan = pattern_plan(
+        np.array(lengths, dtype=np.int64),
+        seq_len,
+        algorithm,
+        multiple=multiple,
+        cap=cap,
+        groups=group_ids,
+        shuffle=shuffle,
+        seed=11,
+        window=2,
+    )
+    placed = placed_lengths(lengths, multiple)
+    per_group = [0] * len(lengths) if group_ids is None else group_ids.tolist()
+    # rows: the packer's own count for each group, repaired as plan_lengths repairs them
+    expected_rows = 0
+    for g in sorted(set(per_group)):
+        own = [n for n, h in zip(placed, per_group) if h == g]
+        expected_rows += plan_lengths(np.array(own), seq_len, algorithm, max_sequences_per_row=cap).n_rows
+    assert plan.n_rows == expected_rows
+    # which sequence fills which slot, and where each row goes
+    plan_groups = np.zeros(plan.n_rows, dtype=np.int64)
+    if plan.row_group is not None:
+        plan_groups = plan.row_group[plan.output_rows_of(np.arange(plan.n_rows))]
+    expected = fill_slots(layouts(plan.patterns), plan_groups.tolist(), placed, per_group, shuffle, 11, 2)
+    starts = np.cumsum(lengths) - np.array(lengths, dtype=np.int64) if lengths else np.zeros(0, np.int64)
+    start, length, row, offset = plan.placed(np.arange(plan.n_rows, dtype=np.int64))
+    got = sorted(zip(np.searchsorted(starts, start).tolist(), row.tolist(), offset.tolist()))
+    assert got == expected
+    np.testing.assert_array_equal(np.sort(length), np.sort(np.array(lengths, dtype=np.int64)))
+    # rows are valid: slots back to back from 0 within seq_len, groups pure, the cap held
+    for layout in layouts(plan.patterns):
+        assert [o for o, _ in layout] == list(np.cumsum([0] + [n for _, n in layout])[:-1])
+        assert sum(n for _, n in layout) <= seq_len
+        assert cap is None or len(layout) <= cap
+    if plan.row_group is not None:
+        sources = np.searchsorted(starts, start)
+        assert (plan.row_group[row] == group_ids[sources]).all()
+    assert plan.placed_histogram().sum() == len(lengths)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.lists(st.integers(1, 300), max_size=200), st.sampled_from(ALGORITHMS))
+def test_patterns_are_the_packers_rows(capacity, raw, algorithm):
+    """Before the repair: each row of the patterns holds the lengths the packer's own
+    placement puts in that row."""
+    lengths = np.array([min(n, capacity) for n in raw], dtype=np.int64)
+    counts = np.bincount(lengths, minlength=capacity + 1)
+    runs, n_rows = runs_from_counts(counts, capacity, algorithm)
+    patterns = patterns_from_runs(runs, n_rows)
+    packed = pack_lengths(lengths, capacity, algorithm)
+    assert n_rows == packed.n_rows
+    expected = [sorted(lengths[packed.row == r].tolist()) for r in range(n_rows)]
+    assert [sorted(n for _, n in layout) for layout in layouts(patterns)] == expected
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_million_lengths_make_a_plan_of_kilobytes(algorithm):
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(300), 1.0, 1_000_000).astype(np.int64), 1, 2048)
+    plan = pattern_plan(lengths, 2048, algorithm, shuffle=True)
+    p = plan.patterns
+    size = sum(a.nbytes for a in (p.row_start, p.slot_offsets, p.slot_len, p.slot_pos, plan.slot_base, plan.slot_step))
+    assert size < 2_000_000
+    assert plan.n_rows == plan_lengths(lengths, 2048, algorithm).n_rows
+    assert plan.n_rows <= -(-int(lengths.sum()) // 2048) * 1.0001 + 1
+
+
+def test_the_repair_runs_on_patterns_and_saves_rows():
+    """Uniform lengths at 2048: the repair pass saves rows, here from the pooled rows
+    expanded out of the patterns, exactly as many as on the whole placement."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 2049, 5_000)
+    unrepaired = pack_lengths(lengths, 2048, "spfhp").n_rows
+    repaired = plan_lengths(lengths, 2048, "spfhp").n_rows
+    assert repaired < unrepaired
+    assert pattern_plan(lengths, 2048, "spfhp").n_rows == repaired
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 64), max_size=200), st.sampled_from([1, 2, 8]))
+def test_the_slot_map_is_a_stable_sort_by_placed_length(lengths, multiple):
+    from naive_slots import slot_map as naive_slot_map
+
+    from packcli.plan.patterns import slot_map
+
+    array = np.array(lengths, dtype=np.int64)
+    counts = np.bincount(-(-array // multiple) * multiple, minlength=65)
+    starts, real = slot_map(array, multiple, counts)
+    expected_starts, expected_real = naive_slot_map(lengths, multiple)
+    assert starts.tolist() == expected_starts
+    assert (real is None) == (multiple == 1)
+    if real is not None:
+        assert real.tolist() == expected_real
+
+
+def test_the_slot_map_refuses_counts_of_other_lengths():
+    from packcli.core.errors import PackcliError
+    from packcli.plan.patterns import slot_map
+
+    with pytest.raises(PackcliError, match="counts hold 1 sequences, lengths 2"):
+        slot_map(np.array([3, 4]), 1, np.array([0, 0, 0, 1, 0]))
+    with pytest.raises(PackcliError, match=r"lengths must be in \[1, 4\] once placed"):
+        slot_map(np.array([3, 5]), 1, np.array([0, 0, 0, 1, 1]))
+
+
+def test_lengths_longer_than_a_row_are_refused_before_any_kernel_runs():
+    from packcli.core.errors import PackcliError
+
+    with pytest.raises(PackcliError, match="sequence 1 has length 70, more than the capacity 64"):
+        pattern_plan(np.array([3, 70]), 64, "bfd")
+    with pytest.raises(PackcliError, match="sequence 0 has length 57, more than the capacity 56"):
+        pattern_plan(np.array([57]), 60, "bfd", multiple=8)  # its slot of 64 would not fit a row of 60
