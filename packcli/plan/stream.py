@@ -50,21 +50,14 @@ class StreamPlan:
 
     def plan_rows_of(self, output_rows: np.ndarray) -> np.ndarray:
         """The plan row each output row comes from (the shuffle's inverse, window by window)."""
-        rows = np.asarray(output_rows, dtype=np.int64)
-        if not self.shuffle or not len(rows):
-            return rows.copy()
-        out = np.empty_like(rows)
-        begin = 0
-        for window, end in enumerate(self.window_ends, self.first_window):
-            inside = (rows >= begin) & (rows < end)
-            if inside.any():
-                out[inside] = begin + RowPermutation(end - begin, self.seed, window).inverse(rows[inside] - begin)
-            begin = end
-        return out
+        return self._windowed(output_rows, forward=False)
 
     def output_rows_of(self, plan_rows: np.ndarray) -> np.ndarray:
         """The output row of each plan row (the shuffle, window by window)."""
-        rows = np.asarray(plan_rows, dtype=np.int64)
+        return self._windowed(plan_rows, forward=True)
+
+    def _windowed(self, rows: np.ndarray, forward: bool) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
         if not self.shuffle or not len(rows):
             return rows.copy()
         out = np.empty_like(rows)
@@ -72,7 +65,9 @@ class StreamPlan:
         for window, end in enumerate(self.window_ends, self.first_window):
             inside = (rows >= begin) & (rows < end)
             if inside.any():
-                out[inside] = begin + RowPermutation(end - begin, self.seed, window).forward(rows[inside] - begin)
+                permutation = RowPermutation(end - begin, self.seed, window)
+                mapped = permutation.forward if forward else permutation.inverse
+                out[inside] = begin + mapped(rows[inside] - begin)
             begin = end
         return out
 
