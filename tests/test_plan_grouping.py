@@ -5,6 +5,7 @@ workers and resume; and `--max-sequences-per-row` through `pack`."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -375,15 +376,17 @@ def test_row_token_hashes_match_the_naive_hash_of_real_tokens(row_lengths, multi
         hashes = np.zeros(n_groups, dtype=np.uint64)
         # a block whose offsets start past other rows' entries, as blocks of a shard may
         junk = 3
-        row_token_hashes(
-            ids,
-            np.concatenate([np.full(junk, 7, np.int32), cu]),
-            offsets + junk,
-            num_segments,
-            row_group,
-            hashes,
-            np.concatenate([np.full(junk, 7, np.int32), unpadded]) if with_unpadded else None,
-        )
+        with warnings.catch_warnings():  # the sums wrap silently, compiled or not (verify prints no warning)
+            warnings.simplefilter("error")
+            row_token_hashes(
+                ids,
+                np.concatenate([np.full(junk, 7, np.int32), cu]),
+                offsets + junk,
+                num_segments,
+                row_group,
+                hashes,
+                np.concatenate([np.full(junk, 7, np.int32), unpadded]) if with_unpadded else None,
+            )
         rows_tokens = [
             real_tokens_of_row(ids[r], cu[offsets[r] : offsets[r + 1]], unpadded[offsets[r] : offsets[r + 1]], n)
             for r, n in enumerate(num_segments.tolist())

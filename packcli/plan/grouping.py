@@ -265,7 +265,8 @@ def row_token_hashes(
     if len(starts) and ((cu[starts] < 0) | (real < 0) | (cu[starts] + real > seq_len)).any():
         raise PackcliError("row token hashes: a segment's real tokens do not lie inside its row")
     work = n_rows + int(real.sum())
-    kernel(_add_row_hashes, work)(ids, cu, real_cu, offsets, segments, groups, hashes)
+    with np.errstate(over="ignore"):  # the sums wrap mod 2^64 by design (small work runs the Python twin)
+        kernel(_add_row_hashes, work)(ids, cu, real_cu, offsets, segments, groups, hashes)
 
 
 def group_counts(row_group: np.ndarray, num_segments: np.ndarray, real: np.ndarray, n_groups: int) -> np.ndarray:
