@@ -252,6 +252,7 @@ GROUPED = [
     ("concat", "npy", {"shuffle": True}),
     ("bin", "npy", {"algorithm": "spfhp", "max_sequences_per_row": 2}),
     ("concat", "parquet", {"remainder": "drop"}),
+    ("bin", "npy", {"pad_to_multiple_of": 8}),  # pads after each segment: the group hash takes real tokens only
 ]
 
 

@@ -132,6 +132,29 @@ def test_large_vocabulary_is_int32(tmp_path, packed, cli, big_tokenizer):
     assert not list(tmp_path.glob("small*"))  # nothing half-written is left
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_uint16_checks_the_real_tokens_where_pads_follow_segments(tmp_path, packed, cli, big_tokenizer, fmt):
+    """With --pad-to-multiple-of a row's real tokens are not its first real-count ones: the
+    dtype check looks at the real tokens themselves. One past the row's real count that
+    does not fit is refused (not wrapped); pads that do not fit are not written, so they pass."""
+    texts = ["w1 w2 w3 w4 w5", "w6 w7 w8 w9 w10 w11", "w1 w2 w3 w4 w5 w69990"]  # the big id lands at position 21
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    opts = ("--tokenizer", big_tokenizer, "--seq-len", 32, "--pad-to-multiple-of", 8, "--format", fmt, "--no-shuffle")
+    out = packed(path, *opts, out=tmp_path / "big")
+    rows, _ = load_rows(out)
+    assert rows.real_lengths().tolist() == [20] and int(np.argmax(rows.input_ids[0] > 65535)) >= 20
+    result = cli("export", "megatron", out, tmp_path / "small", "--dtype", "uint16")
+    assert result.exit_code == 1 and "token id 69994 does not fit uint16" in result.stderr
+    assert not list(tmp_path.glob("small*"))
+    path = write_jsonl(tmp_path / "small.jsonl", [{"text": t} for t in texts[:2] + ["w1 w2 w3 w4 w5 w6"]])
+    out = packed(path, *opts, "--pad-id", 69_000, out=tmp_path / "big-pad")
+    rows, _ = load_rows(out)
+    assert (rows.input_ids[0, : rows.real_lengths()[0]] == 69_000).any()  # pads among the first real-count ids
+    summary, _ = export(cli, out, tmp_path / "mega", "--dtype", "uint16")
+    data = read_megatron(tmp_path / "mega")
+    assert data.dtype_code == 8 and summary["dtype"] == "uint16" and as_lists(data) == real_segments(rows)
+
+
 def test_sft_output_notes_lost_labels(tmp_path, packed, cli, word_tokenizer):
     path = write_jsonl(tmp_path / "in.jsonl", [{"p": "w1 w2", "c": "w3 w4"}] * 5)
     out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 16, "--prompt-field", "p", "--completion-field", "c")

@@ -17,14 +17,15 @@ from packcli.write.manifest import load_manifest
 def streamed(source, tmp_path, labels=False):
     """(segment lengths, row starts, real per row, written ids, written labels) over every block."""
     manifest = load_manifest(source)
-    parts: dict[str, list] = {"lengths": [], "starts_row": [], "real": []}
+    parts: dict[str, list] = {"lengths": [], "starts_row": [], "real": [], "mask": []}
     with open(tmp_path / "ids", "wb") as ids, open(tmp_path / "labels", "wb") as learned:
         for block in token_blocks(source, manifest, labels=labels):
             for chunk in block.chunks():
+                parts["mask"].append(block.real_mask(chunk))
                 block.write(ids.fileno(), chunk, chunk.ids.astype(np.int32))
                 if labels:
                     block.write(learned.fileno(), chunk, chunk.labels.astype(np.int32))
-            for name in parts:
+            for name in ("lengths", "starts_row", "real"):
                 parts[name].append(getattr(block.segments, name))
     joined = {name: np.concatenate(values) for name, values in parts.items()}
     read = [np.fromfile(tmp_path / name, dtype=np.int32) for name in ("ids", "labels")]
@@ -48,6 +49,7 @@ def test_small_chunks_and_blocks_give_every_real_token(tmp_path, packed, word_to
     parts, ids, labels = streamed(source, tmp_path, labels=True)
     rows, _ = load_rows(source)
     mask = real_token_mask(rows)
+    assert parts["mask"].tolist() == mask.tolist()  # where the real tokens are, chunk by chunk
     assert ids.tolist() == rows.input_ids[mask].tolist()
     assert labels.tolist() == rows.labels[mask].tolist()
     assert (labels == IGNORE_INDEX).any() and (labels != IGNORE_INDEX).any()

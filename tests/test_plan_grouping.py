@@ -5,17 +5,19 @@ workers and resume; and `--max-sequences-per-row` through `pack`."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
 from helpers import load_rows, real_segments, write_jsonl
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive_grouping import group_hashes, real_tokens_of_row
 
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import verify_dir
-from packcli.plan.grouping import GroupIds, GroupTable, group_key, group_slices, merge_tables
+from packcli.plan.grouping import GroupIds, GroupTable, group_key, group_slices, merge_tables, row_token_hashes
 from packcli.write.shard_reader import read_group_column
 
 ALGORITHMS = ["nf", "ff", "ffd", "bfd", "spfhp", "lpfhp"]
@@ -321,3 +323,186 @@ def test_group_ids_are_handed_out_in_the_order_they_came(steps):
         assert ids.held == len(expected)
     with pytest.raises(PackcliError, match="group ids asked for"):
         ids.take(len(expected) + 1)
+
+
+# ------------------------------------------------ the token hash of rows with --pad-to-multiple-of
+
+
+def _random_rows(draw_lengths, seq_len: int, multiple: int, rng):
+    """Rows of real segments (lengths from draw_lengths), each padded to the multiple, then
+    a padding segment; the pads hold ids no real token has (they must not be hashed)."""
+    ids = np.full((len(draw_lengths), seq_len), 999_999, dtype=np.int32)
+    cu, unpadded, offsets, num_segments = [], [], [0], []
+    for r, lengths in enumerate(draw_lengths):
+        at, real, row_cu, row_un = 0, 0, [0], [0]
+        for length in lengths:
+            padded = -(-length // multiple) * multiple
+            if at + padded > seq_len:
+                break
+            ids[r, at : at + length] = rng.integers(0, 50_000, size=length)
+            at, real = at + padded, real + length
+            row_cu.append(at)
+            row_un.append(real)
+        num_segments.append(len(row_cu) - 1)
+        if at < seq_len:
+            row_cu.append(seq_len)
+            row_un.append(real + seq_len - at)
+        cu += row_cu
+        unpadded += row_un
+        offsets.append(len(cu))
+    return (
+        ids,
+        np.array(cu, dtype=np.int32),
+        np.array(offsets, dtype=np.int64),
+        np.array(num_segments, dtype=np.int32),
+        np.array(unpadded, dtype=np.int32),
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 20), max_size=5), max_size=8),
+    st.sampled_from([1, 2, 4, 8]),
+    st.integers(0, 3),
+    st.integers(0, 2**32 - 1),
+)
+def test_row_token_hashes_match_the_naive_hash_of_real_tokens(row_lengths, multiple, n_groups_extra, seed):
+    rng = np.random.default_rng(seed)
+    seq_len = 32
+    ids, cu, offsets, num_segments, unpadded = _random_rows(row_lengths, seq_len, multiple, rng)
+    n_groups = 1 + n_groups_extra
+    row_group = rng.integers(0, n_groups, size=len(ids)).astype(np.int32)
+    for with_unpadded in (True, False) if multiple == 1 else (True,):
+        hashes = np.zeros(n_groups, dtype=np.uint64)
+        # a block whose offsets start past other rows' entries, as blocks of a shard may
+        junk = 3
+        with warnings.catch_warnings():  # the sums wrap silently, compiled or not (verify prints no warning)
+            warnings.simplefilter("error")
+            row_token_hashes(
+                ids,
+                np.concatenate([np.full(junk, 7, np.int32), cu]),
+                offsets + junk,
+                num_segments,
+                row_group,
+                hashes,
+                np.concatenate([np.full(junk, 7, np.int32), unpadded]) if with_unpadded else None,
+            )
+        rows_tokens = [
+            real_tokens_of_row(ids[r], cu[offsets[r] : offsets[r + 1]], unpadded[offsets[r] : offsets[r + 1]], n)
+            for r, n in enumerate(num_segments.tolist())
+        ]
+        assert [int(h) for h in hashes] == group_hashes(rows_tokens, row_group.tolist(), n_groups)
+        assert all(999_999 not in tokens for tokens in rows_tokens)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2)), min_size=1, max_size=30),
+    st.sampled_from([2, 4, 8]),
+)
+def test_the_hash_of_rows_is_the_hash_read_with_a_pad_multiple(sequences, multiple):
+    """What the writer records at read time (GroupTable.add_tokens) is what verify
+    recomputes from the rows, split pieces and pads after each segment included."""
+    import packcli
+
+    tokens = [list(range(100 + i, 100 + i + length)) for i, (length, _) in enumerate(sequences)]
+    groups = [["a", "b", None][g] for _, g in sequences]
+    packed = packcli.pack_sequences(tokens, 32, pad_id=0, groups=groups, pad_to_multiple_of=multiple)
+    rows, table = packed.rows, packed.report["groups"]
+    hashes = np.zeros(len(table), dtype=np.uint64)
+    row_token_hashes(
+        rows.input_ids,
+        rows.cu_seqlens,
+        rows.cu_offsets,
+        rows.num_segments,
+        packed.row_group,
+        hashes,
+        rows.cu_seqlens_unpadded,
+    )
+    assert [f"{int(h):016x}" for h in hashes] == [entry["token_hash"] for entry in table]
+
+
+def test_row_token_hashes_refuse_offsets_that_leave_the_row():
+    ids = np.ones((1, 8), dtype=np.int32)
+    args = (np.array([0, 4, 8], np.int32), np.array([0, 3], np.int64), np.array([3], np.int32))
+    with pytest.raises(PackcliError, match="do not hold num_segments"):
+        row_token_hashes(ids, *args, np.zeros(1, np.int32), np.zeros(1, np.uint64))
+    cu = np.array([0, 4, 8], np.int32)
+    with pytest.raises(PackcliError, match="do not lie inside its row"):
+        row_token_hashes(
+            ids,
+            cu,
+            np.array([0, 3], np.int64),
+            np.array([1], np.int32),
+            np.zeros(1, np.int32),
+            np.zeros(1, np.uint64),
+            np.array([0, 9, 10], np.int32),
+        )
+    with pytest.raises(PackcliError, match="group has no hash"):
+        row_token_hashes(
+            ids, cu, np.array([0, 3], np.int64), np.array([1], np.int32), np.ones(1, np.int32), np.zeros(1, np.uint64)
+        )
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_group_by_with_a_pad_multiple_passes_verify(grouped, packed, word_tokenizer, fmt):
+    """Each real segment is followed by pads inside its row: the group hash covers the real
+    tokens only, wherever they lie in the row (the `packed` fixture runs verify)."""
+    path, records = grouped
+    opts = ("--tokenizer", word_tokenizer, "--seq-len", 64, "--group-by", "source", "--format", fmt)
+    out = packed(path, *opts, "--pad-to-multiple-of", 8)
+    rows, manifest, groups = assert_no_row_mixes(out)
+    inner = (np.diff(rows.cu_seqlens) != np.diff(rows.cu_seqlens_unpadded)).sum()
+    assert inner > 0 and (rows.num_segments > 1).sum() > 0  # pads between real segments of a row
+    assert manifest["options"]["pad_to_multiple_of"] == 8
+    for entry in manifest["groups"]:
+        want = [
+            int(w[1:]) + 4
+            for r in records
+            if group_key(r["source"]) == group_key(entry["value"])
+            for w in r["text"].split()
+        ]
+        members = np.flatnonzero(groups == entry["id"])
+        got = [t for segment in real_segments(rows.take(members)) for t in segment if t != 1]
+        assert Counter(got) == Counter(want)  # the rows hold exactly the group's tokens, EOS aside
+    unpadded = packed(path, *opts)
+    assert [{k: e[k] for k in ("value", "sequences", "real_tokens", "token_hash")} for e in manifest["groups"]] == [
+        {k: e[k] for k in ("value", "sequences", "real_tokens", "token_hash")}
+        for e in json.loads((unpadded / "manifest.json").read_text())["groups"]
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_verify_catches_one_altered_token_in_a_padded_grouped_output(grouped, packed, word_tokenizer, fmt):
+    """The last real token of a row with pads between its segments (one a hash of the row's
+    first real-length tokens would leave out), changed in input_ids and labels alike so that
+    the rows stay sound: the shard's checksum names the shard, and with the checksum made to
+    agree, the group's token hash names the group."""
+    from test_inspect_verify import tamper_npy, tamper_parquet
+
+    path, _ = grouped
+    opts = ("--tokenizer", word_tokenizer, "--seq-len", 64, "--group-by", "source", "--format", fmt)
+    out = packed(path, *opts, "--pad-to-multiple-of", 8, "--rows-per-shard", 40)
+    rows, manifest = load_rows(out)
+    cu, un, offsets = rows.cu_seqlens, rows.cu_seqlens_unpadded, rows.cu_offsets
+    row = next(  # in the second shard, pads after the row's first segment
+        r for r in range(40, len(rows)) if rows.num_segments[r] > 1 and cu[offsets[r] + 1] != un[offsets[r] + 1]
+    )
+    last = offsets[row] + int(rows.num_segments[row]) - 1
+    position = int(cu[last] + un[last + 1] - un[last] - 1)
+    assert position >= un[offsets[row] + rows.num_segments[row]]  # past the row's count of real tokens
+    group = int(row_groups(out)[row])
+    shard, local = manifest["shards"][1]["path"], row - 40
+    value = 5 if rows.input_ids[row, position] != 5 else 6
+
+    def edit(array):
+        array[local][position] = value
+
+    tamper = tamper_npy if fmt == "npy" else tamper_parquet
+    for column in ("input_ids", "labels"):
+        tamper(out, shard, column, edit)  # and the manifest's checksum made to agree
+    with pytest.raises(PackcliError, match=rf"^group {group} \(.*\): the tokens of its rows are not the tokens read"):
+        verify_dir(out)
+    (out / "manifest.json").write_text(json.dumps(manifest))  # the checksum written with the shard
+    with pytest.raises(PackcliError, match=rf"^{shard}: .*checksum"):
+        verify_dir(out)

@@ -35,7 +35,7 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.export.base import Progress, fetching_source, read_source
-from packcli.export.tokens import TokenBlock, token_blocks
+from packcli.export.tokens import Chunk, TokenBlock, token_blocks
 from packcli.write.manifest import Manifest
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -140,21 +140,21 @@ def _write_block(data: int, block: TokenBlock, token_dtype: np.dtype, rule: str)
     edges = []
     column = 0 if rule == "bos" else -1
     for chunk in block.chunks():
-        real = block.segments.real[chunk.start : chunk.start + len(chunk.ids)]
-        block.write(data, chunk, _as_token_dtype(chunk.ids, real, token_dtype))
+        block.write(data, chunk, _as_token_dtype(block, chunk, token_dtype))
         edges.append(chunk.ids[:, column].copy())
     return np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
 
 
-def _as_token_dtype(ids: np.ndarray, real: np.ndarray, token_dtype: np.dtype) -> np.ndarray:
+def _as_token_dtype(block: TokenBlock, chunk: Chunk, token_dtype: np.dtype) -> np.ndarray:
     """The chunk's ids in the `.bin` dtype (little endian), after checking that every real
-    one fits; the array itself when it already has that dtype."""
+    one (every one written) fits; the array itself when it already has that dtype."""
+    ids = chunk.ids
     target = token_dtype.newbyteorder("<")
     if ids.dtype == target:
         return ids
     max_id = np.iinfo(token_dtype).max
     if np.iinfo(ids.dtype).max > max_id and len(ids) and int(ids.max()) > max_id:
-        real_ids = ids[np.arange(ids.shape[1])[None, :] < real[:, None]]  # padding may not fit; it is not written
+        real_ids = ids[block.real_mask(chunk)]  # padding may not fit; it is not written
         if len(real_ids) and int(real_ids.max()) > max_id:
             raise PackcliError(f"token id {int(real_ids.max())} does not fit {token_dtype.name}: pass dtype int32")
     return ids.astype(target)

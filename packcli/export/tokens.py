@@ -45,7 +45,7 @@ HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.fo
 class Segments:
     """The real segments of a block of rows, in order."""
 
-    real: np.ndarray  # int64 per row: real tokens (with --pad-to-multiple-of, up to the last real one)
+    real: np.ndarray  # int64 per row: its count of real tokens (with pads after segments, not where they end)
     lengths: np.ndarray  # int64 per segment: real tokens
     starts_row: np.ndarray  # bool per segment: the first of its row
     first_segment: np.ndarray  # int64 per row + 1: index of each row's first segment
@@ -89,6 +89,22 @@ class TokenBlock:
             begins = (rows * values.shape[1] + segments.starts[lo:hi]) * size
             ends = begins + segments.lengths[lo:hi] * size
         write_spans(fd, values.data.cast("B"), begins, ends)
+
+    def real_mask(self, chunk: Chunk) -> np.ndarray:
+        """True where the chunk's rows hold a real token ([rows, seq_len]): each row's prefix,
+        or each segment's real part where pads follow segments (what `write` writes)."""
+        segments, (n, width) = self.segments, chunk.ids.shape
+        stop = chunk.start + n
+        if segments.starts is None:
+            mask: np.ndarray = np.arange(width)[None, :] < segments.real[chunk.start : stop, None]
+            return mask
+        lo, hi = int(segments.first_segment[chunk.start]), int(segments.first_segment[stop])
+        rows = np.repeat(np.arange(n), np.diff(segments.first_segment[chunk.start : stop + 1]))
+        begins = rows * width + segments.starts[lo:hi]
+        edges = np.bincount(begins, minlength=n * width + 1) - np.bincount(
+            begins + segments.lengths[lo:hi], minlength=n * width + 1
+        )
+        return (np.cumsum(edges[:-1]) > 0).reshape(n, width)
 
 
 def write_spans(fd: int, data: memoryview, begins: np.ndarray, ends: np.ndarray) -> None:

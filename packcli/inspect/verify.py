@@ -605,5 +605,13 @@ def _group_shard(path: Path, manifest: Manifest, name: str, counted: np.ndarray,
             raise PackcliError(f"{name} row {first_row + row}: group {int(group[row])} is not in the manifest's table")
         real = rows.real_lengths()
         counted += group_counts(group, rows.num_segments, real, len(counted))
-        row_token_hashes(rows.input_ids, real, group, hashes)
+        row_token_hashes(
+            rows.input_ids,
+            rows.cu_seqlens,
+            rows.cu_offsets,
+            rows.num_segments,
+            group,
+            hashes,
+            rows.cu_seqlens_unpadded,
+        )
         first_row += len(rows)

@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from packcli.core.errors import PackcliError
-from packcli.core.jit import njit
+from packcli.core.jit import kernel, njit
 
 
 class GroupEntry(TypedDict):
@@ -207,20 +207,66 @@ def _add_token_hashes(tokens, token_groups, hashes):
 
 
 @njit(cache=True, nogil=True)
-def _add_row_hashes(ids, real, row_group, hashes):
+def _add_row_hashes(ids, cu, real_cu, offsets, num_segments, row_group, hashes):
     for r in range(ids.shape[0]):
         g = row_group[r]
-        for j in range(real[r]):
-            hashes[g] += _mix(ids[r, j])
+        first = offsets[r]
+        for k in range(num_segments[r]):
+            start = cu[first + k]
+            for j in range(start, start + real_cu[first + k + 1] - real_cu[first + k]):
+                hashes[g] += _mix(ids[r, j])
 
 
-def row_token_hashes(ids: np.ndarray, real: np.ndarray, row_group: np.ndarray, hashes: np.ndarray) -> None:
-    """Add the real tokens of rows (the first real[r] of row r) to their groups' hashes.
+def row_token_hashes(
+    ids: np.ndarray,
+    cu_seqlens: np.ndarray,
+    cu_offsets: np.ndarray,
+    num_segments: np.ndarray,
+    row_group: np.ndarray,
+    hashes: np.ndarray,
+    cu_seqlens_unpadded: np.ndarray | None = None,
+) -> None:
+    """Add the real tokens of rows to their groups' hashes: of each real segment k of row r
+    (k < num_segments[r]), the tokens from its start cu_seqlens[k] on, as many as its real
+    length (cu_seqlens_unpadded[k+1] - cu_seqlens_unpadded[k] with --pad-to-multiple-of,
+    else the segment's length). The pads after a segment's real tokens and the padding
+    segment are left out, so these are exactly the tokens read for the row's segments.
 
     A group's token_hash is the sum (mod 2^64) of a mix of each of its tokens: it does not
     depend on order or on how tokens are cut into segments and rows, so the rows of a group
-    give the hash of the tokens read for it unless a row mixes groups."""
-    _add_row_hashes(ids, np.asarray(real, dtype=np.int64), np.asarray(row_group, dtype=np.int64), hashes)
+    give the hash of the tokens read for it unless a row mixes groups. Raises PackcliError
+    if the offsets do not describe the rows (a damaged output must not be read past)."""
+    ids = np.asarray(ids)
+    n_rows, seq_len = ids.shape if ids.ndim == 2 else (-1, -1)
+    offsets = np.asarray(cu_offsets, dtype=np.int64)
+    segments = np.asarray(num_segments, dtype=np.int64)
+    groups = np.asarray(row_group, dtype=np.int64)
+    if n_rows < 0 or len(offsets) != n_rows + 1 or len(segments) != n_rows or len(groups) != n_rows:
+        raise PackcliError("row token hashes: ids, cu_seqlens offsets, num_segments and groups disagree on the rows")
+    if n_rows == 0:
+        return
+    base = int(offsets[0])
+    if base < 0:
+        raise PackcliError("row token hashes: cu_seqlens do not hold num_segments segments per row")
+    offsets = offsets - base
+    cu = np.asarray(cu_seqlens, dtype=np.int64)[base : base + int(offsets[-1])]
+    real_cu = cu if cu_seqlens_unpadded is None else np.asarray(cu_seqlens_unpadded, dtype=np.int64)[base:][: len(cu)]
+    entries = np.diff(offsets)
+    if len(cu) != offsets[-1] or len(real_cu) != len(cu) or (entries < segments + 1).any() or (segments < 0).any():
+        raise PackcliError("row token hashes: cu_seqlens do not hold num_segments segments per row")
+    if ((groups < 0) | (groups >= len(hashes))).any():
+        raise PackcliError("row token hashes: a row's group has no hash")
+    if hashes.dtype != np.uint64:
+        raise PackcliError("row token hashes: the hashes must be uint64")
+    # every real segment's tokens lie in its row: start >= 0, real length >= 0, end <= seq_len
+    k = np.arange(len(cu)) - np.repeat(offsets[:-1], entries)  # each entry's index in its row
+    starts = np.flatnonzero(k < np.repeat(segments, entries))  # the entries that start a real segment
+    real = real_cu[starts + 1] - real_cu[starts]
+    if len(starts) and ((cu[starts] < 0) | (real < 0) | (cu[starts] + real > seq_len)).any():
+        raise PackcliError("row token hashes: a segment's real tokens do not lie inside its row")
+    work = n_rows + int(real.sum())
+    with np.errstate(over="ignore"):  # the sums wrap mod 2^64 by design (small work runs the Python twin)
+        kernel(_add_row_hashes, work)(ids, cu, real_cu, offsets, segments, groups, hashes)
 
 
 def group_counts(row_group: np.ndarray, num_segments: np.ndarray, real: np.ndarray, n_groups: int) -> np.ndarray:
