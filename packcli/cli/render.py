@@ -37,13 +37,34 @@ def to_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=False) + "\n"
 
 
+def packing_lines(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rows' figures, as the terminal table and the HTML page both show them."""
+    lines = [
+        ("sequences packed", f"{report['sequences_packed']:,}"),
+        ("rows", f"{report['rows']:,} x {report['seq_len']:,} tokens"),
+        ("lower bound", f"{report['lower_bound_rows']:,} rows"),
+        ("real tokens", f"{report['real_tokens']:,}"),
+        ("padding tokens", f"{report['padding_tokens']:,}"),
+        ("label tokens", f"{report['label_tokens']:,}"),
+        ("efficiency", f"{report['efficiency']:.2%}"),
+    ]
+    if "no_packing" in report:
+        base = report["no_packing"]
+        lines.append(("no packing", f"{base['efficiency']:.2%} ({base['rows']:,} rows)"))
+    per_row, fill = report["sequences_per_row"], report["fill_per_row"]
+    lines += [
+        ("sequences per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"),
+        ("fill per row", f"min {fill['min']:,}, median {fill['median']:,.0f}"),
+    ]
+    return lines
+
+
 def render_table(report: Mapping[str, Any], title: str) -> Table | Group:
     """A Rich table of the figures a user looks at first."""
 
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    seq_len = report["seq_len"]
     lines = []
     notes: list[str] = []  # records named under the table: paths are too long for its columns
     if "documents" in report:
@@ -57,24 +78,7 @@ def render_table(report: Mapping[str, Any], title: str) -> Table | Group:
         lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
     lines += _unlearned_lines(report.get("unlearned"))
     notes += _unlearned_notes(report.get("unlearned"))
-    lines += [
-        ("sequences packed", f"{report['sequences_packed']:,}"),
-        ("rows", f"{report['rows']:,} x {seq_len:,} tokens"),
-        ("lower bound", f"{report['lower_bound_rows']:,} rows"),
-        ("real tokens", f"{report['real_tokens']:,}"),
-        ("padding tokens", f"{report['padding_tokens']:,}"),
-        ("label tokens", f"{report['label_tokens']:,}"),
-        ("efficiency", f"{report['efficiency']:.2%}"),
-    ]
-    if "no_packing" in report:
-        base = report["no_packing"]
-        lines.append(("no packing", f"{base['efficiency']:.2%} ({base['rows']:,} rows)"))
-    per_row = report["sequences_per_row"]
-    fill = report["fill_per_row"]
-    lines += [
-        ("sequences per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"),
-        ("fill per row", f"min {fill['min']:,}, median {fill['median']:,.0f}"),
-    ]
+    lines += packing_lines(report)
     if "remainder" in report and report["remainder"]["tokens"]:
         rem = report["remainder"]
         lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))

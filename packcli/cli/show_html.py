@@ -124,23 +124,9 @@ def view_block(view: View, decoder: Decoder | None) -> str:
 
 
 def _figures(report: Mapping[str, Any]) -> str:
-    lines = [
-        ("rows", f"{report['rows']:,} x {report['seq_len']:,} tokens"),
-        ("lower bound", f"{report['lower_bound_rows']:,} rows"),
-        ("sequences", f"{report['sequences_packed']:,}"),
-        ("real tokens", f"{report['real_tokens']:,}"),
-        ("padding tokens", f"{report['padding_tokens']:,}"),
-        ("label tokens", f"{report['label_tokens']:,}"),
-        ("efficiency", f"{report['efficiency']:.2%}"),
-    ]
-    if "no_packing" in report:
-        base = report["no_packing"]
-        lines.append(("no packing", f"{base['efficiency']:.2%} ({base['rows']:,} rows)"))
-    per_row, fill = report["sequences_per_row"], report["fill_per_row"]
-    lines += [
-        ("sequences per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"),
-        ("fill per row", f"min {fill['min']:,}, median {fill['median']:,.0f}"),
-    ]
+    from packcli.cli.render import packing_lines
+
+    lines = packing_lines(report)
     if report.get("mode"):
         lines.insert(
             0, ("mode", f"{report['mode']}" + (f" ({report['algorithm']})" if report.get("algorithm") else ""))
