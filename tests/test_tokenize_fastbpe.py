@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from packcli.core.errors import PackcliError
 from packcli.tokenize import bpe_convert, fastbpe
+from packcli.tokenize import tokenizer as tokenizing
 from packcli.tokenize.tokenizer import BUNDLED_NAME, encode_texts, load_tokenizer
 
 QWEN_PATTERN = (
@@ -559,7 +560,7 @@ def test_metaspace_tokenizer(gpt2_json, tmp_path):
 
 def _tiny_bpe(ignore_merges: bool) -> dict:
     """Bytes plus merges a+b, b+c, a+bc: BPE turns "abc" into [ab][c], never [abc]."""
-    alphabet = bpe_convert.bytes_to_unicode()
+    alphabet = tokenizing.bytes_to_unicode()
     vocab = {alphabet[b]: i for i, b in enumerate(sorted(alphabet))}
     for tok in ("ab", "bc", "abc"):
         vocab[tok] = len(vocab)

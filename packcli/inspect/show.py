@@ -25,6 +25,7 @@ import numpy as np
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
+from packcli.tokenize.tokenizer import bytes_to_unicode
 from packcli.write.manifest import Manifest
 
 IGNORE_INDEX = -100
@@ -89,7 +90,7 @@ class Decoder:
         kinds = _decoder_kinds(decoder)
         self.byte_level = "ByteLevel" in kinds
         self.metaspace = next((d.get("replacement", "▁") for d in _decoders(decoder) if d["type"] == "Metaspace"), None)
-        self._bytes = _byte_decoder() if self.byte_level else {}
+        self._bytes = {char: byte for byte, char in bytes_to_unicode().items()} if self.byte_level else {}
 
     def piece(self, token: int) -> str:
         token = int(token)
@@ -150,20 +151,6 @@ def _decoders(decoder: dict) -> list[dict]:
 
 def _decoder_kinds(decoder: dict) -> set[str]:
     return {d.get("type", "") for d in _decoders(decoder)}
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the printable character each byte is written as."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
 
 
 def load_decoder(spec: str) -> Decoder:

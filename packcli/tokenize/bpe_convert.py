@@ -26,7 +26,6 @@ How a `tokenizer.json` maps to tiktoken (docs/tokenizer-backends.md has the full
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,20 +48,6 @@ _PLACEHOLDER_SPECIAL = "<|packcli-placeholder-never-allowed|>"
 
 class Inconvertible(Exception):
     """The tokenizer has no provably equivalent tiktoken encoding; the message says why."""
-
-
-@functools.lru_cache(maxsize=1)
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table, the alphabet of byte-level BPE."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
 
 
 @dataclass
@@ -147,7 +132,7 @@ def _bpe_model(spec: dict) -> dict:
 def _token_bytes(vocab: dict[str, int]) -> dict[str, bytes | None]:
     """Token string -> its bytes (None if it holds a character outside the byte-level
     alphabet); Inconvertible unless all 256 byte-level tokens are in the vocabulary."""
-    alphabet = bytes_to_unicode()
+    alphabet = tokenizing.bytes_to_unicode()
     missing = [b for b, c in alphabet.items() if c not in vocab]
     if missing:
         raise Inconvertible(f"the vocabulary lacks {len(missing)} of the 256 byte-level tokens (not byte-level BPE)")
@@ -170,7 +155,7 @@ def _merge_ranks(
     tiktoken (which merges the pair whose result ranks lowest) follows the merge list. A
     result made again by a later merge must be made by consecutive merges, or the two
     orders could disagree."""
-    alphabet = bytes_to_unicode()
+    alphabet = tokenizing.bytes_to_unicode()
     ranks: dict[bytes, int] = {}
     rank_ids: list[int] = []
     for b in sorted(range(256), key=lambda b: vocab[alphabet[b]]):
@@ -246,7 +231,7 @@ def _probe_missing_merges(model, encoding, conversion: Conversion, missing: list
     pre-tokenizer). A difference means the two algorithms really disagree: refuse."""
     if not missing:
         return
-    alphabet = bytes_to_unicode()
+    alphabet = tokenizing.bytes_to_unicode()
     core = encoding._core_bpe
     to_id = (
         (lambda ranks: ranks)
@@ -323,7 +308,7 @@ def _pre_tokenizer_pattern(pre) -> tuple[str, bool]:
 def _check_tokens_encode_to_themselves(backend, ranks: dict[bytes, int], rank_ids: list[int]) -> None:
     """Without ignore_merges, tiktoken still outputs a piece that is in its ranks as one
     token. That is right only if the tokenizer's BPE turns every such token into itself."""
-    alphabet = bytes_to_unicode()
+    alphabet = tokenizing.bytes_to_unicode()
     model = backend.model
     for as_bytes, rank in ranks.items():
         if len(as_bytes) < 2:

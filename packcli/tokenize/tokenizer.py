@@ -6,6 +6,7 @@ nothing downstream handles Python lists of ints.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -391,3 +392,17 @@ def add_boundary_tokens(
         keep[new_ends - 1] = False
     out[keep] = flat
     return out, new_lengths
+
+
+@functools.lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, the alphabet of byte-level BPE."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
