@@ -72,7 +72,7 @@ def main() -> int:
         # The terminal view, recorded by Rich as SVG, drawn by the browser.
         from rich.console import Console
 
-        from packcli.cli.app import show_render
+        from packcli.cli import show_render
         from packcli.inspect import show
 
         source = show.OutputSource(str(out))
