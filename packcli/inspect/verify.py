@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from packcli.core.errors import PackcliError
 from packcli.core.jit import njit
 from packcli.plan.grouping import group_counts, row_token_hashes
-from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
+from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, real_token_mask, segment_table
 from packcli.write.columns import GROUP_FILE, NPY_FILES, OPTIONAL_NPY_FILES
 from packcli.write.manifest import Manifest, ShardEntry, load_manifest
 from packcli.write.shard_pages import ShardPages
@@ -605,5 +605,6 @@ def _group_shard(path: Path, manifest: Manifest, name: str, counted: np.ndarray,
             raise PackcliError(f"{name} row {first_row + row}: group {int(group[row])} is not in the manifest's table")
         real = rows.real_lengths()
         counted += group_counts(group, rows.num_segments, real, len(counted))
-        row_token_hashes(rows.input_ids, real, group, hashes)
+        mask = None if rows.cu_seqlens_unpadded is None else real_token_mask(rows)
+        row_token_hashes(rows.input_ids, real, group, hashes, mask)
         first_row += len(rows)

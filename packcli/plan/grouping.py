@@ -214,12 +214,19 @@ def _add_row_hashes(ids, real, row_group, hashes):
             hashes[g] += _mix(ids[r, j])
 
 
-def row_token_hashes(ids: np.ndarray, real: np.ndarray, row_group: np.ndarray, hashes: np.ndarray) -> None:
-    """Add the real tokens of rows (the first real[r] of row r) to their groups' hashes.
+def row_token_hashes(
+    ids: np.ndarray, real: np.ndarray, row_group: np.ndarray, hashes: np.ndarray, mask: np.ndarray | None = None
+) -> None:
+    """Add the real tokens of rows (the first real[r] of row r, or where `mask` is set:
+    rows with --pad-to-multiple-of hold pads between their sequences) to their groups' hashes.
 
     A group's token_hash is the sum (mod 2^64) of a mix of each of its tokens: it does not
     depend on order or on how tokens are cut into segments and rows, so the rows of a group
     give the hash of the tokens read for it unless a row mixes groups."""
+    if mask is not None:
+        token_groups = np.repeat(np.asarray(row_group, dtype=np.int64), mask.sum(axis=1))
+        _add_token_hashes(np.ascontiguousarray(ids[mask]), token_groups, hashes)
+        return
     _add_row_hashes(ids, np.asarray(real, dtype=np.int64), np.asarray(row_group, dtype=np.int64), hashes)
 
 
