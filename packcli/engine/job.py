@@ -190,12 +190,14 @@ def plan_segments(
     index: int = 0,
     final: bool = True,
     groups: np.ndarray | None = None,
+    by_bucket: bool = False,
 ) -> Plan:
     """The plan both engines make of a window's segment lengths (the whole input without
-    --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
+    --buffer-size), with what --max-sequences-per-row cost and what the report needs.
+    `by_bucket`: see planner.plan_window."""
     opts = job.opts
     with timer.stage("plan"):
-        plan = plan_window(lengths, plan_settings(opts), index, final, groups)
+        plan = plan_window(lengths, plan_settings(opts), index, final, groups, by_bucket)
     if opts.max_sequences_per_row is not None:
         job.uncapped_rows += uncapped_rows(lengths, plan_settings(opts), groups)
     account_plan(job, outcome, plan)

@@ -39,16 +39,19 @@ from packcli.engine.job import (
 )
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
-from packcli.plan.planner import Plan, RowOrder
+from packcli.plan.patterns import PatternPlan
+from packcli.plan.planner import Plan, RowOrder, from_counts
 from packcli.plan.rows import RowBuffers
+from packcli.plan.settings import plan_settings
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import setup_tokens
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
+from packcli.write.by_length import SortedSpill, sort_spill
 from packcli.write.columns import ids_dtype
-from packcli.write.gather import gather_rows
+from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.manifest import Report
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardWriter
@@ -229,16 +232,57 @@ def _plan_and_write(
 
     opts = job.opts
     multiple = opts.pad_multiple
-    plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
+    by_bucket = _by_bucket(job, spill)
+    plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
+    reader: BlockReader = spill
+    if isinstance(plan, PatternPlan) and plan.buckets is not None:
+        with timer.stage("write"):
+            reader = sort_spill(spill, plan.buckets, opts.seq_len, multiple, groups)
+        job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
+    try:
+        _write_plan(job, spill, reader, plan, outcome, writer, timer, final)
+    finally:
+        if isinstance(reader, SortedSpill):
+            reader.close()
+    return plan
+
+
+# Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
+# hold at least this many sequences on average: a row of short sequences is then a few
+# ranges of that file instead of as many pieces of the spill as it has sequences. Longer
+# sequences are few pieces a row already, and the copy would cost more than it saves.
+BY_BUCKET_SEQUENCES_PER_ROW = 8
+
+
+def _by_bucket(job: Job, spill: Spill) -> bool:
+    opts = job.opts
+    if opts.mode != "bin" or spill.directory is None or not from_counts(plan_settings(opts)):
+        return False
+    return spill.tokens * BY_BUCKET_SEQUENCES_PER_ROW <= len(spill.lengths) * opts.seq_len
+
+
+def _write_plan(
+    job: Job,
+    spill: Spill,
+    reader: BlockReader,
+    plan: Plan,
+    outcome: Outcome,
+    writer: ShardWriter,
+    timer: Timer,
+    final: bool,
+) -> None:
+    """Gather the plan's rows from `reader` (the spill, or its sorted copy) and write them."""
+    opts = job.opts
+    multiple = opts.pad_multiple
     pad_id = job.setup.pad_id
     if SHARD_THREADS > 1 and final and not writer.started and plan.n_rows > job.rows_per_shard:
         with timer.stage("write"):
-            _write_shards_at_once(job, spill, plan, outcome, writer)
-        return plan
+            _write_shards_at_once(job, spill, reader, plan, outcome, writer)
+        return
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
     built = prefetch(
-        timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
+        timer.timed_iter("write", gather_rows(reader, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
     )
     first_row = 0
     try:
@@ -257,13 +301,14 @@ def _plan_and_write(
                     publish(job, writer.hashed_shards())
     finally:
         built.close()
-    return plan
 
 
 SHARD_THREADS = 2  # shards written at the same time by the one-plan path
 
 
-def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, writer: ShardWriter) -> None:
+def _write_shards_at_once(
+    job: Job, spill: Spill, reader: BlockReader, plan: Plan, outcome: Outcome, writer: ShardWriter
+) -> None:
     """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
     own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
     shard's rows are one after another, so its writer is a bottleneck no other thread can
@@ -281,10 +326,12 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, 
             gathering[0] -= 1
             if gathering[0] == 0 and job.remote is None:
                 spill.close()
+                if isinstance(reader, SortedSpill):
+                    reader.close()
                 job.spill_removal = spilling.start_removal(job.spill_dir)
 
     def one(index: int) -> tuple[ShardWriter, RowStats]:
-        return _write_one_shard(job, spill, plan, writer.for_shard(index), order, stop, gathered)
+        return _write_one_shard(job, reader, plan, writer.for_shard(index), order, stop, gathered)
 
     pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
     futures = [pool.submit(one, i) for i in range(shards)]
@@ -304,7 +351,7 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, 
 
 def _write_one_shard(
     job: Job,
-    spill: Spill,
+    spill: BlockReader,
     plan: Plan,
     part: ShardWriter,
     order: RowOrder,

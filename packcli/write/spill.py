@@ -260,13 +260,13 @@ class _Ranges:
 
     GAP = 4096  # tokens: read through a gap smaller than this rather than seek over it
 
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, gap: int = GAP):
         self.order = np.argsort(starts, kind="stable")
         s = starts[self.order]
         e = s + lengths[self.order]
         reach = np.maximum.accumulate(e) if len(e) else e
         begins = np.ones(len(s), dtype=bool)
-        begins[1:] = s[1:] > reach[:-1] + self.GAP
+        begins[1:] = s[1:] > reach[:-1] + gap
         firsts = np.flatnonzero(begins)
         self.group = np.cumsum(begins) - 1  # the range of each sorted piece
         self.piece_start = s
@@ -276,11 +276,15 @@ class _Ranges:
     def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Elements [first, end) of each range from file `f`, one after another in one array;
         returns the array and where each range starts in it."""
+        return self.read_fd(f.fileno(), dtype, first, end)
+
+    def read_fd(self, fd: int, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`read` from a file descriptor."""
         sizes = end - first
         offsets = np.cumsum(sizes) - sizes
         out = pooled_empty(int(sizes.sum()), dtype)
         view = out.view(np.uint8).data
-        fd, item = f.fileno(), dtype.itemsize
+        item = dtype.itemsize
         for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
             _read_exactly(fd, view[at * item : (at + n) * item], position * item)
         return out, offsets
