@@ -34,6 +34,7 @@ from packcli.engine.job import (
     check_documents,
     make_segmenter,
     open_job,
+    plan_histogram,
     plan_segments,
     publish,
 )
@@ -169,13 +170,13 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
         outcome.bad = spill.meta["bad"]
         if job.opts.group_by is not None:
             job.groups = GroupTable.from_dict(spill.meta["groups"])
-            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
+            group_ids = load_group_ids(job.spill_dir, spill.sequences)
     else:
         spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
         pause("spilled")
         outcome.bad = spill.meta["bad"]
         if job.groups is not None:
-            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
+            group_ids = load_group_ids(job.spill_dir, spill.sequences)
     job.spill_bytes = spilling.spill_size(job.spill_dir)
     try:
         groups = group_ids if job.opts.group_by is not None else None
@@ -233,7 +234,16 @@ def _plan_and_write(
     opts = job.opts
     multiple = opts.pad_multiple
     by_bucket = _by_bucket(job, spill)
-    plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
+    histogram = spill.histogram if by_bucket and groups is None else None
+    if (
+        histogram is not None
+        and multiple == 1
+        and opts.max_sequences_per_row is None
+        and len(histogram) <= opts.seq_len + 1
+    ):
+        plan: Plan = plan_histogram(job, outcome, timer, histogram, index)  # the lengths stay on disk
+    else:
+        plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
     reader: BlockReader = spill
     if isinstance(plan, PatternPlan) and plan.buckets is not None:
         with timer.stage("write"):
@@ -258,7 +268,7 @@ def _by_bucket(job: Job, spill: Spill) -> bool:
     opts = job.opts
     if opts.mode != "bin" or spill.directory is None or not from_counts(plan_settings(opts)):
         return False
-    return spill.tokens * BY_BUCKET_SEQUENCES_PER_ROW <= len(spill.lengths) * opts.seq_len
+    return spill.tokens * BY_BUCKET_SEQUENCES_PER_ROW <= spill.sequences * opts.seq_len
 
 
 def _write_plan(
@@ -414,9 +424,7 @@ def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, ti
         job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
         try:
             groups = (
-                None
-                if job.segmenter is None or job.groups is None
-                else job.segmenter.group_ids.take(len(spill.lengths))
+                None if job.segmenter is None or job.groups is None else job.segmenter.group_ids.take(spill.sequences)
             )
             plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last, groups=groups)
             carry = _tail(spill, plan, opts.seq_len) if opts.mode == "concat" and not last else None

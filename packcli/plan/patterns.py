@@ -425,6 +425,30 @@ def pattern_plan(
     return plan
 
 
+def histogram_plan(
+    histogram: np.ndarray,
+    seq_len: int,
+    algorithm: str,
+    *,
+    cap: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    window: int = 0,
+) -> PatternPlan:
+    """The plan of one window from its histogram alone (sequences per length, no
+    --group-by, no --pad-to-multiple-of), with the buckets of the spill sorted by length
+    in place of a slot map: what pattern_plan makes with `by_bucket`, without the lengths."""
+    counts = np.zeros(seq_len + 1, dtype=np.int64)
+    histogram = np.asarray(histogram, dtype=np.int64)
+    if len(histogram) > seq_len + 1 or (len(histogram) and histogram[0]):
+        raise PackcliError(f"lengths must be in [1, {seq_len}]")
+    counts[: len(histogram)] = histogram
+    histograms = [(0, counts)] if counts.sum() else []
+    plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
+    plan.buckets = Buckets.from_histograms([counts], seq_len)
+    return plan
+
+
 def slot_map(lengths: np.ndarray, multiple: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The slot map of one group: the spill start of every sequence (starts are the
     running sums of `lengths`), sorted by placed length (`counts`: sequences per placed

@@ -28,6 +28,7 @@ from packcli.write.spill import Block, Spill, _Ranges, _read_exactly
 SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"
 CHUNK_TOKENS = 1 << 22  # tokens of the spill read, sorted and written at a time
+CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
 READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
 
 
@@ -42,7 +43,6 @@ def sort_spill(
     group id (--group-by), or None."""
     assert spill.directory is not None  # the engines' spills are on disk
     spill.open_files()
-    lengths = spill.lengths
     total = int(buckets.token[-1])
     directory = spill.directory
     names = [SORTED_TOKENS_FILE] + ([SORTED_LEARNED_FILE] if spill.masked else [])
@@ -55,32 +55,36 @@ def sort_spill(
             os.ftruncate(fd, total * dtype.itemsize)
         cursor = np.zeros(len(buckets.key), dtype=np.int64)
         present = np.zeros(0, dtype=np.int64) if groups is None else np.flatnonzero(np.bincount(groups))
-        first, token = 0, 0
-        while first < len(lengths):
-            last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
-            own = lengths[first:last]
-            n_tokens = int(own.sum())
-            placed = (own + multiple - 1) // multiple * multiple
-            key = placed
-            if groups is not None:  # the group's place among the plan's groups (by id)
-                key = np.searchsorted(present, groups[first:last]) * (seq_len + 1) + placed
-            bucket = np.searchsorted(buckets.key, key)
-            if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == key).all()):
-                raise PackcliError("the spill's lengths do not match the plan's histogram")
-            sources = [_read_range(spill, 0, token, n_tokens)]
-            if spill.masked:
-                sources.append(_learned_bytes(spill, token, n_tokens))
-            for fd, source, dtype in zip(outs, sources, dtypes):
-                out = np.empty(int(placed.sum()), dtype=dtype)
-                runs = kernel(_sort_chunk, n_tokens)(source, own, bucket, buckets.length, out)
-                run_bucket, run_at, run_size = runs
-                item = dtype.itemsize
-                view = out.view(np.uint8).data
-                for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
-                    where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
-                    _write_exactly(fd, view[at * item : (at + size) * item], where * item)
-            cursor += np.bincount(bucket, minlength=len(cursor))
-            first, token = last, token + n_tokens
+        done, token = 0, 0  # sequences and tokens sorted so far
+        for lengths in spill.length_chunks(CHUNK_SEQUENCES):
+            first = 0
+            while first < len(lengths):
+                last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
+                own = lengths[first:last]
+                n_tokens = int(own.sum())
+                placed = (own + multiple - 1) // multiple * multiple
+                key = placed
+                if groups is not None:  # the group's place among the plan's groups (by id)
+                    key = np.searchsorted(present, groups[done + first : done + last]) * (seq_len + 1) + placed
+                bucket = np.searchsorted(buckets.key, key)
+                if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == key).all()):
+                    raise PackcliError("the spill's lengths do not match the plan's histogram")
+                sources = [_read_range(spill, 0, token, n_tokens)]
+                if spill.masked:
+                    sources.append(_learned_bytes(spill, token, n_tokens))
+                for fd, source, dtype in zip(outs, sources, dtypes):
+                    out = np.empty(int(placed.sum()), dtype=dtype)
+                    run_bucket, run_at, run_size = kernel(_sort_chunk, n_tokens)(
+                        source, own, bucket, buckets.length, out
+                    )
+                    item = dtype.itemsize
+                    view = out.view(np.uint8).data
+                    for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
+                        where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
+                        _write_exactly(fd, view[at * item : (at + size) * item], where * item)
+                cursor += np.bincount(bucket, minlength=len(cursor))
+                first, token = last, token + n_tokens
+            done += len(lengths)
     finally:
         for fd in outs:
             os.close(fd)
