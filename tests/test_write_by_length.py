@@ -173,3 +173,32 @@ def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, w
     plain_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
     assert not calls
     assert _files(sorted_out) == _files(plain_out)
+
+
+@pytest.mark.parametrize("point", ["spilled", "shard-done"])
+def test_a_run_stopped_then_resumed_through_the_sorted_spill_is_byte_identical(
+    short_corpus, packed, cli, word_tokenizer, monkeypatch, tmp_path, point
+):
+    from packcli.core.pause import pause as real_pause
+    from packcli.engine import local as pipeline
+    from packcli.inspect.verify import verify_dir
+
+    texts, _ = short_corpus
+    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 32, "--rows-per-shard", 6, "--format", "npy")
+    fresh = packed(texts, *options)
+
+    def stop(at):
+        if at == point:
+            raise KeyboardInterrupt
+        real_pause(at)
+
+    monkeypatch.setattr(pipeline, "pause", stop)
+    out = tmp_path / "stopped"
+    assert cli("pack", texts, "-o", out, *options).exit_code == 130
+    assert not (out / "manifest.json").exists()
+    monkeypatch.setattr(pipeline, "pause", real_pause)
+    resumed = cli("pack", texts, "-o", out, *options, "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    verify_dir(out)
+    assert _files(fresh) == _files(out)
