@@ -202,3 +202,30 @@ def test_a_run_stopped_then_resumed_through_the_sorted_spill_is_byte_identical(
     assert resumed.exit_code == 0, resumed.stderr
     verify_dir(out)
     assert _files(fresh) == _files(out)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--no-shuffle", "--remainder", "drop"),
+        ("--rows-per-shard", "5", "--format", "npy", "--workers", "2"),
+        ("labels",),
+    ],
+)
+def test_concat_with_its_ends_on_disk_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
+    """Concat mode of a whole input keeps one segment end in SPARSE_ENDS and reads the
+    lengths of the rows it gathers from the spill: the bytes of the ends in memory."""
+    from packcli.engine import local as pipeline
+
+    texts, ids = short_corpus
+    if options == ("labels",):
+        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
+        options = ("--rows-per-shard", "7", "--format", "npy")
+    else:
+        source = [texts, "--tokenizer", word_tokenizer]
+    monkeypatch.setattr(pipeline, "SPARSE_ENDS", 3)
+    sparse = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
+    monkeypatch.setattr(pipeline, "SPARSE_ENDS", 0)
+    whole = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
+    assert _files(sparse) == _files(whole)

@@ -30,6 +30,7 @@ from packcli.engine.job import (
     Job,
     Outcome,
     Progress,
+    account_plan,
     bad_dict,
     check_documents,
     make_segmenter,
@@ -44,6 +45,7 @@ from packcli.plan.patterns import PatternPlan
 from packcli.plan.planner import Plan, RowOrder, from_counts
 from packcli.plan.rows import RowBuffers
 from packcli.plan.settings import plan_settings
+from packcli.plan.stream import SparseEnds, sparse_stream_plan
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import setup_tokens
@@ -242,6 +244,8 @@ def _plan_and_write(
         and len(histogram) <= opts.seq_len + 1
     ):
         plan: Plan = plan_histogram(job, outcome, timer, histogram, index)  # the lengths stay on disk
+    elif opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
+        plan = _sparse_stream(job, outcome, timer, spill)  # the lengths stay on disk
     else:
         plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
     reader: BlockReader = spill
@@ -254,6 +258,21 @@ def _plan_and_write(
     finally:
         if isinstance(reader, SortedSpill):
             reader.close()
+    return plan
+
+
+SPARSE_ENDS = 256  # concat of one whole input: one segment end in this many held in memory (0: all)
+
+
+def _sparse_stream(job: Job, outcome: Outcome, timer: Timer, spill: Spill) -> Plan:
+    """Concat mode's plan of one whole input without --group-by, its segment ends read from
+    the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
+    s = plan_settings(job.opts)
+    with timer.stage("plan"):
+        spill.open_files()
+        ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
+        plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
+    account_plan(job, outcome, plan)
     return plan
 
 

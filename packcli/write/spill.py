@@ -196,6 +196,7 @@ class Spill:
     directory: Path | None = None
     arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
     _files: list[BinaryIO] = field(default_factory=list)
+    _lengths_fd: int | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -222,6 +223,16 @@ class Spill:
                 if not len(chunk):
                     return
                 yield chunk
+
+    def read_lengths(self, first: int, count: int) -> np.ndarray:
+        """Lengths of segments [first, first + count), from disk unless in memory."""
+        if self.loaded is not None or self.directory is None:
+            return self.lengths[first : first + count]
+        out = np.empty(count, dtype=np.int64)
+        if self._lengths_fd is None:
+            self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
+        _read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
+        return out
 
     @property
     def histogram(self) -> np.ndarray:
@@ -263,6 +274,8 @@ class Spill:
         if self._files or self.arrays is not None:
             return
         assert self.directory is not None  # a spill is either in memory or in a directory
+        if self._lengths_fd is None and self.loaded is None:
+            self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
         files: list[BinaryIO] = [open(self.directory / TOKENS_FILE, "rb")]
         if self.masked:
             files.append(open(self.directory / LEARNED_FILE, "rb"))
@@ -272,6 +285,9 @@ class Spill:
         files, self._files = self._files, []
         for f in files:
             f.close()
+        fd, self._lengths_fd = self._lengths_fd, None
+        if fd is not None:
+            os.close(fd)
 
     @staticmethod
     def open(directory: Path) -> Spill:
