@@ -145,9 +145,9 @@ class SparseEnds:
         ends, total, n = [], 0, 0
         for lengths in chunks:
             cumulative = np.cumsum(lengths) + total
-            ends.append(cumulative[k - 1 :: k])
+            ends.append(cumulative[k - 1 :: k].copy())  # copies: a view would keep the whole chunk
             if len(lengths) % k:
-                ends.append(cumulative[-1:])
+                ends.append(cumulative[-1:].copy())
             total = int(cumulative[-1]) if len(cumulative) else total
             n += len(lengths)
         block_end = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
