@@ -1,6 +1,7 @@
 """Peak memory of `pack --ids-field` against the number of sequences, short sequences.
 
     python scripts/bench_sequences.py [--sizes 1M,4M,16M] [--modes bin,concat] [--before CHECKOUT] [--workdir DIR] [--quick]
+        [--documents 8M [--repeats 2]]
 
 Inputs (built in --workdir, reused when present): Parquet files with one `ids`
 list<int32> column, N sequences of lognormal lengths (sigma 1, mean about 37 tokens: chat
@@ -10,7 +11,9 @@ with a seed. Each is packed with `--ids-field ids --eos-token 1 --seq-len 2048 -
 (os.wait4), with the write stage's time from its report. With --before, the same runs of
 another checkout, interleaved. Printed: a table, and the ratio of the largest size's peak
 to the smallest's for each mode and checkout (targets: every run under 450 MB, 16M within
-1.1x of 1M).
+1.1x of 1M). With --documents N: the write stage's time per token of N short sequences
+against the same number of tokens as 2048-token documents, alternating runs (target: at
+most 1.25x).
 """
 
 from __future__ import annotations
@@ -56,6 +59,27 @@ def build(path: Path, n: int, seed: int = 0) -> None:
     partial.rename(path)
 
 
+def build_documents(path: Path, tokens: int, seed: int = 1) -> None:
+    """The same number of tokens as documents of 2,047 ids (2,048 with the EOS): one row each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.exists():
+        return
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("ids", pa.list_(pa.int32()))])
+    partial = path.with_suffix(".partial")
+    n = max(1, tokens // 2048)
+    with pq.ParquetWriter(partial, schema, compression="zstd") as writer:
+        for first in range(0, n, 1024):
+            count = min(1024, n - first)
+            offsets = np.arange(count + 1, dtype=np.int32) * 2047
+            values = rng.integers(2, 50_000, int(offsets[-1]), dtype=np.int32)
+            column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+            writer.write_table(pa.table({"ids": column}, schema=schema))
+    partial.rename(path)
+
+
 def run(code: Path, corpus: Path, out: Path, mode: str) -> dict:
     args = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--overwrite", "--json"]
     args += ["--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", "2048", "--format", "npy"]
@@ -79,6 +103,14 @@ def run(code: Path, corpus: Path, out: Path, mode: str) -> dict:
     }
 
 
+def pq_tokens(path: Path) -> int:
+    """Ids in a corpus (its `ids` column), without reading it."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    return sum(meta.row_group(i).column(0).statistics.num_values or 0 for i in range(meta.num_row_groups))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1M,4M,16M")
@@ -86,6 +118,12 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout, run on the same inputs")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--quick", action="store_true", help="1M and 4M sequences only")
+    parser.add_argument(
+        "--documents",
+        help="also: the write stage per token of N short sequences against the same tokens as "
+        "2048-token documents (bin mode, alternating runs), e.g. 8M",
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each side of --documents")
     args = parser.parse_args()
     if args.quick:
         args.sizes = "1M,4M"
@@ -103,6 +141,23 @@ def main() -> None:
                     key = f"{label} {mode} {n:,}"
                     results[key] = run(code, corpus, Path(scratch) / "out", mode)
                     print(key, results[key], flush=True)
+        if args.documents:
+            n = size(args.documents)
+            short = workdir / f"short-{n}.parquet"
+            build(short, n)
+            tokens = int(pq_tokens(short))
+            documents = workdir / f"documents-{tokens}.parquet"
+            build_documents(documents, tokens)
+            per_token: dict[str, list[float]] = {"short": [], "documents": []}
+            for repeat in range(args.repeats):
+                for label, corpus in (("short", short), ("documents", documents)):
+                    result = run(ROOT, corpus, Path(scratch) / "out", "bin")
+                    result["write_ns_per_token"] = round(result["write_s"] * 1e9 / pq_tokens(corpus), 2)
+                    per_token[label].append(result["write_ns_per_token"])
+                    results[f"write {label} {n:,} #{repeat}"] = result
+                    print(f"write {label} {n:,} #{repeat}", result, flush=True)
+            ratio = min(per_token["short"]) / min(per_token["documents"])
+            print(f"write stage per token, short / documents (best of {args.repeats}): {ratio:.2f}", flush=True)
     summary = {}
     for label in codes:
         for mode in args.modes.split(","):

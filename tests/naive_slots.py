@@ -34,3 +34,21 @@ def slot_map(lengths, multiple):
     placed = [-(-n // multiple) * multiple for n in lengths]
     order = sorted(range(len(lengths)), key=lambda i: (placed[i], i))
     return [starts[i] for i in order], [lengths[i] for i in order]
+
+
+def sorted_spill(tokens, lengths, multiple, groups=None, learned=None):
+    """The spill sorted by (group, placed length), input order inside each, every sequence
+    in a record of its placed length (its tokens, then zeros): the file's tokens, its
+    learned flags (0/1 per token, zeros in the padding) and each rank's start."""
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    placed = [-(-n // multiple) * multiple for n in lengths]
+    of = [0] * len(lengths) if groups is None else groups
+    order = sorted(range(len(lengths)), key=lambda i: (of[i], placed[i], i))
+    out, flags, where = [], [], []
+    for i in order:
+        where.append(len(out))
+        s, n = starts[i], lengths[i]
+        out += list(tokens[s : s + n]) + [0] * (placed[i] - n)
+        if learned is not None:
+            flags += [int(f) for f in learned[s : s + n]] + [0] * (placed[i] - n)
+    return out, flags, where

@@ -164,3 +164,28 @@ def test_lengths_longer_than_a_row_are_refused_before_any_kernel_runs():
         pattern_plan(np.array([3, 70]), 64, "bfd")
     with pytest.raises(PackcliError, match="sequence 0 has length 57, more than the capacity 56"):
         pattern_plan(np.array([57]), 60, "bfd", multiple=8)  # its slot of 64 would not fit a row of 60
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 64), max_size=300),
+    st.sampled_from(["bfd", "spfhp", "lpfhp"]),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_the_plan_from_the_histogram_alone_is_the_plan_by_bucket(lengths, algorithm, shuffle, seed):
+    """What `pack` plans with the lengths left on disk is what pattern_plan plans from them."""
+    from packcli.plan.patterns import histogram_plan
+
+    array = np.array(lengths, dtype=np.int64)
+    histogram = np.bincount(array) if len(array) else np.zeros(0, dtype=np.int64)
+    a = pattern_plan(array, 64, algorithm, shuffle=shuffle, seed=seed, by_bucket=True)
+    b = histogram_plan(histogram, 64, algorithm, shuffle=shuffle, seed=seed)
+    assert b.n_rows == a.n_rows and b.slot_start is None and b.slot_real is None
+    for name in ("row_start", "slot_offsets", "slot_len", "slot_pos"):
+        assert getattr(a.patterns, name).tolist() == getattr(b.patterns, name).tolist()
+    assert a.slot_base.tolist() == b.slot_base.tolist() and a.slot_step.tolist() == b.slot_step.tolist()
+    assert a.buckets is not None and b.buckets is not None
+    assert a.buckets.key.tolist() == b.buckets.key.tolist() and a.buckets.token.tolist() == b.buckets.token.tolist()
+    rows = np.arange(a.n_rows)
+    assert all(x.tolist() == y.tolist() for x, y in zip(a.placed(rows), b.placed(rows)))

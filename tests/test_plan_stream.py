@@ -101,3 +101,36 @@ def test_the_plan_holds_one_integer_per_segment_and_nothing_per_piece():
     per_segment = [a for a in (plan.ends, plan.spill_start, plan.source) if a is not None]
     assert sum(a.nbytes for a in per_segment) == 8 * len(lengths)
     assert plan.row_order() is None and plan.n_rows == 1500
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 40), min_size=0, max_size=80),
+    st.integers(1, 17),
+    st.sampled_from(["pad", "drop"]),
+    st.booleans(),
+    st.sampled_from([1, 2, 3, 8]),
+    st.sampled_from([1, 5, 64]),
+    st.data(),
+)
+def test_ends_on_disk_give_the_pieces_of_ends_in_memory(lengths, seq_len, remainder, shuffle, k, chunk, data):
+    """SparseEnds (one end in k held, the lengths read per block of rows) against
+    stream_plan's ends in memory, on any range of output rows."""
+    from packcli.plan.stream import SparseEnds, sparse_stream_plan
+
+    array = np.array(lengths, dtype=np.int64)
+    reads = []
+
+    def read(first, count):
+        reads.append(count)
+        return array[first : first + count]
+
+    chunks = [array[i : i + chunk * k] for i in range(0, len(array), chunk * k)]
+    ends = SparseEnds.build(chunks, k, read)
+    sparse = sparse_stream_plan(ends, int(array.sum()), seq_len, remainder, shuffle=shuffle, seed=7)
+    whole = stream_plan(array, seq_len, True, remainder, shuffle=shuffle, seed=7)
+    assert sparse.n_rows == whole.n_rows and sparse.remainder_tokens == whole.remainder_tokens
+    first = data.draw(st.integers(0, whole.n_rows))
+    last = data.draw(st.integers(first, whole.n_rows))
+    assert as_tuples(sparse, first, last) == as_tuples(whole, first, last)
+    assert all(count <= k for count in reads)  # never more than a block of lengths at a time

@@ -19,7 +19,7 @@ from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.plan.grouping import GroupEntry, GroupTable
-from packcli.plan.patterns import PatternPlan
+from packcli.plan.patterns import PatternPlan, histogram_plan
 from packcli.plan.planner import Plan, RowPlan, plan_window, uncapped_rows
 from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import plan_settings
@@ -190,14 +190,27 @@ def plan_segments(
     index: int = 0,
     final: bool = True,
     groups: np.ndarray | None = None,
+    by_bucket: bool = False,
 ) -> Plan:
     """The plan both engines make of a window's segment lengths (the whole input without
-    --buffer-size), with what --max-sequences-per-row cost and what the report needs."""
+    --buffer-size), with what --max-sequences-per-row cost and what the report needs.
+    `by_bucket`: see planner.plan_window."""
     opts = job.opts
     with timer.stage("plan"):
-        plan = plan_window(lengths, plan_settings(opts), index, final, groups)
+        plan = plan_window(lengths, plan_settings(opts), index, final, groups, by_bucket)
     if opts.max_sequences_per_row is not None:
         job.uncapped_rows += uncapped_rows(lengths, plan_settings(opts), groups)
+    account_plan(job, outcome, plan)
+    return plan
+
+
+def plan_histogram(job: Job, outcome: Outcome, timer: Timer, histogram: np.ndarray, index: int = 0) -> Plan:
+    """plan_segments for a bin-mode plan from counts without --group-by,
+    --pad-to-multiple-of or --max-sequences-per-row: from the window's length histogram
+    alone (patterns.histogram_plan), for the spill sorted by length."""
+    s = plan_settings(job.opts)
+    with timer.stage("plan"):
+        plan = histogram_plan(histogram, s.seq_len, str(s.algorithm), shuffle=s.shuffle, seed=s.seed, window=index)
     account_plan(job, outcome, plan)
     return plan
 

@@ -30,25 +30,31 @@ from packcli.engine.job import (
     Job,
     Outcome,
     Progress,
+    account_plan,
     bad_dict,
     check_documents,
     make_segmenter,
     open_job,
+    plan_histogram,
     plan_segments,
     publish,
 )
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
-from packcli.plan.planner import Plan, RowOrder
+from packcli.plan.patterns import PatternPlan
+from packcli.plan.planner import Plan, RowOrder, from_counts
 from packcli.plan.rows import RowBuffers
+from packcli.plan.settings import plan_settings
+from packcli.plan.stream import SparseEnds, sparse_stream_plan
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import setup_tokens
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
+from packcli.write.by_length import SortedSpill, sort_spill
 from packcli.write.columns import ids_dtype
-from packcli.write.gather import gather_rows
+from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.manifest import Report
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardWriter
@@ -166,13 +172,13 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
         outcome.bad = spill.meta["bad"]
         if job.opts.group_by is not None:
             job.groups = GroupTable.from_dict(spill.meta["groups"])
-            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
+            group_ids = load_group_ids(job.spill_dir, spill.sequences)
     else:
         spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
         pause("spilled")
         outcome.bad = spill.meta["bad"]
         if job.groups is not None:
-            group_ids = load_group_ids(job.spill_dir, len(spill.lengths))
+            group_ids = load_group_ids(job.spill_dir, spill.sequences)
     job.spill_bytes = spilling.spill_size(job.spill_dir)
     try:
         groups = group_ids if job.opts.group_by is not None else None
@@ -229,16 +235,83 @@ def _plan_and_write(
 
     opts = job.opts
     multiple = opts.pad_multiple
-    plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups)
+    by_bucket = _by_bucket(job, spill)
+    histogram = spill.histogram if by_bucket and groups is None else None
+    if (
+        histogram is not None
+        and multiple == 1
+        and opts.max_sequences_per_row is None
+        and len(histogram) <= opts.seq_len + 1
+    ):
+        plan: Plan = plan_histogram(job, outcome, timer, histogram, index)  # the lengths stay on disk
+    elif opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
+        plan = _sparse_stream(job, outcome, timer, spill)  # the lengths stay on disk
+    else:
+        plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
+    reader: BlockReader = spill
+    if isinstance(plan, PatternPlan) and plan.buckets is not None:
+        with timer.stage("write"):
+            reader = sort_spill(spill, plan.buckets, opts.seq_len, multiple, groups)
+        job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
+    try:
+        _write_plan(job, spill, reader, plan, outcome, writer, timer, final)
+    finally:
+        if isinstance(reader, SortedSpill):
+            reader.close()
+    return plan
+
+
+SPARSE_ENDS = 256  # concat of one whole input: one segment end in this many held in memory (0: all)
+
+
+def _sparse_stream(job: Job, outcome: Outcome, timer: Timer, spill: Spill) -> Plan:
+    """Concat mode's plan of one whole input without --group-by, its segment ends read from
+    the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
+    s = plan_settings(job.opts)
+    with timer.stage("plan"):
+        spill.open_files()
+        ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
+        plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
+    account_plan(job, outcome, plan)
+    return plan
+
+
+# Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
+# hold at least this many sequences on average: a row of short sequences is then a few
+# ranges of that file instead of as many pieces of the spill as it has sequences. Longer
+# sequences are few pieces a row already, and the copy would cost more than it saves.
+BY_BUCKET_SEQUENCES_PER_ROW = 8
+
+
+def _by_bucket(job: Job, spill: Spill) -> bool:
+    opts = job.opts
+    if opts.mode != "bin" or spill.directory is None or not from_counts(plan_settings(opts)):
+        return False
+    return spill.tokens * BY_BUCKET_SEQUENCES_PER_ROW <= spill.sequences * opts.seq_len
+
+
+def _write_plan(
+    job: Job,
+    spill: Spill,
+    reader: BlockReader,
+    plan: Plan,
+    outcome: Outcome,
+    writer: ShardWriter,
+    timer: Timer,
+    final: bool,
+) -> None:
+    """Gather the plan's rows from `reader` (the spill, or its sorted copy) and write them."""
+    opts = job.opts
+    multiple = opts.pad_multiple
     pad_id = job.setup.pad_id
     if SHARD_THREADS > 1 and final and not writer.started and plan.n_rows > job.rows_per_shard:
         with timer.stage("write"):
-            _write_shards_at_once(job, spill, plan, outcome, writer)
-        return plan
+            _write_shards_at_once(job, spill, reader, plan, outcome, writer)
+        return
     # Rows are built on a thread while the block before them is written here: the row
     # kernel and pyarrow's compression both run without the GIL.
     built = prefetch(
-        timer.timed_iter("write", gather_rows(spill, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
+        timer.timed_iter("write", gather_rows(reader, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
     )
     first_row = 0
     try:
@@ -257,13 +330,14 @@ def _plan_and_write(
                     publish(job, writer.hashed_shards())
     finally:
         built.close()
-    return plan
 
 
 SHARD_THREADS = 2  # shards written at the same time by the one-plan path
 
 
-def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, writer: ShardWriter) -> None:
+def _write_shards_at_once(
+    job: Job, spill: Spill, reader: BlockReader, plan: Plan, outcome: Outcome, writer: ShardWriter
+) -> None:
     """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
     own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
     shard's rows are one after another, so its writer is a bottleneck no other thread can
@@ -281,10 +355,12 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, 
             gathering[0] -= 1
             if gathering[0] == 0 and job.remote is None:
                 spill.close()
+                if isinstance(reader, SortedSpill):
+                    reader.close()
                 job.spill_removal = spilling.start_removal(job.spill_dir)
 
     def one(index: int) -> tuple[ShardWriter, RowStats]:
-        return _write_one_shard(job, spill, plan, writer.for_shard(index), order, stop, gathered)
+        return _write_one_shard(job, reader, plan, writer.for_shard(index), order, stop, gathered)
 
     pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
     futures = [pool.submit(one, i) for i in range(shards)]
@@ -304,7 +380,7 @@ def _write_shards_at_once(job: Job, spill: Spill, plan: Plan, outcome: Outcome, 
 
 def _write_one_shard(
     job: Job,
-    spill: Spill,
+    spill: BlockReader,
     plan: Plan,
     part: ShardWriter,
     order: RowOrder,
@@ -367,9 +443,7 @@ def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, ti
         job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
         try:
             groups = (
-                None
-                if job.segmenter is None or job.groups is None
-                else job.segmenter.group_ids.take(len(spill.lengths))
+                None if job.segmenter is None or job.groups is None else job.segmenter.group_ids.take(spill.sequences)
             )
             plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last, groups=groups)
             carry = _tail(spill, plan, opts.seq_len) if opts.mode == "concat" and not last else None

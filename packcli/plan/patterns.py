@@ -252,6 +252,44 @@ def _replace_rows(p: Patterns, row_ids: np.ndarray, new: Patterns) -> Patterns:
 
 
 @dataclass
+class Buckets:
+    """The sorted file's layout: bucket b holds the sequences of ranks
+    [rank[b], rank[b + 1]) in records of `length[b]` tokens from token `token[b]`;
+    `key[b]` = group position * (seq_len + 1) + placed length (increasing)."""
+
+    key: np.ndarray  # int64 [B]
+    length: np.ndarray  # int64 [B]
+    rank: np.ndarray  # int64 [B + 1]
+    token: np.ndarray  # int64 [B + 1]
+
+    @staticmethod
+    def from_histograms(histograms: list[np.ndarray], seq_len: int) -> Buckets:
+        """Buckets of the groups' histograms (sequences per placed length 0..seq_len), in
+        the order the plan counts ranks: group by group, lengths increasing."""
+        keys, lengths, counts = [], [], []
+        for position, counts_g in enumerate(histograms):
+            counts_g = np.asarray(counts_g, dtype=np.int64)
+            present = np.flatnonzero(counts_g)
+            keys.append(position * (seq_len + 1) + present)
+            lengths.append(present)
+            counts.append(counts_g[present])
+        empty = np.zeros(0, dtype=np.int64)
+        key = np.concatenate(keys) if keys else empty
+        length = np.concatenate(lengths) if lengths else empty
+        count = np.concatenate(counts) if counts else empty
+        rank = np.zeros(len(key) + 1, dtype=np.int64)
+        np.cumsum(count, out=rank[1:])
+        token = np.zeros(len(key) + 1, dtype=np.int64)
+        np.cumsum(count * length, out=token[1:])
+        return Buckets(key.astype(np.int64), length.astype(np.int64), rank, token)
+
+    def starts(self, rank: np.ndarray) -> np.ndarray:
+        """Where the sequences of these ranks start in the sorted file (in tokens)."""
+        b = np.searchsorted(self.rank, rank, side="right") - 1
+        return self.token[b] + (rank - self.rank[b]) * self.length[b]
+
+
+@dataclass
 class PatternPlan:
     """The plan of one window: patterns (every group's, group 0 first) and the rule that
     fills their slots (see the module docstring)."""
@@ -267,6 +305,7 @@ class PatternPlan:
     window: int = 0
     row_group: np.ndarray | None = None  # int32 per output row (--group-by)
     remainder_tokens: int = 0
+    buckets: Buckets | None = None  # in place of slot_start: the spill sorted by bucket (write/by_length.py)
 
     @property
     def n_rows(self) -> int:
@@ -310,9 +349,11 @@ class PatternPlan:
 
     def placed(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(spill start, real length, output row, offset) of every slot of these output rows."""
-        assert self.slot_start is not None  # a plan with its slot map (pattern_plan)
         rank, length, row, offset = self.slots(out_rows)
         real = length if self.slot_real is None else self.slot_real[rank]
+        if self.slot_start is None:
+            assert self.buckets is not None  # a plan with its slot map or its buckets (pattern_plan)
+            return self.buckets.starts(rank), real, row, offset
         return self.slot_start[rank], real, row, offset
 
     def placement(self, spill_starts: np.ndarray) -> dict[str, np.ndarray]:
@@ -342,9 +383,12 @@ def pattern_plan(
     shuffle: bool = False,
     seed: int = 0,
     window: int = 0,
+    by_bucket: bool = False,
 ) -> PatternPlan:
     """The plan of one window of segments (`lengths`, real, in spill order) from its
-    histogram per group, with its slot map."""
+    histogram per group, with its slot map; or, with `by_bucket`, with the layout of the
+    spill sorted by bucket (`buckets`, write/by_length.py) in its place: nothing per
+    sequence then, but the real lengths with `multiple` > 1."""
     # every length in [1, seq_len] once placed (as pack_lengths checks them): the kernels
     # below index by placed length and trust it
     lengths = _as_lengths(lengths, seq_len // multiple * multiple)
@@ -352,23 +396,56 @@ def pattern_plan(
         counts = kernel(_placed_counts, len(lengths) + seq_len)(lengths, multiple, seq_len)
         histograms = [(0, counts)] if len(lengths) else []
         plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
-        plan.slot_start, plan.slot_real = slot_map(lengths, multiple, counts)
+        if by_bucket:
+            plan.buckets = Buckets.from_histograms([counts], seq_len)
+            plan.slot_real = slot_map(lengths, multiple, counts)[1] if multiple > 1 else None
+        else:
+            plan.slot_start, plan.slot_real = slot_map(lengths, multiple, counts)
         return plan
     from packcli.plan.grouping import group_slices
 
     placed = lengths if multiple == 1 else (lengths + multiple - 1) // multiple * multiple
     histograms, orders = [], []
+    need_order = not by_bucket or multiple > 1
     for g, members in group_slices(groups):
         own = placed[members]
-        by_length = np.argsort(own, kind="stable")  # input order inside each length
-        orders.append(members[by_length])
+        if need_order:
+            by_length = np.argsort(own, kind="stable")  # input order inside each length
+            orders.append(members[by_length])
         histograms.append((g, np.bincount(own, minlength=seq_len + 1)))
     plan = plan_from_counts(
         histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window, grouped=True
     )
     order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
-    plan.slot_start = (np.cumsum(lengths) - lengths)[order]
+    if by_bucket:
+        plan.buckets = Buckets.from_histograms([counts for _, counts in histograms], seq_len)
+    else:
+        plan.slot_start = (np.cumsum(lengths) - lengths)[order]
     plan.slot_real = None if multiple == 1 else lengths[order]
+    return plan
+
+
+def histogram_plan(
+    histogram: np.ndarray,
+    seq_len: int,
+    algorithm: str,
+    *,
+    cap: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    window: int = 0,
+) -> PatternPlan:
+    """The plan of one window from its histogram alone (sequences per length, no
+    --group-by, no --pad-to-multiple-of), with the buckets of the spill sorted by length
+    in place of a slot map: what pattern_plan makes with `by_bucket`, without the lengths."""
+    counts = np.zeros(seq_len + 1, dtype=np.int64)
+    histogram = np.asarray(histogram, dtype=np.int64)
+    if len(histogram) > seq_len + 1 or (len(histogram) and histogram[0]):
+        raise PackcliError(f"lengths must be in [1, {seq_len}]")
+    counts[: len(histogram)] = histogram
+    histograms = [(0, counts)] if counts.sum() else []
+    plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
+    plan.buckets = Buckets.from_histograms([counts], seq_len)
     return plan
 
 

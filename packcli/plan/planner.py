@@ -183,11 +183,18 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
 
 
 def plan_window(
-    lengths: np.ndarray, settings: PlanSettings, index: int, final: bool, groups: np.ndarray | None = None
+    lengths: np.ndarray,
+    settings: PlanSettings,
+    index: int,
+    final: bool,
+    groups: np.ndarray | None = None,
+    by_bucket: bool = False,
 ) -> Plan:
     """Window `index` of a run that spills and writes window by window. In concat mode a
     window that is not the last plans only its full rows: the caller carries the tail on.
-    `groups`: the window's group id per segment (--group-by; concat only with one window)."""
+    `groups`: the window's group id per segment (--group-by; concat only with one window).
+    `by_bucket`: a plan from counts finds its sequences in the spill sorted by bucket
+    (patterns.pattern_plan), not through a slot map."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if settings.mode == "concat":
         if groups is not None:
@@ -195,7 +202,7 @@ def plan_window(
         s = settings
         return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=index)
     if from_counts(settings):
-        return _plan_patterns(lengths, settings, index, groups)
+        return _plan_patterns(lengths, settings, index, groups, by_bucket)
     starts = np.cumsum(lengths) - lengths
     return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
 
@@ -236,7 +243,9 @@ def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarra
     )
 
 
-def _plan_patterns(lengths: np.ndarray, s: PlanSettings, window: int, groups: np.ndarray | None) -> PatternPlan:
+def _plan_patterns(
+    lengths: np.ndarray, s: PlanSettings, window: int, groups: np.ndarray | None, by_bucket: bool = False
+) -> PatternPlan:
     algorithm = str(s.algorithm)
     return pattern_plan(
         lengths,
@@ -248,6 +257,7 @@ def _plan_patterns(lengths: np.ndarray, s: PlanSettings, window: int, groups: np
         shuffle=s.shuffle,
         seed=s.seed,
         window=window,
+        by_bucket=by_bucket,
     )
 
 

@@ -15,6 +15,7 @@ The pieces, rows and offsets are exactly those of cutting every stream at multip
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +40,7 @@ class StreamPlan:
     shuffle: bool = False
     remainder_tokens: int = 0
     row_group: np.ndarray | None = None  # int32 per output row (--group-by)
+    sparse: SparseEnds | None = None  # one stream whose ends are on disk (`ends` then empty)
 
     @property
     def n_rows(self) -> int:
@@ -83,6 +85,10 @@ class StreamPlan:
         [first, last), by output row, then offset."""
         out_rows = np.arange(first, last, dtype=np.int64)
         plan_rows = self.plan_rows_of(out_rows)
+        if self.sparse is not None:
+            lo = plan_rows * self.seq_len
+            hi = np.minimum(lo + self.seq_len, self.stream_limit[0])
+            return self.sparse.pieces(lo, hi, out_rows)
         stream = np.searchsorted(self.stream_rows, plan_rows, side="right") - 1
         local = plan_rows - self.stream_rows[stream]
         lo = local * self.seq_len
@@ -114,6 +120,97 @@ class StreamPlan:
         source, _, length, row, offset = self.pieces_with_source(0, self.n_rows)
         order = np.lexsort((offset, self.plan_rows_of(row)))
         return {"source": source[order], "row": row[order], "offset": offset[order], "length": length[order]}
+
+
+@dataclass
+class SparseEnds:
+    """The cumulative ends of one stream's segments with one in K held in memory (the end
+    of each block of K segments) and the lengths read from disk for the blocks a set of
+    rows needs: memory flat in the number of segments. `read(first, count)`: the lengths
+    of segments [first, first + count)."""
+
+    block_end: np.ndarray  # int64 per block of K segments: the end of its last segment
+    n_segments: int
+    k: int
+    read: Callable[[int, int], np.ndarray]
+
+    @staticmethod
+    def build(chunks: Iterable[np.ndarray], k: int, read: Callable[[int, int], np.ndarray]) -> SparseEnds:
+        """From the lengths in order, a chunk at a time (chunk sizes multiples of k, but the last)."""
+        ends, total, n = [], 0, 0
+        for lengths in chunks:
+            cumulative = np.cumsum(lengths) + total
+            ends.append(cumulative[k - 1 :: k].copy())  # copies: a view would keep the whole chunk
+            if len(lengths) % k:
+                ends.append(cumulative[-1:].copy())
+            total = int(cumulative[-1]) if len(cumulative) else total
+            n += len(lengths)
+        block_end = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
+        return SparseEnds(block_end.astype(np.int64), n, k, read)
+
+    def pieces(self, lo: np.ndarray, hi: np.ndarray, out_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """StreamPlan.pieces_with_source for rows holding tokens [lo, hi) of the stream."""
+        k = self.k
+        if not len(lo):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty, empty
+        b_lo = np.searchsorted(self.block_end, lo, side="right")
+        b_hi = np.searchsorted(self.block_end, hi - 1, side="right")
+        spans = b_hi - b_lo + 1
+        blocks = np.unique(np.repeat(b_lo, spans) + _within(spans))
+        ends_parts, index_parts = [], []
+        for b in blocks.tolist():
+            first = b * k
+            lengths = self.read(first, min(k, self.n_segments - first))
+            before = int(self.block_end[b - 1]) if b else 0
+            ends_parts.append(np.cumsum(lengths) + before)
+            index_parts.append(np.arange(first, first + len(lengths), dtype=np.int64))
+        ends = np.concatenate(ends_parts)
+        index = np.concatenate(index_parts)
+        begins = np.empty_like(ends)
+        begins[1:] = ends[:-1]
+        starts_block = (index % k) == 0  # the first segment of a block starts where the block before ended
+        begins[starts_block] = np.where(index[starts_block] == 0, 0, self.block_end[index[starts_block] // k - 1])
+        first_seg = np.searchsorted(ends, lo, side="right")
+        last_seg = np.searchsorted(ends, hi - 1, side="right")
+        counts = last_seg - first_seg + 1
+        owner = np.repeat(np.arange(len(lo)), counts)
+        at = first_seg[owner] + _within(counts)
+        piece_begin = np.maximum(begins[at], lo[owner])
+        piece_end = np.minimum(ends[at], hi[owner])
+        return index[at], piece_begin, piece_end - piece_begin, out_rows[owner], piece_begin - lo[owner]
+
+
+def _within(sizes: np.ndarray) -> np.ndarray:
+    """0, 1, ..., size - 1 for each size, concatenated."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    return np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+
+def sparse_stream_plan(
+    ends: SparseEnds,
+    tokens: int,
+    seq_len: int,
+    remainder: str,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> StreamPlan:
+    """stream_plan of a whole input (one window, final) whose segment ends are `ends`."""
+    full, rest = divmod(tokens, seq_len)
+    n_rows = full + (1 if rest and remainder == "pad" else 0)
+    return StreamPlan(
+        seq_len=seq_len,
+        ends=np.zeros(0, dtype=np.int64),
+        stream_first=np.array([0, ends.n_segments], dtype=np.int64),
+        stream_rows=np.array([0, n_rows], dtype=np.int64),
+        stream_limit=np.array([min(tokens, n_rows * seq_len)], dtype=np.int64),
+        window_ends=[n_rows],
+        seed=seed,
+        shuffle=shuffle,
+        remainder_tokens=rest,
+        sparse=ends,
+    )
 
 
 def _search_in_streams(ends: np.ndarray, stream_first: np.ndarray, stream: np.ndarray, token: np.ndarray) -> np.ndarray:

@@ -3,8 +3,8 @@
 Read+tokenize appends segments (the pieces the planner places, after `--overlong`) in
 input order: tokens in the output's id dtype and, where labels are masked, one bit per
 token saying whether it is learned (a label is always its token or -100, so one bit
-says it all). Only the lengths stay in memory; the planner needs nothing else, and rows
-are then gathered from the files block by block.
+says it all). The lengths go to disk too, and only their histogram stays in memory
+while the spill is written; rows are then gathered from the files block by block.
 
 A spill is complete when `complete.json` exists (written last, atomically); `--resume`
 reuses a complete spill whose run identity matches and skips reading and tokenizing.
@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,9 @@ from packcli.core.flow import pooled_empty
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
+HISTOGRAM_FILE = "histogram.npy"
+LENGTHS_HEADER = 128  # bytes reserved for lengths.npy's header, written when the count is known
+HISTOGRAM_SIZE = 1 << 16  # the histogram counts lengths below this; longer ones in its last entry
 COMPLETE_FILE = "complete.json"
 SYNC_BYTES = 64 << 20  # written bytes between two background fdatasyncs
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
@@ -71,7 +75,11 @@ class SpillWriter:
         self._tokens = open(self.directory / TOKENS_FILE, "wb")
         self._learned = open(self.directory / LEARNED_FILE, "wb") if masked else None
         self._carry = np.zeros(0, dtype=bool)  # learned flags that do not fill a byte yet
-        self._lengths: list[np.ndarray] = []
+        # lengths go to disk as they come (an .npy file whose header is written last), and
+        # only their histogram stays here: memory holds nothing per sequence
+        self._lengths = open(self.directory / LENGTHS_FILE, "wb")
+        self._lengths.write(b"\0" * LENGTHS_HEADER)
+        self.histogram = np.zeros(HISTOGRAM_SIZE, dtype=np.int64)
         self.tokens = 0
         self.sequences = 0
         self.boot = None if durable else boot_id()
@@ -90,7 +98,10 @@ class SpillWriter:
             whole = len(flags) - len(flags) % 8
             self._learned.write(np.packbits(flags[:whole], bitorder="little").data)
             self._carry = flags[whole:]
-        self._lengths.append(np.asarray(lengths, dtype=np.int64))
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        self._lengths.write(lengths.data)
+        if len(lengths):
+            self.histogram += np.bincount(np.minimum(lengths, HISTOGRAM_SIZE - 1), minlength=HISTOGRAM_SIZE)
         self.tokens += len(tokens)
         self.sequences += len(lengths)
         if self.boot is None:
@@ -104,7 +115,7 @@ class SpillWriter:
             self._sync.result()
         if self._syncing is None:
             self._syncing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-spill-sync")
-        fds = [f.fileno() for f in (self._tokens, self._learned) if f is not None]
+        fds = [f.fileno() for f in (self._tokens, self._learned, self._lengths) if f is not None]
         self._sync = self._syncing.submit(_datasync, fds)
         self._unsynced = 0
 
@@ -124,15 +135,16 @@ class SpillWriter:
         if self._learned is not None and len(self._carry):
             self._learned.write(np.packbits(self._carry, bitorder="little").data)
         self._stop_sync()
-        for f in (self._tokens, self._learned):
+        self._lengths.seek(0)
+        self._lengths.write(_npy_header(self.sequences))
+        for f in (self._tokens, self._learned, self._lengths):
             if f is not None:
                 f.flush()
                 if self.boot is None:
                     os.fsync(f.fileno())
                 f.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int64)
-        self._lengths = [lengths]
-        np.save(self.directory / LENGTHS_FILE, lengths)
+        used = np.flatnonzero(self.histogram)
+        np.save(self.directory / HISTOGRAM_FILE, self.histogram[: int(used[-1]) + 1 if len(used) else 0])
         record = {
             "token_dtype": self.token_dtype.str,
             "masked": self.masked,
@@ -144,14 +156,14 @@ class SpillWriter:
         tmp = self.directory / (COMPLETE_FILE + ".tmp")
         tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
         os.replace(tmp, self.directory / COMPLETE_FILE)
-        return Spill.open(self.directory, lengths=lengths)
+        return Spill.open(self.directory)
 
     def abort(self) -> None:
         try:
             self._stop_sync()
         except OSError:
             pass  # the run is failing already; its own error is the one to show
-        for f in (self._tokens, self._learned):
+        for f in (self._tokens, self._learned, self._lengths):
             if f is not None and not f.closed:
                 f.close()
 
@@ -168,20 +180,67 @@ class Block:
 
 @dataclass
 class Spill:
-    """A complete spill: tokens and learned bits on disk (or in memory), lengths in memory.
+    """A complete spill: tokens, learned bits and lengths on disk (or in memory). The lengths
+    are read into memory the first time `lengths` is asked for; `sequences`, `tokens` and
+    `histogram` need no lengths, and `length_chunks` reads them a part at a time.
 
     Blocks are read with positioned reads, not through a memory map: a block's pieces lie
     all over the spill, and the kernel maps whole page-cache folios around every piece a
     mapping touches, which made a gathered block cost a hundred times its size in
     resident memory."""
 
-    lengths: np.ndarray  # int64, one per segment, in input order
+    loaded: np.ndarray | None  # int64, one per segment, in input order (None: not read yet)
     token_dtype: np.dtype
     masked: bool
     meta: dict[str, Any] = field(default_factory=dict)
     directory: Path | None = None
     arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
     _files: list[BinaryIO] = field(default_factory=list)
+    _lengths_fd: int | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        if self.loaded is None:
+            assert self.directory is not None
+            self.loaded = np.load(self.directory / LENGTHS_FILE)
+        return self.loaded
+
+    @property
+    def sequences(self) -> int:
+        return len(self.loaded) if self.loaded is not None else int(self.meta["sequences"])
+
+    def length_chunks(self, size: int) -> Iterator[np.ndarray]:
+        """The lengths in input order, `size` at a time, read from disk unless in memory."""
+        if self.loaded is not None or self.directory is None:
+            for first in range(0, len(self.lengths), size):
+                yield self.lengths[first : first + size]
+            return
+        with open(self.directory / LENGTHS_FILE, "rb") as f:
+            np.lib.format.read_magic(f)
+            np.lib.format.read_array_header_1_0(f)
+            while True:
+                chunk = np.fromfile(f, dtype=np.int64, count=size)
+                if not len(chunk):
+                    return
+                yield chunk
+
+    def read_lengths(self, first: int, count: int) -> np.ndarray:
+        """Lengths of segments [first, first + count), from disk unless in memory."""
+        if self.loaded is not None or self.directory is None:
+            return self.lengths[first : first + count]
+        out = np.empty(count, dtype=np.int64)
+        if self._lengths_fd is None:
+            self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
+        _read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
+        return out
+
+    @property
+    def histogram(self) -> np.ndarray:
+        """Segments per length (lengths of HISTOGRAM_SIZE - 1 and more in the last entry)."""
+        if self.directory is not None and self.loaded is None:
+            histogram: np.ndarray = np.load(self.directory / HISTOGRAM_FILE)
+            return histogram
+        return np.bincount(np.minimum(self.lengths, HISTOGRAM_SIZE - 1))
 
     def starts(self) -> np.ndarray:
         starts = np.empty(len(self.lengths), dtype=np.int64)
@@ -192,7 +251,7 @@ class Spill:
 
     @property
     def tokens(self) -> int:
-        return int(self.lengths.sum())
+        return int(self.meta["tokens"]) if "tokens" in self.meta else int(self.lengths.sum())
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         """The pieces [start, start + length) of the token stream, read together."""
@@ -215,6 +274,8 @@ class Spill:
         if self._files or self.arrays is not None:
             return
         assert self.directory is not None  # a spill is either in memory or in a directory
+        if self._lengths_fd is None and self.loaded is None:
+            self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
         files: list[BinaryIO] = [open(self.directory / TOKENS_FILE, "rb")]
         if self.masked:
             files.append(open(self.directory / LEARNED_FILE, "rb"))
@@ -224,22 +285,30 @@ class Spill:
         files, self._files = self._files, []
         for f in files:
             f.close()
+        fd, self._lengths_fd = self._lengths_fd, None
+        if fd is not None:
+            os.close(fd)
 
     @staticmethod
-    def open(directory: Path, lengths: np.ndarray | None = None) -> Spill:
+    def open(directory: Path) -> Spill:
+        """The spill in `directory`, its lengths left on disk (checked against the record by
+        their count and histogram)."""
         directory = Path(directory)
         meta = json.loads((directory / COMPLETE_FILE).read_text(encoding="utf-8"))
         dtype = np.dtype(meta["token_dtype"])
-        if lengths is None:
-            lengths = np.load(directory / LENGTHS_FILE)
         size = (directory / TOKENS_FILE).stat().st_size
+        with open(directory / LENGTHS_FILE, "rb") as f:
+            np.lib.format.read_magic(f)
+            shape = np.lib.format.read_array_header_1_0(f)[0]
+        histogram = np.load(directory / HISTOGRAM_FILE)
         if (
             size != meta["tokens"] * dtype.itemsize
-            or len(lengths) != meta["sequences"]
-            or int(lengths.sum()) != meta["tokens"]
+            or shape != (meta["sequences"],)
+            or int(histogram.sum()) != meta["sequences"]
+            or (len(histogram) < HISTOGRAM_SIZE and int(histogram @ np.arange(len(histogram))) != meta["tokens"])
         ):
             raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
-        return Spill(lengths, dtype, bool(meta["masked"]), meta, directory)
+        return Spill(None, dtype, bool(meta["masked"]), meta, directory)
 
     @staticmethod
     def in_memory(tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> Spill:
@@ -247,6 +316,13 @@ class Spill:
         tokens = np.ascontiguousarray(tokens)
         bits = None if learned is None else np.packbits(np.asarray(learned, dtype=bool), bitorder="little")
         return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
+
+
+def _npy_header(count: int) -> bytes:
+    """The header of an .npy file of `count` int64, LENGTHS_HEADER bytes long."""
+    text = "{'descr': '<i8', 'fortran_order': False, 'shape': (" + str(count) + ",), }"
+    text = text.ljust(LENGTHS_HEADER - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
 
 
 def _datasync(fds: list[int]) -> None:
@@ -260,13 +336,13 @@ class _Ranges:
 
     GAP = 4096  # tokens: read through a gap smaller than this rather than seek over it
 
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, gap: int = GAP):
         self.order = np.argsort(starts, kind="stable")
         s = starts[self.order]
         e = s + lengths[self.order]
         reach = np.maximum.accumulate(e) if len(e) else e
         begins = np.ones(len(s), dtype=bool)
-        begins[1:] = s[1:] > reach[:-1] + self.GAP
+        begins[1:] = s[1:] > reach[:-1] + gap
         firsts = np.flatnonzero(begins)
         self.group = np.cumsum(begins) - 1  # the range of each sorted piece
         self.piece_start = s
@@ -276,11 +352,15 @@ class _Ranges:
     def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Elements [first, end) of each range from file `f`, one after another in one array;
         returns the array and where each range starts in it."""
+        return self.read_fd(f.fileno(), dtype, first, end)
+
+    def read_fd(self, fd: int, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`read` from a file descriptor."""
         sizes = end - first
         offsets = np.cumsum(sizes) - sizes
         out = pooled_empty(int(sizes.sum()), dtype)
         view = out.view(np.uint8).data
-        fd, item = f.fileno(), dtype.itemsize
+        item = dtype.itemsize
         for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
             _read_exactly(fd, view[at * item : (at + n) * item], position * item)
         return out, offsets

@@ -1,0 +1,194 @@
+"""The spill sorted by (group, placed length): where the slot rule finds its sequences.
+
+The plan from counts (plan/patterns.py) fills the k-th slot of placed length L (of a
+--group-by group) with the k-th sequence of that length in input order. This module
+copies the spill into that order once it is written, by an external counting sort: the
+spill is read in large sequential chunks, each chunk's sequences are laid out by bucket
+(group, placed length) in memory, and each bucket's part is written with one positioned
+write at its place, which the histogram fixes in advance. Every sequence takes a record
+of exactly its placed length (its real tokens, then zeros), so the sequence of rank k
+starts at `bucket_token[b] + (k - bucket_rank[b]) * L`: the slot -> spill map is
+arithmetic, with nothing kept per sequence. And the slots of one length in a row take
+consecutive ranks, so a row of hundreds of tiny sequences is a few contiguous ranges of
+this file, not hundreds of scattered pieces of the spill. Learned flags (masked labels)
+are copied as one byte per token.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from packcli.core.errors import PackcliError
+from packcli.core.jit import kernel, njit
+from packcli.plan.patterns import Buckets
+from packcli.write.spill import Block, Spill, _Ranges, _read_exactly
+
+SORTED_TOKENS_FILE = "by_length.bin"
+SORTED_LEARNED_FILE = "by_length_learned.bin"
+CHUNK_TOKENS = 1 << 22  # tokens of the spill read, sorted and written at a time
+CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
+READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
+
+
+def sort_spill(
+    spill: Spill,
+    buckets: Buckets,
+    seq_len: int,
+    multiple: int,
+    groups: np.ndarray | None = None,
+) -> SortedSpill:
+    """Copy `spill` into bucket order (see the module docstring). `groups`: each segment's
+    group id (--group-by), or None."""
+    assert spill.directory is not None  # the engines' spills are on disk
+    spill.open_files()
+    total = int(buckets.token[-1])
+    directory = spill.directory
+    names = [SORTED_TOKENS_FILE] + ([SORTED_LEARNED_FILE] if spill.masked else [])
+    dtypes = [spill.token_dtype] + ([np.dtype(np.uint8)] if spill.masked else [])
+    outs = []
+    try:
+        for name, dtype in zip(names, dtypes):
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            outs.append(fd)
+            os.ftruncate(fd, total * dtype.itemsize)
+        cursor = np.zeros(len(buckets.key), dtype=np.int64)
+        present = np.zeros(0, dtype=np.int64) if groups is None else np.flatnonzero(np.bincount(groups))
+        done, token = 0, 0  # sequences and tokens sorted so far
+        for lengths in spill.length_chunks(CHUNK_SEQUENCES):
+            first = 0
+            while first < len(lengths):
+                last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
+                own = lengths[first:last]
+                n_tokens = int(own.sum())
+                placed = (own + multiple - 1) // multiple * multiple
+                key = placed
+                if groups is not None:  # the group's place among the plan's groups (by id)
+                    key = np.searchsorted(present, groups[done + first : done + last]) * (seq_len + 1) + placed
+                bucket = np.searchsorted(buckets.key, key)
+                if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == key).all()):
+                    raise PackcliError("the spill's lengths do not match the plan's histogram")
+                sources = [_read_range(spill, 0, token, n_tokens)]
+                if spill.masked:
+                    sources.append(_learned_bytes(spill, token, n_tokens))
+                for fd, source, dtype in zip(outs, sources, dtypes):
+                    out = np.empty(int(placed.sum()), dtype=dtype)
+                    run_bucket, run_at, run_size = kernel(_sort_chunk, n_tokens)(
+                        source, own, bucket, buckets.length, out
+                    )
+                    item = dtype.itemsize
+                    view = out.view(np.uint8).data
+                    for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
+                        where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
+                        _write_exactly(fd, view[at * item : (at + size) * item], where * item)
+                cursor += np.bincount(bucket, minlength=len(cursor))
+                first, token = last, token + n_tokens
+            done += len(lengths)
+    finally:
+        for fd in outs:
+            os.close(fd)
+    return SortedSpill.open(spill, buckets)
+
+
+def _read_range(spill: Spill, which: int, first: int, count: int) -> np.ndarray:
+    dtype = spill.token_dtype if which == 0 else np.dtype(np.uint8)
+    out = np.empty(count, dtype=dtype)
+    _read_exactly(spill._files[which].fileno(), out.view(np.uint8).data, first * dtype.itemsize)
+    return out
+
+
+def _learned_bytes(spill: Spill, first: int, count: int) -> np.ndarray:
+    """The learned flags of tokens [first, first + count), one byte each."""
+    lo, hi = first // 8, (first + count + 7) // 8
+    bits = _read_range(spill, 1, lo, hi - lo)
+    flags = np.unpackbits(bits, bitorder="little")
+    return flags[first - lo * 8 : first - lo * 8 + count]
+
+
+def _write_exactly(fd: int, buffer: memoryview, position: int) -> None:
+    while len(buffer):
+        n = os.pwrite(fd, buffer, position)
+        buffer, position = buffer[n:], position + n
+
+
+@njit(cache=True)
+def _chunk_end(lengths, first, budget):
+    """The end of the chunk from `first`: as many sequences as fit in `budget` tokens, at least one."""
+    total = lengths[first]
+    last = first + 1
+    while last < lengths.shape[0] and total + lengths[last] <= budget:
+        total += lengths[last]
+        last += 1
+    return last
+
+
+@njit(cache=True)
+def _sort_chunk(source, lengths, bucket, bucket_len, out):
+    """The chunk's sequences laid out in `out` by bucket (increasing), in input order inside
+    each, each in a record of its bucket's length (its tokens, then zeros). Returns the
+    buckets present, where each one's records start in `out` and their total size."""
+    n_buckets = bucket_len.shape[0]
+    count = np.zeros(n_buckets, dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        count[bucket[i]] += 1
+    at = np.zeros(n_buckets, dtype=np.int64)
+    n_runs = 0
+    for b in range(n_buckets):
+        if count[b]:
+            n_runs += 1
+    run_bucket = np.empty(n_runs, dtype=np.int64)
+    run_at = np.empty(n_runs, dtype=np.int64)
+    run_size = np.empty(n_runs, dtype=np.int64)
+    position = 0
+    k = 0
+    for b in range(n_buckets):
+        if count[b]:
+            at[b] = position
+            run_bucket[k] = b
+            run_at[k] = position
+            run_size[k] = count[b] * bucket_len[b]
+            position += run_size[k]
+            k += 1
+    s = 0
+    for i in range(lengths.shape[0]):
+        b = bucket[i]
+        n = lengths[i]
+        d = at[b]
+        for j in range(n):
+            out[d + j] = source[s + j]
+        for j in range(n, bucket_len[b]):
+            out[d + j] = 0
+        at[b] = d + bucket_len[b]
+        s += n
+    return run_bucket, run_at, run_size
+
+
+class SortedSpill:
+    """Reads blocks of the sorted file (the BlockReader the gather takes): pieces are
+    given in its coordinates (Buckets.starts), learned flags come back packed."""
+
+    def __init__(self, spill: Spill, buckets: Buckets, files: list[int]):
+        self.spill, self.buckets, self._files = spill, buckets, files
+        self.token_dtype, self.masked = spill.token_dtype, spill.masked
+
+    @staticmethod
+    def open(spill: Spill, buckets: Buckets) -> SortedSpill:
+        assert spill.directory is not None
+        names = [SORTED_TOKENS_FILE] + ([SORTED_LEARNED_FILE] if spill.masked else [])
+        return SortedSpill(spill, buckets, [os.open(spill.directory / name, os.O_RDONLY) for name in names])
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
+        ranges = _Ranges(starts, lengths, READ_GAP)
+        tokens, token_offsets = ranges.read_fd(self._files[0], self.token_dtype, ranges.start, ranges.end)
+        token_at = ranges.per_piece(token_offsets - ranges.start)
+        block = Block(tokens, token_at, None, token_at)
+        if self.masked:
+            flags, _ = ranges.read_fd(self._files[1], np.dtype(np.uint8), ranges.start, ranges.end)
+            block.learned = np.packbits(flags, bitorder="little")
+        return block
+
+    def close(self) -> None:
+        files, self._files = self._files, []
+        for fd in files:
+            os.close(fd)

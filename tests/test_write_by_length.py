@@ -1,0 +1,231 @@
+"""The spill sorted by (group, placed length): its file against the obvious layout, its
+starts against the naive slot map, and `pack` through it byte for byte the same as
+through the spill in input order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import random_texts, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from naive_slots import sorted_spill
+
+from packcli.plan.patterns import Buckets, pattern_plan
+from packcli.write import by_length
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, sort_spill
+from packcli.write.spill import SpillWriter
+
+
+def _histograms(lengths, groups, multiple, seq_len):
+    placed = [-(-n // multiple) * multiple for n in lengths]
+    ids = sorted(set(groups)) if groups is not None else [0]
+    of = groups if groups is not None else [0] * len(lengths)
+    return [np.bincount([p for p, g in zip(placed, of) if g == gid], minlength=seq_len + 1) for gid in ids]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.lists(st.integers(1, 24), min_size=1, max_size=120),
+    multiple=st.sampled_from([1, 2, 4]),
+    n_groups=st.sampled_from([0, 1, 3]),
+    masked=st.booleans(),
+    chunk=st.sampled_from([1, 7, 64, 1 << 22]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_sorted_spill_is_the_obvious_layout(tmp_path_factory, data, multiple, n_groups, masked, chunk, seed):
+    seq_len = 24
+    rng = np.random.default_rng(seed)
+    lengths = np.array(data, dtype=np.int64)
+    groups = None if n_groups == 0 else rng.integers(0, n_groups, len(lengths)).astype(np.int32)
+    tokens = rng.integers(1, 60_000, int(lengths.sum())).astype(np.uint16)
+    learned = rng.random(len(tokens)) < 0.6 if masked else None
+    directory = tmp_path_factory.mktemp("spill") / "s"
+    writer = SpillWriter(directory, np.dtype(np.uint16), masked)
+    writer.append(tokens, lengths, learned)
+    spill = writer.finish({})
+    buckets = Buckets.from_histograms(
+        _histograms(data, None if groups is None else groups.tolist(), multiple, seq_len), seq_len
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(by_length, "CHUNK_TOKENS", chunk)
+        reader = sort_spill(spill, buckets, seq_len, multiple, groups)
+    want_tokens, want_flags, want_starts = sorted_spill(
+        tokens.tolist(), data, multiple, None if groups is None else groups.tolist(), learned
+    )
+    got = np.fromfile(directory / SORTED_TOKENS_FILE, dtype=np.uint16)
+    assert got.tolist() == want_tokens
+    if masked:
+        assert np.fromfile(directory / SORTED_LEARNED_FILE, dtype=np.uint8).tolist() == want_flags
+    assert buckets.starts(np.arange(len(data))).tolist() == want_starts
+    # a block read back: the pieces of every rank, real lengths, flags packed again
+    real = [data[i] for i in _rank_order(data, multiple, groups)]
+    block = reader.read_block(np.array(want_starts, dtype=np.int64), np.array(real, dtype=np.int64))
+    for k, (start, n) in enumerate(zip(want_starts, real)):
+        at = int(block.token_at[k])
+        assert block.tokens[at : at + n].tolist() == want_tokens[start : start + n]
+        if masked:
+            bits = np.unpackbits(block.learned, bitorder="little")[int(block.bit_at[k]) : int(block.bit_at[k]) + n]
+            assert bits.tolist() == want_flags[start : start + n]
+    reader.close()
+    spill.close()
+
+
+def _rank_order(lengths, multiple, groups):
+    placed = [-(-n // multiple) * multiple for n in lengths]
+    of = [0] * len(lengths) if groups is None else groups.tolist()
+    return sorted(range(len(lengths)), key=lambda i: (of[i], placed[i], i))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    data=st.lists(st.integers(1, 40), min_size=1, max_size=200),
+    multiple=st.sampled_from([1, 4]),
+    grouped=st.booleans(),
+    algorithm=st.sampled_from(["bfd", "spfhp", "lpfhp"]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_plan_by_bucket_places_what_the_slot_map_places(tmp_path_factory, data, multiple, grouped, algorithm, seed):
+    """Same rows, offsets and real lengths; each slot's tokens are the same sequence's."""
+    seq_len = 64
+    rng = np.random.default_rng(seed)
+    lengths = np.array(data, dtype=np.int64)
+    groups = rng.integers(0, 3, len(lengths)).astype(np.int32) if grouped else None
+    tokens = rng.integers(1, 60_000, int(lengths.sum())).astype(np.uint16)
+    directory = tmp_path_factory.mktemp("spill") / "s"
+    writer = SpillWriter(directory, np.dtype(np.uint16), False)
+    writer.append(tokens, lengths, None)
+    spill = writer.finish({})
+    options = {"multiple": multiple, "groups": groups, "shuffle": True, "seed": seed}
+    mapped = pattern_plan(lengths, seq_len, algorithm, **options)
+    bucketed = pattern_plan(lengths, seq_len, algorithm, **options, by_bucket=True)
+    assert bucketed.slot_start is None and bucketed.buckets is not None
+    reader = sort_spill(spill, bucketed.buckets, seq_len, multiple, groups)
+    s1, n1, r1, o1 = mapped.pieces(0, mapped.n_rows)
+    s2, n2, r2, o2 = bucketed.pieces(0, bucketed.n_rows)
+    assert n1.tolist() == n2.tolist() and r1.tolist() == r2.tolist() and o1.tolist() == o2.tolist()
+    a, b = spill.read_block(s1, n1), reader.read_block(s2, n2)
+    for k in range(len(n1)):
+        x, y = int(a.token_at[k]), int(b.token_at[k])
+        assert a.tokens[x : x + n1[k]].tolist() == b.tokens[y : y + n2[k]].tolist()
+    reader.close()
+    spill.close()
+
+
+@pytest.fixture
+def short_corpus(tmp_path):
+    """Short documents (a few words): many sequences a row."""
+    texts = random_texts(400, seed=3, max_words=6)
+    rows = [{"text": t, "g": i % 3} for i, t in enumerate(texts)]
+    rng = np.random.default_rng(5)
+    ids = [{"ids": rng.integers(2, 250, n).tolist()} for n in rng.integers(1, 9, 400)]
+    for row in ids:
+        row["labels"] = [t if rng.random() < 0.5 else -100 for t in row["ids"]]
+    return (
+        write_jsonl(tmp_path / "in" / "short.jsonl", rows),
+        write_jsonl(tmp_path / "ids" / "ids.jsonl", ids),
+    )
+
+
+def _files(out):
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "report.json"
+    }
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--group-by", "g"),
+        ("--pad-to-multiple-of", "4"),
+        ("--algorithm", "spfhp", "--max-sequences-per-row", "3"),
+        ("--algorithm", "lpfhp", "--group-by", "g", "--pad-to-multiple-of", "2"),
+        ("--rows-per-shard", "5", "--format", "npy"),
+        ("--workers", "2", "--buffer-size", "150"),
+        ("labels",),
+    ],
+)
+def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
+    from packcli.engine import local as pipeline
+
+    texts, ids = short_corpus
+    if options == ("labels",):
+        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
+        options = ("--rows-per-shard", "7", "--format", "npy")
+    else:
+        source = [texts, "--tokenizer", word_tokenizer]
+    calls = []
+    real_sort = pipeline.sort_spill
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_sort(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "sort_spill", counted)
+    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    sorted_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
+    assert calls  # the corpus went through the sorted spill
+    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 10**9)
+    calls.clear()
+    plain_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
+    assert not calls
+    assert _files(sorted_out) == _files(plain_out)
+
+
+@pytest.mark.parametrize("point", ["spilled", "shard-done"])
+def test_a_run_stopped_then_resumed_through_the_sorted_spill_is_byte_identical(
+    short_corpus, packed, cli, word_tokenizer, monkeypatch, tmp_path, point
+):
+    from packcli.core.pause import pause as real_pause
+    from packcli.engine import local as pipeline
+    from packcli.inspect.verify import verify_dir
+
+    texts, _ = short_corpus
+    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    options = ("--tokenizer", word_tokenizer, "--seq-len", 32, "--rows-per-shard", 6, "--format", "npy")
+    fresh = packed(texts, *options)
+
+    def stop(at):
+        if at == point:
+            raise KeyboardInterrupt
+        real_pause(at)
+
+    monkeypatch.setattr(pipeline, "pause", stop)
+    out = tmp_path / "stopped"
+    assert cli("pack", texts, "-o", out, *options).exit_code == 130
+    assert not (out / "manifest.json").exists()
+    monkeypatch.setattr(pipeline, "pause", real_pause)
+    resumed = cli("pack", texts, "-o", out, *options, "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    verify_dir(out)
+    assert _files(fresh) == _files(out)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--no-shuffle", "--remainder", "drop"),
+        ("--rows-per-shard", "5", "--format", "npy", "--workers", "2"),
+        ("labels",),
+    ],
+)
+def test_concat_with_its_ends_on_disk_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
+    """Concat mode of a whole input keeps one segment end in SPARSE_ENDS and reads the
+    lengths of the rows it gathers from the spill: the bytes of the ends in memory."""
+    from packcli.engine import local as pipeline
+
+    texts, ids = short_corpus
+    if options == ("labels",):
+        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
+        options = ("--rows-per-shard", "7", "--format", "npy")
+    else:
+        source = [texts, "--tokenizer", word_tokenizer]
+    monkeypatch.setattr(pipeline, "SPARSE_ENDS", 3)
+    sparse = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
+    monkeypatch.setattr(pipeline, "SPARSE_ENDS", 0)
+    whole = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
+    assert _files(sparse) == _files(whole)
