@@ -180,3 +180,20 @@ def test_every_package_and_module_is_reachable_by_its_folder_name():
     for name in modules():
         counts[package_of(name)] += 1
     assert all(counts[package] > 1 for package in layer_table())
+
+
+def test_every_module_is_named_in_its_package_row():
+    """The table says what each package owns: a new module that it does not name is a stale page."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.split("## Packages", 1)[1].split("\n## ", 1)[0].splitlines():
+        match = re.match(r"\| `(\w+)` \|(.*)\|[^|]*\|\s*$", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    unnamed = [
+        f"{package}/{path.name}"
+        for package in rows
+        for path in sorted((PACKAGE / package).glob("*.py"))
+        if path.name != "__init__.py" and f"`{path.stem}`" not in rows[package]
+    ]
+    assert unnamed == []
