@@ -29,7 +29,7 @@ from packcli.core.errors import PackcliError
 from packcli.core.jit import njit
 from packcli.plan.grouping import group_counts, row_token_hashes
 from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
-from packcli.write.columns import GROUP_FILE, NPY_FILES, OPTIONAL_NPY_FILES
+from packcli.write.columns import NPY_FILES, OPTIONAL_NPY_FILES, npy_shard_files
 from packcli.write.manifest import Manifest, ShardEntry, load_manifest
 from packcli.write.shard_pages import ShardPages
 from packcli.write.shard_reader import map_npy, read_group_column, read_shard
@@ -349,9 +349,9 @@ def missing_npy_files(path: Path, manifest: Manifest) -> list[str]:
     if not path.is_dir():
         return []
     columns = manifest.get("columns", {})
-    expected = [*NPY_FILES, *(name for name in OPTIONAL_NPY_FILES if name[:-4] in columns)]
-    if manifest.get("groups") is not None:
-        expected.append(GROUP_FILE)
+    expected = npy_shard_files(
+        "cu_seqlens_unpadded" in columns, manifest.get("groups") is not None, "max_seqlen" in columns
+    )
     return [name for name in expected if not (path / name).is_file()]
 
 

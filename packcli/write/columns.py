@@ -42,11 +42,13 @@ def ids_dtype(vocab_size: int | None) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size is not None and vocab_size <= 65536 else np.dtype(np.uint32)
 
 
-def npy_shard_files(unpadded: bool, grouped: bool) -> tuple[str, ...]:
-    """Every file a finished npy shard of this run holds: 7, 8 with --pad-to-multiple-of, +1 with --group-by."""
+def npy_shard_files(unpadded: bool, grouped: bool, max_seqlen: bool = True) -> tuple[str, ...]:
+    """Every file a finished npy shard holds: 7, 8 with --pad-to-multiple-of, +1 with
+    --group-by (`max_seqlen`: False for outputs of formats 1 and 2, which lack it)."""
+    optional = dict(zip(("max_seqlen", "cu_seqlens_unpadded"), OPTIONAL_NPY_FILES))
     return (
         *NPY_FILES,
-        "max_seqlen.npy",
-        *(("cu_seqlens_unpadded.npy",) if unpadded else ()),
+        *((optional["max_seqlen"],) if max_seqlen else ()),
+        *((optional["cu_seqlens_unpadded"],) if unpadded else ()),
         *((GROUP_FILE,) if grouped else ()),
     )
