@@ -5,7 +5,7 @@ The plan from counts (plan/patterns.py) fills the k-th slot of placed length L (
 copies the spill into that order once it is written, by an external counting sort: the
 spill is read in large sequential chunks, each chunk's sequences are laid out by bucket
 (group, placed length) in memory, and each bucket's part is written with one positioned
-write at its place, which the histogram fixes in advance. Every sequence takes a record
+write at its place, which the histogram fixes in advance; SORT_THREADS chunks at a time. Every sequence takes a record
 of exactly its placed length (its real tokens, then zeros), so the sequence of rank k
 starts at `bucket_token[b] + (k - bucket_rank[b]) * L`: the slot -> spill map is
 arithmetic, with nothing kept per sequence. And the slots of one length in a row take
@@ -17,6 +17,8 @@ are copied as one byte per token.
 from __future__ import annotations
 
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -29,6 +31,7 @@ SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"
 CHUNK_TOKENS = 1 << 22  # tokens of the spill read, sorted and written at a time
 CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
+SORT_THREADS = 2  # chunks sorted at the same time
 READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
 
 
@@ -47,48 +50,66 @@ def sort_spill(
     directory = spill.directory
     names = [SORTED_TOKENS_FILE] + ([SORTED_LEARNED_FILE] if spill.masked else [])
     dtypes = [spill.token_dtype] + ([np.dtype(np.uint8)] if spill.masked else [])
-    outs = []
+    outs: list[int] = []
     try:
         for name, dtype in zip(names, dtypes):
             fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             outs.append(fd)
             os.ftruncate(fd, total * dtype.itemsize)
+        chunk = _ChunkSorter(spill, buckets, outs, dtypes)
         cursor = np.zeros(len(buckets.key), dtype=np.int64)
         present = np.zeros(0, dtype=np.int64) if groups is None else np.flatnonzero(np.bincount(groups))
         done, token = 0, 0  # sequences and tokens sorted so far
-        for lengths in spill.length_chunks(CHUNK_SEQUENCES):
-            first = 0
-            while first < len(lengths):
-                last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
-                own = lengths[first:last]
-                n_tokens = int(own.sum())
-                placed = (own + multiple - 1) // multiple * multiple
-                key = placed
-                if groups is not None:  # the group's place among the plan's groups (by id)
-                    key = np.searchsorted(present, groups[done + first : done + last]) * (seq_len + 1) + placed
-                bucket = np.searchsorted(buckets.key, key)
-                if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == key).all()):
-                    raise PackcliError("the spill's lengths do not match the plan's histogram")
-                sources = [_read_range(spill, 0, token, n_tokens)]
-                if spill.masked:
-                    sources.append(_learned_bytes(spill, token, n_tokens))
-                for fd, source, dtype in zip(outs, sources, dtypes):
-                    out = np.empty(int(placed.sum()), dtype=dtype)
-                    run_bucket, run_at, run_size = kernel(_sort_chunk, n_tokens)(
-                        source, own, bucket, buckets.length, out
-                    )
-                    item = dtype.itemsize
-                    view = out.view(np.uint8).data
-                    for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
-                        where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
-                        _write_exactly(fd, view[at * item : (at + size) * item], where * item)
-                cursor += np.bincount(bucket, minlength=len(cursor))
-                first, token = last, token + n_tokens
-            done += len(lengths)
+        with ThreadPoolExecutor(max_workers=SORT_THREADS, thread_name_prefix="packcli-sort") as pool:
+            running: deque[Future[None]] = deque()
+            for lengths in spill.length_chunks(CHUNK_SEQUENCES):
+                first = 0
+                while first < len(lengths):
+                    last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
+                    own = lengths[first:last]
+                    placed = (own + multiple - 1) // multiple * multiple
+                    key = placed
+                    if groups is not None:  # the group's place among the plan's groups (by id)
+                        key = np.searchsorted(present, groups[done + first : done + last]) * (seq_len + 1) + placed
+                    bucket = np.searchsorted(buckets.key, key)
+                    if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == key).all()):
+                        raise PackcliError("the spill's lengths do not match the plan's histogram")
+                    n_tokens = int(own.sum())
+                    running.append(pool.submit(chunk.sort, token, n_tokens, own, bucket, cursor.copy()))
+                    cursor += np.bincount(bucket, minlength=len(cursor))
+                    first, token = last, token + n_tokens
+                    while len(running) > SORT_THREADS:  # at most one chunk waits: memory stays a few chunks
+                        running.popleft().result()
+                done += len(lengths)
+            while running:
+                running.popleft().result()
     finally:
         for fd in outs:
             os.close(fd)
     return SortedSpill.open(spill, buckets)
+
+
+class _ChunkSorter:
+    """One chunk of the spill read, laid out by bucket and written at its places: chunks
+    are independent once their buckets' cursors are known, so threads sort them side by
+    side (the kernel releases the GIL; reads and writes are positioned)."""
+
+    def __init__(self, spill: Spill, buckets: Buckets, outs: list[int], dtypes: list[np.dtype]):
+        self.spill, self.buckets, self.outs, self.dtypes = spill, buckets, outs, dtypes
+
+    def sort(self, token: int, n_tokens: int, lengths: np.ndarray, bucket: np.ndarray, cursor: np.ndarray) -> None:
+        spill, buckets = self.spill, self.buckets
+        sources = [_read_range(spill, 0, token, n_tokens)]
+        if spill.masked:
+            sources.append(_learned_bytes(spill, token, n_tokens))
+        for fd, source, dtype in zip(self.outs, sources, self.dtypes):
+            out = np.empty(int(buckets.length[bucket].sum()), dtype=dtype)
+            run_bucket, run_at, run_size = kernel(_sort_chunk, n_tokens)(source, lengths, bucket, buckets.length, out)
+            item = dtype.itemsize
+            view = out.view(np.uint8).data
+            for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
+                where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
+                _write_exactly(fd, view[at * item : (at + size) * item], where * item)
 
 
 def _read_range(spill: Spill, which: int, first: int, count: int) -> np.ndarray:
@@ -123,7 +144,7 @@ def _chunk_end(lengths, first, budget):
     return last
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # on the sort threads
 def _sort_chunk(source, lengths, bucket, bucket_len, out):
     """The chunk's sequences laid out in `out` by bucket (increasing), in input order inside
     each, each in a record of its bucket's length (its tokens, then zeros). Returns the
@@ -179,7 +200,7 @@ class SortedSpill:
         return SortedSpill(spill, buckets, [os.open(spill.directory / name, os.O_RDONLY) for name in names])
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
-        ranges = _Ranges(starts, lengths, READ_GAP)
+        ranges = _RunsInOrder(starts, lengths, READ_GAP)
         tokens, token_offsets = ranges.read_fd(self._files[0], self.token_dtype, ranges.start, ranges.end)
         token_at = ranges.per_piece(token_offsets - ranges.start)
         block = Block(tokens, token_at, None, token_at)
@@ -192,3 +213,23 @@ class SortedSpill:
         files, self._files = self._files, []
         for fd in files:
             os.close(fd)
+
+
+class _RunsInOrder(_Ranges):
+    """A block's pieces merged where each starts at most `gap` tokens after the one before
+    it ends, in the order given, without sorting: the slots of one length in a row are
+    consecutive ranks, so a row's pieces come mostly in runs already."""
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, gap: int):
+        ends = starts + lengths
+        begins = np.ones(len(starts), dtype=bool)
+        step = starts[1:] - ends[:-1]
+        begins[1:] = (step < 0) | (step > gap)
+        firsts = np.flatnonzero(begins)
+        self.group = np.cumsum(begins) - 1
+        self.piece_start = starts
+        self.start = starts[firsts]
+        self.end = ends[np.append(firsts[1:] - 1, len(starts) - 1)] if len(firsts) else ends
+
+    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
+        return range_base[self.group] + self.piece_start
