@@ -19,9 +19,8 @@ from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.plan.grouping import GroupEntry, GroupTable
-from packcli.plan.patterns import PatternPlan, histogram_plan
-from packcli.plan.planner import Plan, RowPlan, plan_window, uncapped_rows
-from packcli.plan.rows import padded_lengths
+from packcli.plan.patterns import histogram_plan
+from packcli.plan.planner import Plan, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
@@ -217,13 +216,7 @@ def plan_histogram(job: Job, outcome: Outcome, timer: Timer, histogram: np.ndarr
 
 def account_plan(job: Job, outcome: Outcome, plan: Plan) -> None:
     """What the report needs from a plan: the packed lengths (bin) and the remainder."""
-    seq_len = job.opts.seq_len
-    counts = None
-    if isinstance(plan, RowPlan):  # bin mode
-        placed = padded_lengths(plan.piece_len, job.opts.pad_multiple)  # the room each one took
-        counts = np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
-    elif isinstance(plan, PatternPlan):
-        counts = plan.placed_histogram()
+    counts = plan.placed_histogram(job.opts.seq_len, job.opts.pad_multiple)
     if counts is not None:
         job.histogram = counts if job.histogram is None else job.histogram + counts
     outcome.remainder_tokens += plan.remainder_tokens

@@ -365,8 +365,9 @@ class PatternPlan:
         order = np.argsort(source, kind="stable")
         return {"source": source[order], "row": row[order], "offset": offset[order], "length": length[order]}
 
-    def placed_histogram(self) -> np.ndarray:
-        """Sequences per placed length 0..seq_len (what the report's window cost needs)."""
+    def placed_histogram(self, seq_len: int | None = None, multiple: int = 1) -> np.ndarray:
+        """Sequences per placed length 0..seq_len (what the report's window cost needs);
+        the slots' lengths are placed lengths already."""
         p = self.patterns
         weights = p.repeat[p.slot_pattern()]
         return np.bincount(p.slot_len, weights=weights, minlength=self.seq_len + 1)[: self.seq_len + 1].astype(np.int64)

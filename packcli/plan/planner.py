@@ -49,6 +49,10 @@ class RowPlan:
         order = np.argsort(self.row, kind="stable")
         return order, self.row[order]
 
+    def placed_histogram(self, seq_len: int, multiple: int = 1) -> np.ndarray:
+        """Pieces per placed length 0..seq_len: the room each took (what the report's window cost needs)."""
+        return np.bincount(padded_lengths(self.piece_len, multiple), minlength=seq_len + 1)[: seq_len + 1]
+
     def pieces(
         self, first: int, last: int, order: RowOrder = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -50,6 +50,10 @@ class StreamPlan:
         """Nothing to precompute: rows are found by search (RowPlan's takes an argsort)."""
         return None
 
+    def placed_histogram(self, seq_len: int, multiple: int = 1) -> None:
+        """None: a stream is cut into rows, not packed; it has no placed lengths to count."""
+        return None
+
     def plan_rows_of(self, output_rows: np.ndarray) -> np.ndarray:
         """The plan row each output row comes from (the shuffle's inverse, window by window)."""
         return self._windowed(output_rows, forward=False)
