@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -461,8 +462,9 @@ def test_kill_9_after_the_spill_then_resume_sorts_it_again(
 ):
     """Killed once the spill is complete, before or while it is copied sorted by length:
     --resume reuses the spill and never takes a by-length copy it finds (here one cut short:
-    its full size, garbage in it) for the finished one."""
-    options = () if name == "bin" else ("--group-by", "g", "--pad-to-multiple-of", "4")
+    of its full size, as the copy is sized first, and garbage in it) for the finished one."""
+    multiple = 1 if name == "bin" else 4
+    options = () if name == "bin" else ("--group-by", "g", "--pad-to-multiple-of", str(multiple))
     whole = short_uninterrupted(options)
     out = tmp_path / "out"
     killed = start_and_stop(short_command(short_corpus, out, word_tokenizer, *options), out, "spilled", signal.SIGKILL)
@@ -470,7 +472,9 @@ def test_kill_9_after_the_spill_then_resume_sorts_it_again(
     spill = out / ".packcli-spill"
     assert (spill / "complete.json").is_file() and not list(out.glob("shard-*"))
     assert not (spill / SORTED_TOKENS_FILE).exists()
-    (spill / SORTED_TOKENS_FILE).write_bytes(b"\xff" * (spill / "tokens.bin").stat().st_size)
+    placed = -(-np.load(spill / "lengths.npy") // multiple) * multiple
+    token_bytes = np.dtype(json.loads((spill / "complete.json").read_text())["token_dtype"]).itemsize
+    (spill / SORTED_TOKENS_FILE).write_bytes(b"\xff" * int(placed.sum()) * token_bytes)
     resumed = cli("pack", short_corpus, "-o", out, *short_options(word_tokenizer, *options, "--resume", "--json"))
     assert resumed.exit_code == 0, resumed.stderr
     assert json.loads(resumed.stdout)["spill"]["reused"] is True
