@@ -23,7 +23,7 @@ from pausing import stop_at
 
 from packcli.core.errors import Interrupted
 from packcli.inspect.verify import verify_dir
-from packcli.write.by_length import SORTED_TOKENS_FILE
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE
 
 
 def assert_incomplete(out: Path) -> None:
@@ -390,10 +390,15 @@ SHORT_WINDOW = ("--buffer-size", "2000")
 @pytest.fixture(scope="module")
 def short_corpus(tmp_path_factory) -> Path:
     """Records of 1..8 words (5.5 tokens with EOS on average): a row of 128 holds about 23,
-    so bin mode gathers from the spill sorted by length (engine/local.py `_by_bucket`)."""
+    so bin mode gathers from the spill sorted by length (engine/local.py `_by_bucket`). The
+    same words as a prompt and a completion too, and a group."""
     path = tmp_path_factory.mktemp("short") / "short.jsonl"
-    texts = random_texts(8000, seed=4, max_words=8)
-    write_jsonl(path, [{"text": t, "g": ("web", "code", "books")[i % 5 % 3]} for i, t in enumerate(texts)])
+    words = [t.split() for t in random_texts(8000, seed=4, max_words=8)]
+    records = [
+        {"text": " ".join(w), "q": w[0], "a": " ".join(w[1:]) or "w7", "g": ("web", "code", "books")[i % 5 % 3]}
+        for i, w in enumerate(words)
+    ]
+    write_jsonl(path, records)
     return path
 
 
@@ -456,25 +461,32 @@ def test_kill_9_then_resume_of_short_sequences_is_byte_identical(
     assert shard_bytes(out) == shard_bytes(whole)
 
 
-@pytest.mark.parametrize("name", ["bin", "bin-group-by-pad-multiple"])
+PROMPTS = ("--prompt-field", "q", "--completion-field", "a")
+
+
+@pytest.mark.parametrize("name", ["bin", "prompt-group-by-pad-multiple"])
 def test_kill_9_after_the_spill_then_resume_sorts_it_again(
     tmp_path, cli, short_corpus, word_tokenizer, short_uninterrupted, name
 ):
     """Killed once the spill is complete, before or while it is copied sorted by length:
     --resume reuses the spill and never takes a by-length copy it finds (here one cut short:
-    of its full size, as the copy is sized first, and garbage in it) for the finished one."""
+    of its full size, as the copy is sized first, and garbage in it) for the finished one;
+    nor, with prompts (learned flags), the copy of the flags."""
     multiple = 1 if name == "bin" else 4
-    options = () if name == "bin" else ("--group-by", "g", "--pad-to-multiple-of", str(multiple))
+    options = () if name == "bin" else (*PROMPTS, "--group-by", "g", "--pad-to-multiple-of", str(multiple))
     whole = short_uninterrupted(options)
     out = tmp_path / "out"
     killed = start_and_stop(short_command(short_corpus, out, word_tokenizer, *options), out, "spilled", signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     spill = out / ".packcli-spill"
     assert (spill / "complete.json").is_file() and not list(out.glob("shard-*"))
-    assert not (spill / SORTED_TOKENS_FILE).exists()
-    placed = -(-np.load(spill / "lengths.npy") // multiple) * multiple
-    token_bytes = np.dtype(json.loads((spill / "complete.json").read_text())["token_dtype"]).itemsize
-    (spill / SORTED_TOKENS_FILE).write_bytes(b"\xff" * int(placed.sum()) * token_bytes)
+    assert not (spill / SORTED_TOKENS_FILE).exists() and not (spill / SORTED_LEARNED_FILE).exists()
+    placed = int((-(-np.load(spill / "lengths.npy") // multiple) * multiple).sum())
+    record = json.loads((spill / "complete.json").read_text())
+    (spill / SORTED_TOKENS_FILE).write_bytes(b"\xff" * placed * np.dtype(record["token_dtype"]).itemsize)
+    if name != "bin":
+        assert record["masked"]
+        (spill / SORTED_LEARNED_FILE).write_bytes(b"\x01\x00\x00" * (placed // 3) + b"\x01" * (placed % 3))
     resumed = cli("pack", short_corpus, "-o", out, *short_options(word_tokenizer, *options, "--resume", "--json"))
     assert resumed.exit_code == 0, resumed.stderr
     assert json.loads(resumed.stdout)["spill"]["reused"] is True
