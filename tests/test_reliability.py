@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,6 +23,7 @@ from pausing import stop_at
 
 from packcli.core.errors import Interrupted
 from packcli.inspect.verify import verify_dir
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE
 
 
 def assert_incomplete(out: Path) -> None:
@@ -362,6 +364,131 @@ def test_kill_9_with_one_plan_then_resume_reuses_the_spill(tmp_path, big_corpus,
     assert (out / ".packcli-spill" / "complete.json").is_file()  # shards come after the whole spill
     resumed = subprocess.run(command(out, "--resume", "--json"), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["spill"]["reused"] is True
+    verify_dir(out)
+    assert shard_bytes(out) == shard_bytes(whole)
+
+
+# ------------------------------------------------------------------ kill -9 and --resume of short sequences
+
+SHORT_OPTIONS = {
+    "bin": (),
+    "bin-group-by": ("--group-by", "g"),
+    "bin-max-sequences": ("--algorithm", "spfhp", "--max-sequences-per-row", "12"),
+    "bin-pad-multiple": ("--pad-to-multiple-of", "4"),
+    "concat-group-by": ("--mode", "concat", "--group-by", "g"),
+    "concat": ("--mode", "concat"),
+}
+# Killed after a shard of the one plan, or inside a shard of a window (`mid-shard` is a
+# point of the windowed writer; concat with --group-by plans the whole input at once).
+SHORT_KILLS = [(name, AFTER_FIRST_SHARD) for name in SHORT_OPTIONS if name != "concat"] + [
+    (name, "mid-shard") for name in SHORT_OPTIONS if name != "concat-group-by"
+]
+SHORT_WINDOW = ("--buffer-size", "2000")
+
+
+@pytest.fixture(scope="module")
+def short_corpus(tmp_path_factory) -> Path:
+    """Records of 1..8 words (5.5 tokens with EOS on average): a row of 128 holds about 23,
+    so bin mode gathers from the spill sorted by length (engine/local.py `_by_bucket`). The
+    same words as a prompt and a completion too, and a group."""
+    path = tmp_path_factory.mktemp("short") / "short.jsonl"
+    words = [t.split() for t in random_texts(8000, seed=4, max_words=8)]
+    records = [
+        {"text": " ".join(w), "q": w[0], "a": " ".join(w[1:]) or "w7", "g": ("web", "code", "books")[i % 5 % 3]}
+        for i, w in enumerate(words)
+    ]
+    write_jsonl(path, records)
+    return path
+
+
+def short_options(tokenizer, *extra) -> list[str]:
+    return ["--tokenizer", str(tokenizer), "--seq-len", "128", "--rows-per-shard", "40", "--format", "npy", *extra]
+
+
+def short_command(corpus, out, tokenizer, *extra) -> list[str]:
+    return [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), *short_options(tokenizer, *extra)]
+
+
+@pytest.fixture(scope="module")
+def short_uninterrupted(short_corpus, word_tokenizer, tmp_path_factory):
+    """The output of an uninterrupted run with these options (made once, in this process),
+    which asserts that bin mode went through the sorted spill and concat did not."""
+    from typer.testing import CliRunner
+
+    from packcli.cli.app import app
+    from packcli.engine import local as pipeline
+
+    made: dict[tuple[str, ...], Path] = {}
+
+    def output(options: tuple[str, ...]) -> Path:
+        if options not in made:
+            out = tmp_path_factory.mktemp("short-whole") / "out"
+            sorts = []
+            real_sort = pipeline.sort_spill
+
+            def counted(*args, **kwargs):
+                sorts.append(1)
+                return real_sort(*args, **kwargs)
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(pipeline, "sort_spill", counted)
+                args = ["pack", str(short_corpus), "-o", str(out), *short_options(word_tokenizer, *options)]
+                result = CliRunner().invoke(app, args, catch_exceptions=False)
+            assert result.exit_code == 0, result.output + result.stderr
+            assert bool(sorts) == ("concat" not in options)
+            verify_dir(out)
+            made[options] = out
+        return made[options]
+
+    return output
+
+
+@pytest.mark.parametrize("name, moment", SHORT_KILLS)
+def test_kill_9_then_resume_of_short_sequences_is_byte_identical(
+    tmp_path, packed, short_corpus, word_tokenizer, short_uninterrupted, name, moment
+):
+    """Bin mode through the sorted spill (with groups, a cap, a pad multiple), and concat."""
+    options = SHORT_OPTIONS[name] + (SHORT_WINDOW if moment == "mid-shard" else ())
+    whole = short_uninterrupted(options)
+    out = tmp_path / "out"
+    killed = start_and_stop(short_command(short_corpus, out, word_tokenizer, *options), out, moment, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists() and list(out.glob("shard-*"))
+    if moment == "mid-shard":
+        assert any(p.name.startswith(".shard-") for p in out.iterdir())
+    packed(short_corpus, *short_options(word_tokenizer, *options, "--resume"), out=out)
+    assert shard_bytes(out) == shard_bytes(whole)
+
+
+PROMPTS = ("--prompt-field", "q", "--completion-field", "a")
+
+
+@pytest.mark.parametrize("name", ["bin", "prompt-group-by-pad-multiple"])
+def test_kill_9_after_the_spill_then_resume_sorts_it_again(
+    tmp_path, cli, short_corpus, word_tokenizer, short_uninterrupted, name
+):
+    """Killed once the spill is complete, before or while it is copied sorted by length:
+    --resume reuses the spill and never takes a by-length copy it finds (here one cut short:
+    of its full size, as the copy is sized first, and garbage in it) for the finished one;
+    nor, with prompts (learned flags), the copy of the flags."""
+    multiple = 1 if name == "bin" else 4
+    options = () if name == "bin" else (*PROMPTS, "--group-by", "g", "--pad-to-multiple-of", str(multiple))
+    whole = short_uninterrupted(options)
+    out = tmp_path / "out"
+    killed = start_and_stop(short_command(short_corpus, out, word_tokenizer, *options), out, "spilled", signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    spill = out / ".packcli-spill"
+    assert (spill / "complete.json").is_file() and not list(out.glob("shard-*"))
+    assert not (spill / SORTED_TOKENS_FILE).exists() and not (spill / SORTED_LEARNED_FILE).exists()
+    placed = int((-(-np.load(spill / "lengths.npy") // multiple) * multiple).sum())
+    record = json.loads((spill / "complete.json").read_text())
+    (spill / SORTED_TOKENS_FILE).write_bytes(b"\xff" * placed * np.dtype(record["token_dtype"]).itemsize)
+    if name != "bin":
+        assert record["masked"]
+        (spill / SORTED_LEARNED_FILE).write_bytes(b"\x01\x00\x00" * (placed // 3) + b"\x01" * (placed % 3))
+    resumed = cli("pack", short_corpus, "-o", out, *short_options(word_tokenizer, *options, "--resume", "--json"))
+    assert resumed.exit_code == 0, resumed.stderr
     assert json.loads(resumed.stdout)["spill"]["reused"] is True
     verify_dir(out)
     assert shard_bytes(out) == shard_bytes(whole)

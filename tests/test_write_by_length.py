@@ -1,9 +1,10 @@
 """The spill sorted by (group, placed length): its file against the obvious layout, its
 starts against the naive slot map, and `pack` through it byte for byte the same as
-through the spill in input order."""
+through the spill in input order, and whatever the number of workers."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -266,3 +267,44 @@ def test_concat_with_its_ends_on_disk_is_byte_identical(short_corpus, packed, wo
     monkeypatch.setattr(pipeline, "SPARSE_ENDS", 0)
     whole = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
     assert _files(sparse) == _files(whole)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("text", ()),
+        ("prompt", ("--prompt-field", "q", "--completion-field", "a", "--group-by", "g", "--buffer-size", "1500")),
+    ],
+    ids=["text", "prompt-group-by-windows"],
+)
+def test_workers_give_the_same_bytes_through_the_sorted_spill(
+    tmp_path, packed, word_tokenizer, monkeypatch, kind, options
+):
+    """Short sequences (no forcing): one plan of plain text, and windows of prompts and
+    completions (learned flags sorted too) by group, tokenized in two processes."""
+    from packcli.engine import ingest
+    from packcli.engine import local as pipeline
+
+    texts = random_texts(3 * ingest.READ_BATCH, seed=8, max_words=6)  # batches enough for two workers
+    if kind == "text":
+        records = [{"text": t} for t in texts]
+    else:
+        records = [
+            {"q": t[: len(t) // 2 + 1], "a": t[len(t) // 2 + 1 :] or "w7", "g": i % 4} for i, t in enumerate(texts)
+        ]
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    calls = []
+    real_sort = pipeline.sort_spill
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_sort(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "sort_spill", counted)
+    common = ("--tokenizer", word_tokenizer, "--seq-len", 128, "--rows-per-shard", 30, "--format", "npy", *options)
+    one = packed(path, *common, "--workers", 1)
+    assert calls  # through the sorted spill
+    two = packed(path, *common, "--workers", 2)
+    assert _files(one) == _files(two)
+    workers = json.loads((two / "report.json").read_text())["workers"]
+    assert workers == {"kind": "threads" if kind == "text" else "processes", "count": 2}
