@@ -359,9 +359,11 @@ def test_kill_9_with_one_plan_then_resume_reuses_the_spill(tmp_path, big_corpus,
     whole = tmp_path / "whole"
     subprocess.run(command(whole), check=True, capture_output=True)
     out = tmp_path / "out"
-    killed = start_and_stop(command(out), out, AFTER_FIRST_SHARD, signal.SIGKILL)
+    # The last moment the spill is whole: every shard's rows read, the last shards unfinished.
+    killed = start_and_stop(command(out), out, "last-rows-read", signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
-    assert (out / ".packcli-spill" / "complete.json").is_file()  # shards come after the whole spill
+    assert (out / ".packcli-spill" / "complete.json").is_file()
+    assert not (out / "manifest.json").exists()
     resumed = subprocess.run(command(out, "--resume", "--json"), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["spill"]["reused"] is True

@@ -11,6 +11,11 @@ segment on disk), shard-done (a shard finished), mid-shard (rows written into a 
 not yet finished, after at least one finished one), written (every shard closed), report.json-tmp and report.json (report written to its temporary name, then
 in place), manifest.json-tmp and manifest.json (the same for the manifest: from here the
 output is complete), done (the command, before it prints the summary).
+
+A point on a shard thread holds only that thread, and a signal other than SIGKILL goes to
+the main thread, which then waits for the held one: tests stop the run there with SIGKILL
+only. It is kept out of POINTS: last-rows-read (the one-plan path: the rows of the last
+shard are read from the spill, which is complete and still there, removed next).
 """
 
 from __future__ import annotations

@@ -353,6 +353,8 @@ def _write_shards_at_once(
         """The last shard's rows are read: the spill goes while the shards are finished."""
         with lock:
             gathering[0] -= 1
+            if gathering[0] == 0:
+                pause("last-rows-read")
             if gathering[0] == 0 and job.remote is None:
                 spill.close()
                 if isinstance(reader, SortedSpill):
