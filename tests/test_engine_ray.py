@@ -334,11 +334,11 @@ def test_local_through_the_sorted_spill_is_byte_identical_to_ray(
     cluster, grouped_corpus, word_tokenizer, tmp_path, monkeypatch, name, extra
 ):
     """The local engine reads rows of many sequences from the spill sorted by length (forced
-    here); the Ray engine from the parts through the slot map: the same bytes."""
-    from packcli.engine import local as pipeline
+    here); the Ray engine from the parts: the same bytes."""
+    from packcli.engine import job as engine_job
     from packcli.inspect.verify import verify_dir
 
-    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     common = {"mode": "bin", "format": "npy", "rows_per_shard": 20, **extra}
     local = _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
     report = _pack([grouped_corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
