@@ -38,9 +38,10 @@ def sort_spill(
     seq_len: int,
     multiple: int,
     groups: np.ndarray | None = None,
+    durable: bool = False,
 ) -> SortedSpill:
     """Copy `spill` into bucket order (see the module docstring). `groups`: each segment's
-    group id (--group-by), or None."""
+    group id (--group-by), or None. `durable`: the copy is fsynced before it is returned."""
     assert spill.directory is not None  # the engines' spills are on disk
     spill.open_files()
     total = int(buckets.token[-1])
@@ -85,6 +86,9 @@ def sort_spill(
                 cursor += np.bincount(bucket, minlength=len(cursor))
                 first, token = last, token + n_tokens
             done += len(lengths)
+        if durable:
+            for fd in outs:
+                os.fsync(fd)
     finally:
         for fd in outs:
             os.close(fd)
