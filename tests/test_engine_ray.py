@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
 from helpers import random_texts, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packcli.core.errors import PackcliError
 from packcli.core.options import PackOptions
@@ -334,14 +337,164 @@ def test_local_through_the_sorted_spill_is_byte_identical_to_ray(
     cluster, grouped_corpus, word_tokenizer, tmp_path, monkeypatch, name, extra
 ):
     """The local engine reads rows of many sequences from the spill sorted by length (forced
-    here); the Ray engine from the parts through the slot map: the same bytes."""
-    from packcli.engine import local as pipeline
+    here); the Ray engine from the parts: the same bytes."""
+    from packcli.engine import job as engine_job
     from packcli.inspect.verify import verify_dir
 
-    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     common = {"mode": "bin", "format": "npy", "rows_per_shard": 20, **extra}
     local = _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
     report = _pack([grouped_corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
     _assert_same(tmp_path / "local", tmp_path / "ray")
     assert report["rows"] == local["rows"]
     verify_dir(tmp_path / "local")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    parts=st.lists(st.lists(st.integers(1, 12), max_size=40), min_size=1, max_size=4),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, masked, seed):
+    """Pieces in the coordinates of the whole input's sorted file, read from the parts'
+    own sorted copies: the same tokens and learned bits as from the whole one."""
+    from packcli.engine.ray_tasks import PartedSortedSpill, part_histogram
+    from packcli.plan.patterns import Buckets
+    from packcli.write.by_length import sort_spill
+    from packcli.write.spill import SpillWriter
+
+    seq_len = 12
+    rng = np.random.default_rng(seed)
+    root = tmp_path_factory.mktemp("parts")
+    lengths = [np.array(p, dtype=np.int64) for p in parts]
+    tokens = [rng.integers(1, 60_000, int(p.sum())).astype(np.uint16) for p in lengths]
+    learned = [rng.random(len(t)) < 0.5 if masked else None for t in tokens]
+
+    def spilled(name, t, n, f):
+        writer = SpillWriter(root / name, np.dtype(np.uint16), masked)
+        writer.append(t, n, f)
+        return writer.finish({})
+
+    whole_spill = spilled(
+        "whole",
+        np.concatenate(tokens),
+        np.concatenate(lengths),
+        np.concatenate(learned) if masked else None,
+    )
+    counts = np.bincount(np.concatenate(lengths), minlength=seq_len + 1)
+    buckets = Buckets.from_histograms([counts], seq_len)
+    whole = sort_spill(whole_spill, buckets, seq_len, 1)
+    dirs = []
+    for i, (t, n, f) in enumerate(zip(tokens, lengths, learned)):
+        spill = spilled(f"part-{i}", t, n, f)
+        sort_spill(spill, Buckets.from_histograms([part_histogram(root / f"part-{i}", seq_len)], seq_len), seq_len, 1)
+        spill.close()
+        dirs.append(str(root / f"part-{i}"))
+    part_counts = np.array([part_histogram(Path(d), seq_len)[buckets.length] for d in dirs]).reshape(len(dirs), -1)
+    reader = PartedSortedSpill(dirs, buckets, part_counts)
+    total = int(buckets.rank[-1])
+    ranks = rng.permutation(total)[: rng.integers(0, total + 1)]
+    starts = buckets.starts(ranks)
+    sizes = buckets.length[np.searchsorted(buckets.rank, ranks, side="right") - 1]
+    a, b = whole.read_block(starts, sizes), reader.read_block(starts, sizes)
+    for k in range(len(ranks)):
+        n = int(sizes[k])
+        assert (
+            b.tokens[b.token_at[k] : b.token_at[k] + n].tolist() == a.tokens[a.token_at[k] : a.token_at[k] + n].tolist()
+        )
+        if masked:
+            bits_a = np.unpackbits(a.learned, bitorder="little")[a.bit_at[k] : a.bit_at[k] + n]
+            bits_b = np.unpackbits(b.learned, bitorder="little")[b.bit_at[k] : b.bit_at[k] + n]
+            assert bits_a.tolist() == bits_b.tolist()
+    reader.close()
+    whole.close()
+    whole_spill.close()
+
+
+@pytest.fixture(scope="module")
+def short_corpus(tmp_path_factory) -> Path:
+    """Prompt/completion records of 1 to 10 words (rows of many sequences at --seq-len 96)
+    in four parts; the second has only 1 to 3 words, so it lacks most lengths."""
+    root = tmp_path_factory.mktemp("short")
+    texts = random_texts(1300, seed=31, max_words=10)
+    few = [t for t in texts[400:800] if len(t.split()) <= 3]
+    for n, part in enumerate([texts[:400], few, texts[800:1100]]):
+        write_jsonl(root / f"{n}.jsonl", [{"text": t, "prompt": t.split()[0], "completion": t} for t in part])
+    rest = texts[1100:]
+    pq.write_table(
+        pa.table({"text": rest, "prompt": [t.split()[0] for t in rest], "completion": rest}), root / "3.parquet"
+    )
+    return root
+
+
+SFT = {"prompt_field": "prompt", "completion_field": "completion"}
+FLAT = [
+    ("parquet", {"shuffle": True, "seed": 3}),
+    ("npy", {"algorithm": "spfhp"}),
+    ("npy", {**SFT, "algorithm": "lpfhp", "shuffle": True}),
+]
+
+
+@pytest.mark.parametrize(("fmt", "extra"), FLAT, ids=["parquet", "npy-spfhp", "npy-labels"])
+def test_short_sequences_on_ray_are_planned_from_the_histogram(
+    cluster, short_corpus, word_tokenizer, tmp_path, monkeypatch, fmt, extra
+):
+    """Rows of many short sequences: both engines plan from the histogram alone (the driver
+    never reads the lengths), and the shard tasks read the parts' sorted copies."""
+    from packcli.engine import local as pipeline
+    from packcli.engine import ray_driver
+
+    def no_lengths(*args, **kwargs):
+        raise AssertionError("planned from the lengths")
+
+    monkeypatch.setattr(pipeline, "plan_segments", no_lengths)
+    monkeypatch.setattr(ray_driver, "plan_segments", no_lengths)
+    monkeypatch.setattr(ray_driver, "LENGTHS_FILE", "not-read")
+    common = {"mode": "bin", "format": fmt, "rows_per_shard": 20, **extra}
+    local = _pack([short_corpus], tmp_path / "local", word_tokenizer, **common)
+    report = _pack([short_corpus], tmp_path / "ray", word_tokenizer, engine="ray", **common)
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    for key in ("rows", "sequences_packed", "real_tokens", "label_tokens", "efficiency"):
+        assert report[key] == local[key], key
+    assert report["sequences_packed"] >= 8 * report["rows"]
+    shards = {name.split("/")[0] for name in _files(tmp_path / "ray")}
+    assert report["engine"]["tasks"] == 4 + 4 + len(shards)  # a part task and a sort task per part
+    assert report["engine"]["retries"] == 0
+
+
+def test_a_killed_sort_task_is_retried_and_a_resumed_driver_keeps_the_sorted_parts(
+    cluster, short_corpus, word_tokenizer, faults, tmp_path, monkeypatch
+):
+    """A sort task killed mid-way is retried; a driver stopped before the manifest, with
+    one part's sorted copy left half-written, keeps the parts and the whole copies on
+    --resume and sorts that one part again: the same output."""
+    from packcli.engine import ray_tasks as engine_ray
+    from packcli.engine.ray_tasks import SORTED_COMPLETE_FILE, part_path
+    from packcli.write.by_length import SORTED_TOKENS_FILE
+
+    common = {"mode": "bin", "format": "npy", "rows_per_shard": 20, **SFT, "shuffle": True}
+    spill, out = tmp_path / "spill", tmp_path / "ray"
+    _pack([short_corpus], tmp_path / "local", word_tokenizer, **common)
+    (faults / "arm-sort-2").touch()
+
+    def stop(stage: str, index: int) -> None:
+        if stage == "driver":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_ray, "maybe_fail", stop)  # the driver only: the tasks import their own
+    with pytest.raises(KeyboardInterrupt):
+        _pack([short_corpus], out, word_tokenizer, engine="ray", tmp_dir=str(spill), **common)
+    monkeypatch.undo()
+    assert (faults / "fired-sort-2").exists()
+    assert not (out / "manifest.json").exists()
+    (run_spill,) = spill.glob("packcli-spill-*")
+    half = part_path(run_spill, 1)
+    (half / SORTED_COMPLETE_FILE).unlink()
+    with open(half / SORTED_TOKENS_FILE, "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    report = _pack([short_corpus], out, word_tokenizer, engine="ray", resume=True, tmp_dir=str(spill), **common)
+    shards = {name.split("/")[0] for name in _files(out)}
+    assert report["engine"]["parts_reused"] == 4
+    assert report["engine"]["tasks"] == 1 + len(shards)  # part 1 sorted again, every shard task (for its stats)
+    _assert_same(tmp_path / "local", out)

@@ -187,6 +187,7 @@ def _files(out):
     ],
 )
 def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
+    from packcli.engine import job as engine_job
     from packcli.engine import local as pipeline
 
     texts, ids = short_corpus
@@ -203,10 +204,10 @@ def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, w
         return real_sort(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "sort_spill", counted)
-    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     sorted_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
     assert calls  # the corpus went through the sorted spill
-    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 10**9)
+    monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 10**9)
     calls.clear()
     plain_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
     assert not calls
@@ -218,11 +219,12 @@ def test_a_run_stopped_then_resumed_through_the_sorted_spill_is_byte_identical(
     short_corpus, packed, cli, word_tokenizer, monkeypatch, tmp_path, point
 ):
     from packcli.core.pause import pause as real_pause
+    from packcli.engine import job as engine_job
     from packcli.engine import local as pipeline
     from packcli.inspect.verify import verify_dir
 
     texts, _ = short_corpus
-    monkeypatch.setattr(pipeline, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
+    monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     options = ("--tokenizer", word_tokenizer, "--seq-len", 32, "--rows-per-shard", 6, "--format", "npy")
     fresh = packed(texts, *options)
 

@@ -20,7 +20,7 @@ from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.plan.grouping import GroupEntry, GroupTable
 from packcli.plan.patterns import histogram_plan
-from packcli.plan.planner import Plan, plan_window, uncapped_rows
+from packcli.plan.planner import Plan, from_counts, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
@@ -201,6 +201,34 @@ def plan_segments(
         job.uncapped_rows += uncapped_rows(lengths, plan_settings(opts), groups)
     account_plan(job, outcome, plan)
     return plan
+
+
+# Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
+# hold at least this many sequences on average: a row of short sequences is then a few
+# ranges of that file instead of as many pieces of the spill as it has sequences. Longer
+# sequences are few pieces a row already, and the copy would cost more than it saves.
+BY_BUCKET_SEQUENCES_PER_ROW = 8
+
+
+def by_bucket(opts: PackOptions, tokens: int, sequences: int) -> bool:
+    """Whether a window of `sequences` segments and `tokens` tokens is gathered from the
+    spill sorted by bucket: bin mode planned from counts, rows of many sequences."""
+    if opts.mode != "bin" or not from_counts(plan_settings(opts)):
+        return False
+    return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * opts.seq_len
+
+
+def from_histogram(opts: PackOptions, tokens: int, sequences: int, histogram: np.ndarray, grouped: bool) -> bool:
+    """Whether both engines plan a window from its length histogram alone (plan_histogram),
+    the lengths left on disk: by bucket, without --group-by, --pad-to-multiple-of or
+    --max-sequences-per-row, every length within --seq-len."""
+    return (
+        by_bucket(opts, tokens, sequences)
+        and not grouped
+        and opts.pad_multiple == 1
+        and opts.max_sequences_per_row is None
+        and len(histogram) <= opts.seq_len + 1
+    )
 
 
 def plan_histogram(job: Job, outcome: Outcome, timer: Timer, histogram: np.ndarray, index: int = 0) -> Plan:

@@ -32,7 +32,9 @@ from packcli.engine.job import (
     Progress,
     account_plan,
     bad_dict,
+    by_bucket,
     check_documents,
+    from_histogram,
     make_segmenter,
     open_job,
     plan_histogram,
@@ -42,7 +44,7 @@ from packcli.engine.job import (
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
 from packcli.plan.patterns import PatternPlan
-from packcli.plan.planner import Plan, RowOrder, from_counts
+from packcli.plan.planner import Plan, RowOrder
 from packcli.plan.rows import RowBuffers
 from packcli.plan.settings import plan_settings
 from packcli.plan.stream import SparseEnds, sparse_stream_plan
@@ -235,19 +237,14 @@ def _plan_and_write(
 
     opts = job.opts
     multiple = opts.pad_multiple
-    by_bucket = _by_bucket(job, spill)
-    histogram = spill.histogram if by_bucket and groups is None else None
-    if (
-        histogram is not None
-        and multiple == 1
-        and opts.max_sequences_per_row is None
-        and len(histogram) <= opts.seq_len + 1
-    ):
+    bucketed = spill.directory is not None and by_bucket(opts, spill.tokens, spill.sequences)
+    histogram = spill.histogram if bucketed and groups is None else None
+    if histogram is not None and from_histogram(opts, spill.tokens, spill.sequences, histogram, grouped=False):
         plan: Plan = plan_histogram(job, outcome, timer, histogram, index)  # the lengths stay on disk
     elif opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
         plan = _sparse_stream(job, outcome, timer, spill)  # the lengths stay on disk
     else:
-        plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, by_bucket)
+        plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, bucketed)
     reader: BlockReader = spill
     if isinstance(plan, PatternPlan) and plan.buckets is not None:
         with timer.stage("write"):
@@ -274,20 +271,6 @@ def _sparse_stream(job: Job, outcome: Outcome, timer: Timer, spill: Spill) -> Pl
         plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
     account_plan(job, outcome, plan)
     return plan
-
-
-# Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
-# hold at least this many sequences on average: a row of short sequences is then a few
-# ranges of that file instead of as many pieces of the spill as it has sequences. Longer
-# sequences are few pieces a row already, and the copy would cost more than it saves.
-BY_BUCKET_SEQUENCES_PER_ROW = 8
-
-
-def _by_bucket(job: Job, spill: Spill) -> bool:
-    opts = job.opts
-    if opts.mode != "bin" or spill.directory is None or not from_counts(plan_settings(opts)):
-        return False
-    return spill.tokens * BY_BUCKET_SEQUENCES_PER_ROW <= spill.sequences * opts.seq_len
 
 
 def _write_plan(

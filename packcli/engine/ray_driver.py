@@ -1,7 +1,11 @@
 """The driver of `--engine ray`: hands out spill parts and shards, plans in between.
 
-The driver holds the plan's arrays (about 48 bytes per placed piece, the same as the local
-engine) and nothing that grows with the tokens; the tasks are in ray_tasks.py.
+The driver holds the plan and nothing that grows with the tokens. Where the local engine
+plans from the length histogram (job.from_histogram: bin mode of short sequences), so
+does the driver, from the parts' histograms added up: it holds the patterns and a count
+per part and length, nothing per sequence. Otherwise it reads the parts' lengths and
+holds what the local engine's plan holds (docs/scale-out.md). The tasks are in
+ray_tasks.py.
 """
 
 from __future__ import annotations
@@ -20,9 +24,19 @@ from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
-from packcli.engine.job import Job, Outcome, Progress, check_documents, plan_segments
+from packcli.engine.job import (
+    Job,
+    Outcome,
+    Progress,
+    by_bucket,
+    check_documents,
+    from_histogram,
+    plan_histogram,
+    plan_segments,
+)
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
-from packcli.plan.planner import plan_window, uncapped_rows
+from packcli.plan.patterns import PatternPlan
+from packcli.plan.planner import Plan, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.plan.strategy import is_custom
 from packcli.read.records import BadRecords
@@ -30,7 +44,7 @@ from packcli.write.columns import ids_dtype
 from packcli.write.manifest import BadRecordCounts
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
-from packcli.write.spill import LENGTHS_FILE, spill_size
+from packcli.write.spill import HISTOGRAM_FILE, LENGTHS_FILE, spill_size
 
 PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
 
@@ -96,15 +110,31 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
             timer.seconds[stage] += seconds
     check_documents(outcome, paths)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    tokens, sequences = sum(int(m["tokens"]) for m in metas), sum(int(m["sequences"]) for m in metas)
+    histogram, flat = None, False
+    if by_bucket(opts, tokens, sequences) and opts.group_by is None:
+        histogram = _merged_histogram(spill_dir, len(parts))
+        flat = from_histogram(opts, tokens, sequences, histogram, grouped=False)
+    sorting = _sort_parts(ray, job, metas) if flat else []  # while this process plans
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
-    with timer.stage("plan"):
-        lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
-        groups = _merged_groups(job, metas, lengths)
-    plan = plan_segments(job, outcome, timer, lengths, groups=groups)
+    part_counts = None
+    plan: Plan
+    if flat and histogram is not None:  # the lengths stay in the parts
+        plan = plan_histogram(job, outcome, timer, histogram)
+        with timer.stage("plan"):
+            part_counts = _part_counts(job, len(parts), plan)
+    else:
+        with timer.stage("plan"):
+            lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
+            groups = _merged_groups(job, metas, lengths)
+        plan = plan_segments(job, outcome, timer, lengths, groups=groups)
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
-    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas])
+    if sorting:
+        tasks.resolved(ray, sorting)
+        job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas], part_counts)
     settle(ray, warming)
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
@@ -113,16 +143,51 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     outcome.shards = [ShardInfo(**r["info"]) for r in results]
     outcome.group_counts = tasks.merge_group_counts(results)
     attempts = tasks.count_attempts(spill_dir)
+    ran = len(parts) - reused + len(sorting) + len(results)
     job.engine = {
         "name": "ray",
-        "tasks": len(parts) - reused + len(results),
-        "retries": max(0, attempts - (len(parts) - reused) - len(results)),
+        "tasks": ran,
+        "retries": max(0, attempts - ran),
         "parts": len(parts),
         "parts_reused": reused,
         "workers": {"kind": "ray", "count": int(ray.cluster_resources().get("CPU", 0)), "nodes": len(ray.nodes())},
         "seconds": {k: round(v, 4) for k, v in wall.items()},
     }
     return outcome
+
+
+def _merged_histogram(spill_dir: Path, parts: int) -> np.ndarray:
+    """The parts' length histograms added up: the whole input's, as the local spill has it
+    (up to its longest length)."""
+    total = np.zeros(0, dtype=np.int64)
+    for i in range(parts):
+        own = np.load(tasks.part_path(spill_dir, i) / HISTOGRAM_FILE)
+        if len(own) > len(total):
+            total = np.concatenate([total, np.zeros(len(own) - len(total), dtype=np.int64)])
+        total[: len(own)] += own
+    return total
+
+
+def _part_counts(job: Job, parts: int, plan: Plan) -> np.ndarray:
+    """Sequences of each part in each bucket of the plan's sorted file ([parts, buckets]):
+    where the shard tasks find the k-th sequence of a length."""
+    assert isinstance(plan, PatternPlan) and plan.buckets is not None  # plan_histogram's
+    length = plan.buckets.length
+    counts = np.empty((parts, len(length)), dtype=np.int64)
+    for i in range(parts):
+        counts[i] = tasks.part_histogram(tasks.part_path(job.spill_dir, i), job.opts.seq_len)[length]
+    return counts
+
+
+def _sort_parts(ray: Any, job: Job, metas: list[dict[str, Any]]) -> list[Any]:
+    """One task per part whose sorted copy is not complete (a resumed run keeps the rest)."""
+    remote = ray.remote(tasks.sort_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    spill_dir = job.spill_dir
+    return [
+        remote.remote(str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.opts.seq_len)
+        for i, meta in enumerate(metas)
+        if not tasks.sorted_complete(tasks.part_path(spill_dir, i), meta)
+    ]
 
 
 def _merged_groups(job: Job, metas: list[dict[str, Any]], lengths: np.ndarray) -> np.ndarray | None:
@@ -198,7 +263,9 @@ def warm_planner(opts: Any) -> None:
         uncapped_rows(lengths, settings, groups)
 
 
-def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list[dict[str, Any]]:
+def _write_shards(
+    ray: Any, job: Job, plan: Any, part_tokens: list[int], part_counts: np.ndarray | None
+) -> list[dict[str, Any]]:
     opts = job.opts
     rows = job.rows_per_shard
     count = (plan.n_rows + rows - 1) // rows
@@ -215,6 +282,7 @@ def _write_shards(ray: Any, job: Job, plan: Any, part_tokens: list[int]) -> list
         output=job.remote.url if job.remote is not None else str(job.out_dir),
         ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
         multiple=opts.pad_multiple,
+        part_counts=part_counts,
     )
     shared = ray.put(shard_job)
     remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)

@@ -3,12 +3,16 @@
 1. One task per input file reads, tokenizes and segments it into a spill part
    (`<spill>/part-NNNNN`, complete when its `complete.json` is written, as a local spill;
    with --group-by also the part's own group table and its segments' ids in it).
-2. The driver reads only the parts' lengths (and group ids, mapped to one table merged in
-   input order), in input order, and calls the planner the local engine calls: same
-   lengths, same plan.
-3. One task per shard gathers its rows from the parts, writes the shard under a temporary
-   name and renames it (or uploads it) when complete, then records it in the ledger; it
-   returns the rows' statistics (and per-group counts) for the report.
+2. The driver plans with the call the local engine makes: where that is the plan from the
+   histogram (bin mode of short sequences), from the parts' histograms added up, while
+   one task per part copies the part into length order (`sort_part`, complete when its
+   `by_length.json` is written); otherwise from the parts' lengths (and group ids,
+   mapped to one table merged in input order), in input order. Same input, same plan.
+3. One task per shard gathers its rows from the parts (from their sorted copies through
+   the per-part counts of each length, PartedSortedSpill, or from the parts themselves,
+   PartedSpill), writes the shard under a temporary name and renames it (or uploads it)
+   when complete, then records it in the ledger; it returns the rows' statistics (and
+   per-group counts) for the report.
 4. The driver writes the report and the manifest.
 
 Every name derives from a part or shard index, never from a task id, so a task that Ray
@@ -23,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,16 +38,19 @@ from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
 from packcli.plan.grouping import group_counts
+from packcli.plan.patterns import Buckets
 from packcli.plan.planner import Plan, RowOrder
 from packcli.write import outdir
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedSpill, sort_spill
 from packcli.write.columns import shard_name
-from packcli.write.gather import gather_rows
+from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo, ShardWriter
-from packcli.write.spill import Block, Spill, open_complete, remove_spill
+from packcli.write.spill import HISTOGRAM_FILE, Block, Spill, open_complete, remove_spill
 
 FAULT_ENV = "PACKCLI_FAULT_DIR"  # tests: a task stage armed there exits once, mid-way
 LEDGER_DIR = "ledger"
+SORTED_COMPLETE_FILE = "by_length.json"  # in a part: its sorted copy is complete (written last)
 ATTEMPTS_DIR = "attempts"
 MAX_RETRIES = 3
 _SETUP: list[tuple[Any, Any]] = []  # per worker process: (options, setup), the tokenizer and encoder loaded once
@@ -74,6 +82,7 @@ class ShardJob:
     output: str  # a local directory or a URL
     ledger: str
     multiple: int = 1  # --pad-to-multiple-of
+    part_counts: np.ndarray | None = None  # a plan from the histogram: sequences per part and bucket
 
 
 def connect(address: str | None, cpus: int | None) -> tuple[Any, bool]:
@@ -303,30 +312,138 @@ class PartedSpill:
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         part_of = np.searchsorted(self.first_token, starts, side="right") - 1
-        if len(part_of) and part_of.min() == part_of.max():  # one part has them all: no joining copy
-            part = int(part_of[0])
-            return self.parts[part].read_block(starts - self.first_token[part], lengths)
-        token_at = np.empty(len(starts), dtype=np.int64)
-        bit_at = np.empty(len(starts), dtype=np.int64)
-        tokens, bits, token_base, byte_base = [], [], 0, 0
-        for part in np.unique(part_of).tolist():
-            pick = np.flatnonzero(part_of == part)
-            block = self.parts[part].read_block(starts[pick] - self.first_token[part], lengths[pick])
-            token_at[pick] = block.token_at + token_base
-            bit_at[pick] = block.bit_at + byte_base * 8
-            tokens.append(block.tokens)
-            token_base += len(block.tokens)
-            if block.learned is not None:
-                bits.append(block.learned)
-                byte_base += len(block.learned)
         dtype = self.parts[0].token_dtype if self.parts else np.dtype(np.uint32)
-        joined = np.concatenate(tokens) if tokens else np.zeros(0, dtype=dtype)
-        learned = np.concatenate(bits) if bits else None
-        return Block(joined, token_at, learned, bit_at)
+        return read_parts(self.parts, part_of, starts - self.first_token[part_of], lengths, dtype)
 
     def close(self) -> None:
         for part in self.parts:
             part.close()
+
+
+class PartedSortedSpill:
+    """The parts' sorted copies as one sorted file: the file the local engine sorts its
+    spill into (the plan's `buckets`), made of the parts' copies without being written.
+
+    Bucket b of the whole holds the sequences of placed length L = buckets.length[b] of
+    part 0 (in input order), then of part 1, and so on (`part_counts[p, b]` of each), which
+    is the input order; so rank r of bucket b is local rank r - (part p's first rank in b)
+    in part p's copy, where it starts at the part's own bucket start + that rank * L. A
+    piece is a whole record (one slot), so it lies in one part."""
+
+    def __init__(self, part_dirs: list[str], buckets: Buckets, part_counts: np.ndarray):
+        self.part_dirs, self.buckets = part_dirs, buckets
+        counts = np.asarray(part_counts, dtype=np.int64).reshape(len(part_dirs), len(buckets.key))
+        self.counts = counts
+        parts = len(part_dirs)
+        # per bucket (rows), each part's first rank in it; rows apart by more than any rank, flat
+        first = np.zeros((len(buckets.key), parts + 1), dtype=np.int64)
+        np.cumsum(counts.T, axis=1, out=first[:, 1:])
+        self.first_rank = first[:, :-1]
+        self.apart = int(buckets.rank[-1]) + 1
+        self.ends = (first[:, 1:] + np.arange(len(buckets.key), dtype=np.int64)[:, None] * self.apart).ravel()
+        # per part, where each bucket starts in its copy (buckets it lacks take no room)
+        sizes = counts * buckets.length[None, :]
+        self.part_token = np.cumsum(sizes, axis=1) - sizes
+        self.parts: dict[int, SortedSpill] = {}
+        self.token_dtype: np.dtype | None = None
+
+    def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(part, start in the part's copy) of pieces that start at `starts` in the whole."""
+        buckets = self.buckets
+        b = np.searchsorted(buckets.token, starts, side="right") - 1
+        rank = (starts - buckets.token[b]) // buckets.length[b]  # within bucket b
+        part = np.searchsorted(self.ends, rank + b * self.apart, side="right") - b * len(self.part_dirs)
+        local = rank - self.first_rank[b, part]
+        return part, self.part_token[part, b] + local * buckets.length[b]
+
+    def _part(self, index: int) -> SortedSpill:
+        if index not in self.parts:
+            spill = Spill.open(Path(self.part_dirs[index]))
+            own = np.zeros(int(self.buckets.length.max(initial=0)) + 1, dtype=np.int64)
+            own[self.buckets.length] = self.counts[index]  # the part's histogram
+            self.parts[index] = SortedSpill.open(spill, Buckets.from_histograms([own], len(own) - 1))
+            self.token_dtype = spill.token_dtype
+        return self.parts[index]
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
+        part_of, local = self.locate(np.asarray(starts, dtype=np.int64))
+        readers = {int(p): self._part(int(p)) for p in np.unique(part_of).tolist()}
+        dtype = self.token_dtype if self.token_dtype is not None else np.dtype(np.uint32)
+        return read_parts(readers, part_of, local, lengths, dtype)
+
+    def close(self) -> None:
+        parts, self.parts = self.parts, {}
+        for part in parts.values():
+            part.close()
+
+
+def read_parts(
+    readers: Sequence[BlockReader] | Mapping[int, BlockReader],
+    part_of: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    dtype: np.dtype,
+) -> Block:
+    """A block of pieces read each from its part (`readers[part]`, in the part's own
+    coordinates `starts`), joined in piece order: one read per part, no loop per piece."""
+    if len(part_of) and part_of.min() == part_of.max():  # one part has them all: no joining copy
+        block: Block = readers[int(part_of[0])].read_block(starts, lengths)
+        return block
+    token_at = np.empty(len(starts), dtype=np.int64)
+    bit_at = np.empty(len(starts), dtype=np.int64)
+    tokens, bits, token_base, byte_base = [], [], 0, 0
+    for part in np.unique(part_of).tolist():
+        pick = np.flatnonzero(part_of == part)
+        block = readers[part].read_block(starts[pick], lengths[pick])
+        token_at[pick] = block.token_at + token_base
+        bit_at[pick] = block.bit_at + byte_base * 8
+        tokens.append(block.tokens)
+        token_base += len(block.tokens)
+        if block.learned is not None:
+            bits.append(block.learned)
+            byte_base += len(block.learned)
+    joined = np.concatenate(tokens) if tokens else np.zeros(0, dtype=dtype)
+    learned = np.concatenate(bits) if bits else None
+    return Block(joined, token_at, learned, bit_at)
+
+
+def part_histogram(part_dir: Path, seq_len: int) -> np.ndarray:
+    """A part's sequences per length 0..seq_len (lengths within seq_len: a plan from the
+    histogram)."""
+    saved = np.load(Path(part_dir) / HISTOGRAM_FILE)
+    counts = np.zeros(seq_len + 1, dtype=np.int64)
+    counts[: len(saved)] = saved
+    return counts
+
+
+def sort_part(part_dir: str, spill_dir: str, index: int, seq_len: int) -> None:
+    """A part copied into length order (write/by_length.py, its own histogram's buckets),
+    for a plan from the histogram; complete once SORTED_COMPLETE_FILE is written (after
+    the copy is fsynced): a retry or a resumed driver finds either a whole copy or none."""
+    _attempt(spill_dir, "sort", index)
+    directory = Path(part_dir)
+    (directory / SORTED_COMPLETE_FILE).unlink(missing_ok=True)
+    spill = Spill.open(directory)
+    try:
+        buckets = Buckets.from_histograms([part_histogram(directory, seq_len)], seq_len)
+        sort_spill(spill, buckets, seq_len, 1, durable=True, threads=1).close()
+    finally:
+        spill.close()
+    maybe_fail("sort", index)
+    outdir.write_json_atomic(directory / SORTED_COMPLETE_FILE, {"tokens": int(buckets.token[-1])})
+
+
+def sorted_complete(part_dir: Path, meta: dict[str, Any]) -> bool:
+    """Whether a part's sorted copy is complete: its record written, for all of its tokens."""
+    try:
+        record = json.loads((Path(part_dir) / SORTED_COMPLETE_FILE).read_text(encoding="utf-8"))
+        tokens = int(meta["tokens"])
+        sizes = [(SORTED_TOKENS_FILE, tokens * np.dtype(meta["token_dtype"]).itemsize)]
+        if meta["masked"]:
+            sizes.append((SORTED_LEARNED_FILE, tokens))
+        return record.get("tokens") == tokens and all((Path(part_dir) / n).stat().st_size == b for n, b in sizes)
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 # ----------------------------------------------------------------------------- shards
@@ -350,7 +467,13 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         if row_group is None or writer is not None
         else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
     )
-    spill = PartedSpill(job.part_dirs, job.part_tokens)
+    spill: PartedSpill | PartedSortedSpill
+    if job.part_counts is not None:
+        buckets = getattr(job.plan, "buckets", None)
+        assert buckets is not None  # a plan from the histogram has the sorted file's buckets
+        spill = PartedSortedSpill(job.part_dirs, buckets, job.part_counts)
+    else:
+        spill = PartedSpill(job.part_dirs, job.part_tokens)
     gathered = gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
     # As in the local engine: rows are built on a thread while the block before them is
     # written here (the row kernel and pyarrow's compression both run without the GIL).

@@ -41,9 +41,12 @@ def sort_spill(
     seq_len: int,
     multiple: int,
     groups: np.ndarray | None = None,
+    durable: bool = False,
+    threads: int = SORT_THREADS,
 ) -> SortedSpill:
     """Copy `spill` into bucket order (see the module docstring). `groups`: each segment's
-    group id (--group-by), or None."""
+    group id (--group-by), or None. `durable`: the copy is fsynced before it is returned.
+    `threads`: chunks sorted at a time (a Ray task has one CPU)."""
     assert spill.directory is not None  # the engines' spills are on disk
     spill.open_files()
     total = int(buckets.token[-1])
@@ -60,7 +63,7 @@ def sort_spill(
         cursor = np.zeros(len(buckets.key), dtype=np.int64)
         present = np.zeros(0, dtype=np.int64) if groups is None else np.flatnonzero(np.bincount(groups))
         done, token = 0, 0  # sequences and tokens sorted so far
-        with ThreadPoolExecutor(max_workers=SORT_THREADS, thread_name_prefix="packcli-sort") as pool:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="packcli-sort") as pool:
             running: deque[Future[None]] = deque()
             for lengths in spill.length_chunks(CHUNK_SEQUENCES):
                 first = 0
@@ -78,11 +81,14 @@ def sort_spill(
                     running.append(pool.submit(chunk.sort, token, n_tokens, own, bucket, cursor.copy()))
                     cursor += np.bincount(bucket, minlength=len(cursor))
                     first, token = last, token + n_tokens
-                    while len(running) > SORT_THREADS:  # at most one chunk waits: memory stays a few chunks
+                    while len(running) > threads:  # at most one chunk waits: memory stays a few chunks
                         running.popleft().result()
                 done += len(lengths)
             while running:
                 running.popleft().result()
+        if durable:
+            for fd in outs:
+                os.fsync(fd)
     finally:
         for fd in outs:
             os.close(fd)
