@@ -336,6 +336,12 @@ class PatternPlan:
     def slots(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(rank in the slot map, placed length, output row, offset) of every slot of these
         output rows, by row then offset: the rows, from the plan alone."""
+        slot, rank, row = self._slots_of(out_rows)
+        p = self.patterns
+        return rank, p.slot_len[slot], row, p.slot_pos[slot]
+
+    def _slots_of(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pattern slot, rank, output row) of every slot of these output rows."""
         p = self.patterns
         out_rows = np.asarray(out_rows, dtype=np.int64)
         plan_rows = self.plan_rows_of(out_rows)
@@ -345,16 +351,29 @@ class PatternPlan:
         owner = np.repeat(np.arange(len(out_rows)), sizes)
         slot = np.repeat(p.slot_offsets[pattern], sizes) + _within(sizes)
         rank = self.slot_base[slot] + i[owner] * self.slot_step[slot]
-        return rank, p.slot_len[slot], out_rows[owner], p.slot_pos[slot]
+        return slot, rank, out_rows[owner]
 
     def placed(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(spill start, real length, output row, offset) of every slot of these output rows."""
-        rank, length, row, offset = self.slots(out_rows)
+        slot, rank, row = self._slots_of(out_rows)
+        p = self.patterns
+        length, offset = p.slot_len[slot], p.slot_pos[slot]
         real = length if self.slot_real is None else self.slot_real[rank]
         if self.slot_start is None:
-            assert self.buckets is not None  # a plan with its slot map or its buckets (pattern_plan)
-            return self.buckets.starts(rank), real, row, offset
+            buckets = self.buckets
+            assert buckets is not None  # a plan with its slot map or its buckets (pattern_plan)
+            b = self._slot_buckets(buckets)[slot]
+            return buckets.token[b] + (rank - buckets.rank[b]) * buckets.length[b], real, row, offset
         return self.slot_start[rank], real, row, offset
+
+    def _slot_buckets(self, buckets: Buckets) -> np.ndarray:
+        """Each pattern slot's bucket: every rank a slot takes, in all its rows, is of one
+        (group, length), so the bucket is found once per slot, not once per sequence."""
+        cached = self.__dict__.get("_bucket_of_slot")
+        if cached is None or cached[0] is not buckets:
+            cached = (buckets, np.searchsorted(buckets.rank, self.slot_base, side="right") - 1)
+            self.__dict__["_bucket_of_slot"] = cached
+        return cached[1]
 
     def placement(self, spill_starts: np.ndarray) -> dict[str, np.ndarray]:
         """Every sequence's place, in spill order (as plan.RowPlan lists them): `source`,
