@@ -183,3 +183,19 @@ def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) 
     )
     imported: list[str] = json.loads(run.stdout.splitlines()[-1])
     return imported
+
+
+def count_sorts(patch) -> list[int]:
+    """Make the local engine count its copies of the spill sorted by length (a list that
+    grows by one per copy), through `patch` (a pytest MonkeyPatch)."""
+    from packcli.engine import local as pipeline
+
+    calls: list[int] = []
+    real_sort = pipeline.sort_spill
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_sort(*args, **kwargs)
+
+    patch.setattr(pipeline, "sort_spill", counted)
+    return calls

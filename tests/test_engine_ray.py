@@ -59,6 +59,17 @@ def corpus(tmp_path_factory) -> Path:
 BUCKET = "corpus"  # conftest's s3_server creates it
 
 
+def _stop_the_driver_before_its_manifest(monkeypatch) -> None:
+    """The driver (this process) stops once every shard is written; the tasks import their own hook."""
+    from packcli.engine import ray_tasks as engine_ray
+
+    def stop(stage: str, index: int) -> None:
+        if stage == "driver":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_ray, "maybe_fail", stop)
+
+
 def _pack(inputs, output, tokenizer, **extra) -> dict:
     opts = PackOptions(
         inputs=[str(i) for i in inputs], output=str(output), tokenizer=str(tokenizer), seq_len=96, **extra
@@ -287,17 +298,12 @@ def test_max_sequences_per_row_on_ray_is_byte_identical_to_local(cluster, corpus
 def test_a_resumed_grouped_run_keeps_its_parts(cluster, grouped_corpus, word_tokenizer, tmp_path, monkeypatch):
     """A driver stopped before the manifest: --resume takes the group tables and ids from
     the complete parts (no part task runs) and writes the same output."""
-    from packcli.engine import ray_tasks as engine_ray
 
     common = {"mode": "bin", "format": "parquet", "rows_per_shard": 20, "group_by": "source", "shuffle": True}
     spill, out = tmp_path / "spill", tmp_path / "ray"
     _pack([grouped_corpus], tmp_path / "local", word_tokenizer, **common)
 
-    def stop(stage: str, index: int) -> None:
-        if stage == "driver":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(engine_ray, "maybe_fail", stop)  # the driver only: the tasks import their own
+    _stop_the_driver_before_its_manifest(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         _pack([grouped_corpus], out, word_tokenizer, engine="ray", tmp_dir=str(spill), **common)
     monkeypatch.undo()
@@ -469,7 +475,6 @@ def test_a_killed_sort_task_is_retried_and_a_resumed_driver_keeps_the_sorted_par
     """A sort task killed mid-way is retried; a driver stopped before the manifest, with
     one part's sorted copy left half-written, keeps the parts and the whole copies on
     --resume and sorts that one part again: the same output."""
-    from packcli.engine import ray_tasks as engine_ray
     from packcli.engine.ray_tasks import SORTED_COMPLETE_FILE, part_path
     from packcli.write.by_length import SORTED_TOKENS_FILE
 
@@ -478,11 +483,7 @@ def test_a_killed_sort_task_is_retried_and_a_resumed_driver_keeps_the_sorted_par
     _pack([short_corpus], tmp_path / "local", word_tokenizer, **common)
     (faults / "arm-sort-2").touch()
 
-    def stop(stage: str, index: int) -> None:
-        if stage == "driver":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(engine_ray, "maybe_fail", stop)  # the driver only: the tasks import their own
+    _stop_the_driver_before_its_manifest(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         _pack([short_corpus], out, word_tokenizer, engine="ray", tmp_dir=str(spill), **common)
     monkeypatch.undo()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import random_texts, write_jsonl
+from helpers import count_sorts, random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pausing import stop_at
@@ -419,22 +419,14 @@ def short_uninterrupted(short_corpus, word_tokenizer, tmp_path_factory):
     from typer.testing import CliRunner
 
     from packcli.cli.app import app
-    from packcli.engine import local as pipeline
 
     made: dict[tuple[str, ...], Path] = {}
 
     def output(options: tuple[str, ...]) -> Path:
         if options not in made:
             out = tmp_path_factory.mktemp("short-whole") / "out"
-            sorts = []
-            real_sort = pipeline.sort_spill
-
-            def counted(*args, **kwargs):
-                sorts.append(1)
-                return real_sort(*args, **kwargs)
-
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(pipeline, "sort_spill", counted)
+                sorts = count_sorts(patch)
                 args = ["pack", str(short_corpus), "-o", str(out), *short_options(word_tokenizer, *options)]
                 result = CliRunner().invoke(app, args, catch_exceptions=False)
             assert result.exit_code == 0, result.output + result.stderr

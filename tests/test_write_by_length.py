@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import random_texts, write_jsonl
+from helpers import count_sorts, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_slots import sorted_spill
@@ -188,7 +188,6 @@ def _files(out):
 )
 def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
     from packcli.engine import job as engine_job
-    from packcli.engine import local as pipeline
 
     texts, ids = short_corpus
     if options == ("labels",):
@@ -196,14 +195,7 @@ def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, w
         options = ("--rows-per-shard", "7", "--format", "npy")
     else:
         source = [texts, "--tokenizer", word_tokenizer]
-    calls = []
-    real_sort = pipeline.sort_spill
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real_sort(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "sort_spill", counted)
+    calls = count_sorts(monkeypatch)
     monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     sorted_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
     assert calls  # the corpus went through the sorted spill
@@ -285,7 +277,6 @@ def test_workers_give_the_same_bytes_through_the_sorted_spill(
     """Short sequences (no forcing): one plan of plain text, and windows of prompts and
     completions (learned flags sorted too) by group, tokenized in two processes."""
     from packcli.engine import ingest
-    from packcli.engine import local as pipeline
 
     texts = random_texts(3 * ingest.READ_BATCH, seed=8, max_words=6)  # batches enough for two workers
     if kind == "text":
@@ -295,14 +286,7 @@ def test_workers_give_the_same_bytes_through_the_sorted_spill(
             {"q": t[: len(t) // 2 + 1], "a": t[len(t) // 2 + 1 :] or "w7", "g": i % 4} for i, t in enumerate(texts)
         ]
     path = write_jsonl(tmp_path / "in.jsonl", records)
-    calls = []
-    real_sort = pipeline.sort_spill
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real_sort(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "sort_spill", counted)
+    calls = count_sorts(monkeypatch)
     common = ("--tokenizer", word_tokenizer, "--seq-len", 128, "--rows-per-shard", 30, "--format", "npy", *options)
     one = packed(path, *common, "--workers", 1)
     assert calls  # through the sorted spill
