@@ -268,14 +268,21 @@ def test_concat_with_its_ends_on_disk_is_byte_identical(short_corpus, packed, wo
     [
         ("text", ()),
         ("prompt", ("--prompt-field", "q", "--completion-field", "a", "--group-by", "g", "--buffer-size", "1500")),
+        (
+            "prompt",
+            ("--prompt-field", "q", "--completion-field", "a", "--max-sequences-per-row", "12", "--algorithm", "spfhp"),
+        ),
+        ("prompt", ("--prompt-field", "q", "--completion-field", "a", "--pad-to-multiple-of", "4")),
+        ("prompt", ("--prompt-field", "q", "--completion-field", "a", "--mode", "concat", "--group-by", "g")),
     ],
-    ids=["text", "prompt-group-by-windows"],
+    ids=["text", "prompt-group-by-windows", "prompt-cap", "prompt-pad-multiple", "prompt-concat-group-by"],
 )
 def test_workers_give_the_same_bytes_through_the_sorted_spill(
     tmp_path, packed, word_tokenizer, monkeypatch, kind, options
 ):
     """Short sequences (no forcing): one plan of plain text, and windows of prompts and
-    completions (learned flags sorted too) by group, tokenized in two processes."""
+    completions (learned flags sorted too) by group, with a cap, with a pad multiple,
+    tokenized in two processes; and concat by group, which takes no sorted copy."""
     from packcli.engine import ingest
 
     texts = random_texts(3 * ingest.READ_BATCH, seed=8, max_words=6)  # batches enough for two workers
@@ -289,7 +296,7 @@ def test_workers_give_the_same_bytes_through_the_sorted_spill(
     calls = count_sorts(monkeypatch)
     common = ("--tokenizer", word_tokenizer, "--seq-len", 128, "--rows-per-shard", 30, "--format", "npy", *options)
     one = packed(path, *common, "--workers", 1)
-    assert calls  # through the sorted spill
+    assert bool(calls) == ("concat" not in options)  # bin mode through the sorted spill
     two = packed(path, *common, "--workers", 2)
     assert _files(one) == _files(two)
     workers = json.loads((two / "report.json").read_text())["workers"]
