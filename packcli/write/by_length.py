@@ -5,13 +5,13 @@ The plan from counts (plan/patterns.py) fills the k-th slot of placed length L (
 copies the spill into that order once it is written, by an external counting sort: the
 spill is read in large sequential chunks, each chunk's sequences are laid out by bucket
 (group, placed length) in memory, and each bucket's part is written with one positioned
-write at its place, which the histogram fixes in advance; SORT_THREADS chunks at a time. Every sequence takes a record
-of exactly its placed length (its real tokens, then zeros), so the sequence of rank k
-starts at `bucket_token[b] + (k - bucket_rank[b]) * L`: the slot -> spill map is
-arithmetic, with nothing kept per sequence. And the slots of one length in a row take
-consecutive ranks, so a row of hundreds of tiny sequences is a few contiguous ranges of
-this file, not hundreds of scattered pieces of the spill. Learned flags (masked labels)
-are copied as one byte per token.
+write at its place, which the histogram fixes in advance (SORT_THREADS chunks at a time).
+Every sequence takes a record of exactly its placed length (its real tokens, then
+zeros), so the sequence of rank k starts at `bucket_token[b] + (k - bucket_rank[b]) * L`:
+the slot -> spill map is arithmetic, with nothing kept per sequence. And the slots of one
+length in a row take consecutive ranks, so a row of hundreds of tiny sequences is a few
+contiguous ranges of this file, not hundreds of scattered pieces of the spill. Learned
+flags (masked labels) are copied as one byte per token.
 """
 
 from __future__ import annotations
