@@ -3,7 +3,7 @@
 With PACKCLI_PAUSE_AT=POINT and PACKCLI_PAUSE_FIFO=PATH (a FIFO the test made), the run
 opens the FIFO for reading when it reaches POINT (the first time only) and reads until the
 test closes its end: the test, once its own open for writing has returned, knows the run
-stands at POINT, sends its signal, which the run's main thread receives inside the read.
+stands at POINT, sends its signal, which the run's main thread receives while it waits.
 No timing is involved. Unset (always, outside the tests), `pause` is one dictionary lookup.
 
 Points of `pack`, in order: claimed (the output directory is the run's), spilled (every
@@ -21,6 +21,9 @@ shard are read from the spill, which is complete and still there, removed next).
 from __future__ import annotations
 
 import os
+import select
+import signal
+import threading
 
 POINT_VARIABLE = "PACKCLI_PAUSE_AT"
 FIFO_VARIABLE = "PACKCLI_PAUSE_FIFO"
@@ -50,9 +53,35 @@ def pause(point: str) -> None:
     if _reached[point] != int(wanted.partition(":")[2] or 1):
         return
     del os.environ[POINT_VARIABLE]  # once: the run goes on after the test lets it
-    fd = os.open(os.environ[FIFO_VARIABLE], os.O_RDONLY)  # returns once the test opens it for writing
+    if threading.current_thread() is not threading.main_thread():
+        _hold(os.environ[FIFO_VARIABLE])  # signals go to the main thread; tests send SIGKILL here
+        return
+    # A signal that lands after Python last looked for one and before the read starts would
+    # not interrupt the read: the run would sit at the point until the test gave up. So the
+    # signal also writes to a pipe the wait watches (set before the FIFO is opened, so no
+    # signal the test sends can miss it), and its handler runs as the wait returns.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    previous = signal.set_wakeup_fd(wake_write)
     try:
-        while os.read(fd, 4096):  # until the test closes its end; a signal is raised from here
-            pass
+        _hold(os.environ[FIFO_VARIABLE], wake_read)
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(wake_read)
+        os.close(wake_write)
+
+
+def _hold(fifo: str, wake: int | None = None) -> None:
+    """Open `fifo` for reading (returns once the test opens it for writing) and wait until
+    the test closes its end, or, with `wake`, until a signal's handler raises."""
+    fd = os.open(fifo, os.O_RDONLY)
+    try:
+        watched = [fd] if wake is None else [fd, wake]
+        while True:
+            ready, _, _ = select.select(watched, [], [])
+            if wake in ready:
+                os.read(wake, 64)  # a signal arrived: its handler runs before the next wait
+            if fd in ready and not os.read(fd, 4096):
+                return
     finally:
         os.close(fd)
