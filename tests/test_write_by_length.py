@@ -173,6 +173,15 @@ def _files(out):
     }
 
 
+def _source(short_corpus, word_tokenizer, options: tuple) -> tuple[list, tuple]:
+    """The input and its options: the texts, or with ("labels",) the ids with their labels."""
+    texts, ids = short_corpus
+    if options == ("labels",):
+        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
+        return source, ("--rows-per-shard", "7", "--format", "npy")
+    return [texts, "--tokenizer", word_tokenizer], options
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -189,12 +198,7 @@ def _files(out):
 def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
     from packcli.engine import job as engine_job
 
-    texts, ids = short_corpus
-    if options == ("labels",):
-        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
-        options = ("--rows-per-shard", "7", "--format", "npy")
-    else:
-        source = [texts, "--tokenizer", word_tokenizer]
+    source, options = _source(short_corpus, word_tokenizer, options)
     calls = count_sorts(monkeypatch)
     monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     sorted_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
@@ -250,12 +254,7 @@ def test_concat_with_its_ends_on_disk_is_byte_identical(short_corpus, packed, wo
     lengths of the rows it gathers from the spill: the bytes of the ends in memory."""
     from packcli.engine import local as pipeline
 
-    texts, ids = short_corpus
-    if options == ("labels",):
-        source = [ids, "--ids-field", "ids", "--labels-field", "labels", "--eos-token", "1", "--pad-id", "0"]
-        options = ("--rows-per-shard", "7", "--format", "npy")
-    else:
-        source = [texts, "--tokenizer", word_tokenizer]
+    source, options = _source(short_corpus, word_tokenizer, options)
     monkeypatch.setattr(pipeline, "SPARSE_ENDS", 3)
     sparse = packed(source[0], *source[1:], "--mode", "concat", "--seq-len", 32, *options)
     monkeypatch.setattr(pipeline, "SPARSE_ENDS", 0)
