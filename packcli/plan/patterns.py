@@ -114,11 +114,11 @@ def patterns_from_runs(runs: np.ndarray, n_rows: int) -> Patterns:
     b = np.searchsorted(bounds, hi)
     spans = b - a
     run_of_pair = np.repeat(np.arange(len(runs)), spans)
-    interval = a[run_of_pair] + _within(spans)
+    interval = a[run_of_pair] + within(spans)
     slot_copies = copies[run_of_pair]
     slot_run = np.repeat(run_of_pair, slot_copies)
     slot_interval = np.repeat(interval, slot_copies)
-    c = _within(slot_copies)
+    c = within(slot_copies)
     slot_len = length[slot_run]
     slot_pos = offset[slot_run] + c * slot_len
     order = np.lexsort((slot_pos, slot_interval))
@@ -130,7 +130,7 @@ def patterns_from_runs(runs: np.ndarray, n_rows: int) -> Patterns:
     )
 
 
-def _within(sizes: np.ndarray) -> np.ndarray:
+def within(sizes: np.ndarray) -> np.ndarray:
     """0, 1, ..., size - 1 for each size, concatenated."""
     sizes = np.asarray(sizes, dtype=np.int64)
     total = int(sizes.sum())
@@ -201,10 +201,10 @@ def repair_patterns(p: Patterns, capacity: int, n_sequences: int) -> Patterns:
     if not len(chosen_patterns):
         return p
     # the chosen rows, in row order: the first chosen_rows[k] rows of pattern chosen_patterns[k]
-    row_ids = np.repeat(p.row_start[chosen_patterns], chosen_rows) + _within(chosen_rows)
+    row_ids = np.repeat(p.row_start[chosen_patterns], chosen_rows) + within(chosen_rows)
     row_pattern = np.repeat(chosen_patterns, chosen_rows)
     per_row = sizes[row_pattern]
-    slot_index = np.repeat(p.slot_offsets[row_pattern], per_row) + _within(per_row)
+    slot_index = np.repeat(p.slot_offsets[row_pattern], per_row) + within(per_row)
     lengths = p.slot_len[slot_index]
     sub_row = np.repeat(np.arange(len(row_ids)), per_row)
     placed = PackedLengths(sub_row.astype(np.int32), p.slot_pos[slot_index].astype(np.int32), len(row_ids))
@@ -244,7 +244,7 @@ def _replace_rows(p: Patterns, row_ids: np.ndarray, new: Patterns) -> Patterns:
         np.diff(new.slot_offsets)[np.minimum(k, n_new - 1)],
         np.diff(p.slot_offsets)[pattern],
     )
-    flat = np.repeat(src_offsets, sizes) + _within(sizes)
+    flat = np.repeat(src_offsets, sizes) + within(sizes)
     from_new = np.repeat(replaced, sizes)
     slot_len = np.where(from_new, new.slot_len[np.where(from_new, flat, 0)], p.slot_len[np.where(from_new, 0, flat)])
     slot_pos = np.where(from_new, new.slot_pos[np.where(from_new, flat, 0)], p.slot_pos[np.where(from_new, 0, flat)])
@@ -349,7 +349,7 @@ class PatternPlan:
         i = plan_rows - p.row_start[pattern]
         sizes = np.diff(p.slot_offsets)[pattern]
         owner = np.repeat(np.arange(len(out_rows)), sizes)
-        slot = np.repeat(p.slot_offsets[pattern], sizes) + _within(sizes)
+        slot = np.repeat(p.slot_offsets[pattern], sizes) + within(sizes)
         rank = self.slot_base[slot] + i[owner] * self.slot_step[slot]
         return slot, rank, out_rows[owner]
 

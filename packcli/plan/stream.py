@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packcli.plan.patterns import within
 from packcli.plan.permute import RowPermutation
 
 
@@ -104,10 +105,8 @@ class StreamPlan:
         first_seg = _search_in_streams(stream_ends, self.stream_first, stream, lo)
         last_seg = _search_in_streams(stream_ends, self.stream_first, stream, hi - 1)
         counts = last_seg - first_seg + 1
-        total = int(counts.sum())
         owner = np.repeat(np.arange(len(out_rows)), counts)
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        segment = first_seg[owner] + within
+        segment = first_seg[owner] + within(counts)
         seg_end = stream_ends[segment]
         is_first_of_stream = segment == base[owner]
         seg_begin = np.where(is_first_of_stream, 0, stream_ends[np.maximum(segment - 1, 0)])
@@ -161,7 +160,7 @@ class SparseEnds:
         b_lo = np.searchsorted(self.block_end, lo, side="right")
         b_hi = np.searchsorted(self.block_end, hi - 1, side="right")
         spans = b_hi - b_lo + 1
-        blocks = np.unique(np.repeat(b_lo, spans) + _within(spans))
+        blocks = np.unique(np.repeat(b_lo, spans) + within(spans))
         ends_parts, index_parts = [], []
         for b in blocks.tolist():
             first = b * k
@@ -179,16 +178,10 @@ class SparseEnds:
         last_seg = np.searchsorted(ends, hi - 1, side="right")
         counts = last_seg - first_seg + 1
         owner = np.repeat(np.arange(len(lo)), counts)
-        at = first_seg[owner] + _within(counts)
+        at = first_seg[owner] + within(counts)
         piece_begin = np.maximum(begins[at], lo[owner])
         piece_end = np.minimum(ends[at], hi[owner])
         return index[at], piece_begin, piece_end - piece_begin, out_rows[owner], piece_begin - lo[owner]
-
-
-def _within(sizes: np.ndarray) -> np.ndarray:
-    """0, 1, ..., size - 1 for each size, concatenated."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    return np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
 
 
 def sparse_stream_plan(
