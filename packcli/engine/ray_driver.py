@@ -111,19 +111,20 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     check_documents(outcome, paths)
     job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     tokens, sequences = sum(int(m["tokens"]) for m in metas), sum(int(m["sequences"]) for m in metas)
-    histogram, flat = None, False
+    histogram, per_part, flat = None, None, False
     if by_bucket(opts, tokens, sequences) and opts.group_by is None:
-        histogram = _merged_histogram(spill_dir, len(parts))
+        per_part = _part_histograms(spill_dir, len(parts))
+        histogram = per_part.sum(axis=0)
         flat = from_histogram(opts, tokens, sequences, histogram, grouped=False)
     sorting = _sort_parts(ray, job, metas) if flat else []  # while this process plans
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     part_counts = None
     plan: Plan
-    if flat and histogram is not None:  # the lengths stay in the parts
+    if flat and histogram is not None and per_part is not None:  # the lengths stay in the parts
         plan = plan_histogram(job, outcome, timer, histogram)
-        with timer.stage("plan"):
-            part_counts = _part_counts(job, len(parts), plan)
+        assert isinstance(plan, PatternPlan) and plan.buckets is not None  # plan_histogram's
+        part_counts = per_part[:, plan.buckets.length]  # where the shard tasks find the k-th of a length
     else:
         with timer.stage("plan"):
             lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
@@ -156,27 +157,14 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     return outcome
 
 
-def _merged_histogram(spill_dir: Path, parts: int) -> np.ndarray:
-    """The parts' length histograms added up: the whole input's, as the local spill has it
-    (up to its longest length)."""
-    total = np.zeros(0, dtype=np.int64)
-    for i in range(parts):
-        own = np.load(tasks.part_path(spill_dir, i) / HISTOGRAM_FILE)
-        if len(own) > len(total):
-            total = np.concatenate([total, np.zeros(len(own) - len(total), dtype=np.int64)])
-        total[: len(own)] += own
-    return total
-
-
-def _part_counts(job: Job, parts: int, plan: Plan) -> np.ndarray:
-    """Sequences of each part in each bucket of the plan's sorted file ([parts, buckets]):
-    where the shard tasks find the k-th sequence of a length."""
-    assert isinstance(plan, PatternPlan) and plan.buckets is not None  # plan_histogram's
-    length = plan.buckets.length
-    counts = np.empty((parts, len(length)), dtype=np.int64)
-    for i in range(parts):
-        counts[i] = tasks.part_histogram(tasks.part_path(job.spill_dir, i), job.opts.seq_len)[length]
-    return counts
+def _part_histograms(spill_dir: Path, parts: int) -> np.ndarray:
+    """Each part's length histogram ([parts, longest length + 1]): added up, the whole
+    input's, as the local spill has it."""
+    own = [np.load(tasks.part_path(spill_dir, i) / HISTOGRAM_FILE) for i in range(parts)]
+    table = np.zeros((parts, max((len(h) for h in own), default=0)), dtype=np.int64)
+    for i, histogram in enumerate(own):
+        table[i, : len(histogram)] = histogram
+    return table
 
 
 def _sort_parts(ray: Any, job: Job, metas: list[dict[str, Any]]) -> list[Any]:
