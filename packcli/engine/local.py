@@ -338,11 +338,11 @@ def _write_shards_at_once(
             gathering[0] -= 1
             if gathering[0] == 0:
                 pause("last-rows-read")
-            if gathering[0] == 0 and job.remote is None:
-                spill.close()
-                if isinstance(reader, SortedSpill):
-                    reader.close()
-                job.spill_removal = spilling.start_removal(job.spill_dir)
+                if job.remote is None:
+                    spill.close()
+                    if isinstance(reader, SortedSpill):
+                        reader.close()
+                    job.spill_removal = spilling.start_removal(job.spill_dir)
 
     def one(index: int) -> tuple[ShardWriter, RowStats]:
         return _write_one_shard(job, reader, plan, writer.for_shard(index), order, stop, gathered)
