@@ -185,17 +185,23 @@ def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) 
     return imported
 
 
-def count_sorts(patch) -> list[int]:
-    """Make the local engine count its copies of the spill sorted by length (a list that
-    grows by one per copy), through `patch` (a pytest MonkeyPatch)."""
+def bucket_reads(patch) -> list[str]:
+    """Make the local engine note each plan it gathers by bucket, through `patch` (a
+    pytest MonkeyPatch): "copy" for a copy of the spill sorted by length, "by length"
+    for a spill written by length and read in place."""
     from packcli.engine import local as pipeline
 
-    calls: list[int] = []
-    real_sort = pipeline.sort_spill
+    calls: list[str] = []
+    real_sort, real_chunked = pipeline.sort_spill, pipeline.ChunkedSpill
 
-    def counted(*args, **kwargs):
-        calls.append(1)
+    def sorted_copy(*args, **kwargs):
+        calls.append("copy")
         return real_sort(*args, **kwargs)
 
-    patch.setattr(pipeline, "sort_spill", counted)
+    def in_place(*args, **kwargs):
+        calls.append("by length")
+        return real_chunked(*args, **kwargs)
+
+    patch.setattr(pipeline, "sort_spill", sorted_copy)
+    patch.setattr(pipeline, "ChunkedSpill", in_place)
     return calls

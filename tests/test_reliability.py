@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import count_sorts, random_texts, write_jsonl
+from helpers import bucket_reads, random_texts, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pausing import stop_at
@@ -426,7 +426,7 @@ def short_uninterrupted(short_corpus, word_tokenizer, tmp_path_factory):
         if options not in made:
             out = tmp_path_factory.mktemp("short-whole") / "out"
             with pytest.MonkeyPatch.context() as patch:
-                sorts = count_sorts(patch)
+                sorts = bucket_reads(patch)
                 args = ["pack", str(short_corpus), "-o", str(out), *short_options(word_tokenizer, *options)]
                 result = CliRunner().invoke(app, args, catch_exceptions=False)
             assert result.exit_code == 0, result.output + result.stderr

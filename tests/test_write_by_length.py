@@ -9,15 +9,16 @@ import os
 
 import numpy as np
 import pytest
-from helpers import count_sorts, random_texts, write_jsonl
+from helpers import bucket_reads, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_slots import sorted_spill
 
 from packcli.plan.patterns import Buckets, pattern_plan
 from packcli.write import by_length
+from packcli.write import spill as spilling
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, sort_spill
-from packcli.write.spill import SpillWriter
+from packcli.write.spill import Spill, SpillWriter
 
 
 def _histograms(lengths, groups, multiple, seq_len):
@@ -109,6 +110,57 @@ def test_the_sorted_spill_is_the_obvious_layout(tmp_path_factory, data, multiple
     spill.close()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.lists(st.integers(1, 24), min_size=1, max_size=120),
+    masked=st.booleans(),
+    chunk=st.sampled_from([1, 7, 64, 1 << 22]),
+    cuts=st.lists(st.integers(0, 120), max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_a_spill_written_by_length_reads_as_the_sorted_spill(tmp_path_factory, data, masked, chunk, cuts, seed):
+    """Appended in any batches and held in chunks of any size: the lengths stay in input
+    order, and the k-th sequence of length L in input order is found in place (by bucket
+    and through the slot map) and copied where the sorted spill has it."""
+    seq_len = 24
+    rng = np.random.default_rng(seed)
+    lengths = np.array(data, dtype=np.int64)
+    tokens = rng.integers(1, 60_000, int(lengths.sum())).astype(np.uint16)
+    learned = rng.random(len(tokens)) < 0.6 if masked else None
+    directory = tmp_path_factory.mktemp("spill") / "s"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spilling, "BY_LENGTH_CHUNK", chunk)
+        writer = SpillWriter(directory, np.dtype(np.uint16), masked, by_length=True)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
+        for a, b in zip(bounds, bounds[1:]):
+            flags = None if learned is None else learned[starts[a] : starts[b]]
+            writer.append(tokens[starts[a] : starts[b]], lengths[a:b], flags)
+        spill = writer.finish({})
+    spill = Spill.open(directory)  # as --resume finds it
+    assert spill.lengths.tolist() == data
+    want_tokens, want_flags, want_starts = sorted_spill(tokens.tolist(), data, 1, None, learned)
+    buckets = Buckets.from_histograms(_histograms(data, None, 1, seq_len), seq_len)
+    real = np.array([data[i] for i in _rank_order(data, 1, None)], dtype=np.int64)
+    parts = by_length.chunk_parts(spill, buckets)
+    assert parts is not None
+    readers = {"by bucket": (by_length.ChunkedSpill(spill, parts), np.array(want_starts, dtype=np.int64))}
+    readers["slot map"] = (spill, by_length.file_slot_starts(spill))
+    for reader, where in readers.values():
+        block = reader.read_block(where, real)
+        for k, (start, n) in enumerate(zip(want_starts, real.tolist())):
+            at = int(block.token_at[k])
+            assert block.tokens[at : at + n].tolist() == want_tokens[start : start + n]
+            if masked:
+                bits = np.unpackbits(block.learned, bitorder="little")[int(block.bit_at[k]) : int(block.bit_at[k]) + n]
+                assert bits.tolist() == want_flags[start : start + n]
+    sort_spill(spill, buckets, seq_len, 1).close()
+    assert np.fromfile(directory / SORTED_TOKENS_FILE, dtype=np.uint16).tolist() == want_tokens
+    if masked:
+        assert np.fromfile(directory / SORTED_LEARNED_FILE, dtype=np.uint8).tolist() == want_flags
+    spill.close()
+
+
 def _rank_order(lengths, multiple, groups):
     placed = [-(-n // multiple) * multiple for n in lengths]
     of = [0] * len(lengths) if groups is None else groups.tolist()
@@ -197,17 +249,73 @@ def _source(short_corpus, word_tokenizer, options: tuple) -> tuple[list, tuple]:
 )
 def test_pack_through_the_sorted_spill_is_byte_identical(short_corpus, packed, word_tokenizer, monkeypatch, options):
     from packcli.engine import job as engine_job
+    from packcli.engine import local as pipeline
 
     source, options = _source(short_corpus, word_tokenizer, options)
-    calls = count_sorts(monkeypatch)
+    calls = bucket_reads(monkeypatch)
+    monkeypatch.setattr(pipeline, "spills_by_length", lambda opts: False)  # the spill in input order
     monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1)
     sorted_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
-    assert calls  # the corpus went through the sorted spill
+    assert calls and set(calls) == {"copy"}  # the corpus went through the sorted copy (per window)
     monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 10**9)
     calls.clear()
     plain_out = packed(source[0], *source[1:], "--seq-len", 32, *options)
     assert not calls
     assert _files(sorted_out) == _files(plain_out)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--algorithm", "spfhp", "--max-sequences-per-row", "3"),
+        ("--algorithm", "lpfhp", "--rows-per-shard", "5", "--format", "npy"),
+        ("labels",),
+    ],
+)
+@pytest.mark.parametrize("chunk", [23, 1 << 22])
+def test_a_spill_written_by_length_packs_the_same_bytes(
+    short_corpus, packed, word_tokenizer, monkeypatch, options, chunk
+):
+    """A spill written by length (in chunks of `chunk` tokens) read in place by bucket, or
+    through its slot map, or copied sorted: the bytes of a spill in input order."""
+    from packcli.engine import job as engine_job
+    from packcli.engine import local as pipeline
+    from packcli.write import spill as spilling
+
+    source, options = _source(short_corpus, word_tokenizer, options)
+    monkeypatch.setattr(spilling, "BY_LENGTH_CHUNK", chunk)
+    calls = bucket_reads(monkeypatch)
+
+    def pack(by_bucket: bool) -> dict:
+        monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1 if by_bucket else 10**9)
+        return _files(packed(source[0], *source[1:], "--seq-len", 32, *options))
+
+    in_place, mapped = pack(True), pack(False)
+    assert calls == ["by length"]  # the slot map reads the spill as it is too
+    monkeypatch.setattr(by_length, "CHUNK_TABLE_CELLS", 0)  # the chunks' table too large to hold
+    copied = pack(True)
+    assert calls == ["by length", "copy"]
+    monkeypatch.setattr(pipeline, "spills_by_length", lambda opts: False)
+    assert in_place == mapped == copied == pack(True) == pack(False)
+
+
+def test_a_spill_is_written_by_length_only_where_a_plan_may_read_it_so():
+    """Bin mode from counts, each length its own bucket, one plan of the whole input."""
+    from packcli.core.options import PackOptions
+    from packcli.engine.job import spills_by_length
+
+    def opts(**changes):
+        return PackOptions(**{"inputs": ["x"], "output": "o", "tokenizer": "t", "seq_len": 32, **changes})
+
+    assert spills_by_length(opts())
+    assert spills_by_length(opts(algorithm="lpfhp", max_sequences_per_row=3))
+    assert not spills_by_length(opts(mode="concat"))
+    assert not spills_by_length(opts(group_by="g"))
+    assert not spills_by_length(opts(pad_to_multiple_of=8))
+    assert not spills_by_length(opts(buffer_size=100))
+    assert not spills_by_length(opts(algorithm="ffd"))
+    assert not spills_by_length(opts(algorithm="bfd", max_sequences_per_row=3))  # placed one at a time
 
 
 @pytest.mark.parametrize("point", ["spilled", "shard-done"])
@@ -292,7 +400,7 @@ def test_workers_give_the_same_bytes_through_the_sorted_spill(
             {"q": t[: len(t) // 2 + 1], "a": t[len(t) // 2 + 1 :] or "w7", "g": i % 4} for i, t in enumerate(texts)
         ]
     path = write_jsonl(tmp_path / "in.jsonl", records)
-    calls = count_sorts(monkeypatch)
+    calls = bucket_reads(monkeypatch)
     common = ("--tokenizer", word_tokenizer, "--seq-len", 128, "--rows-per-shard", 30, "--format", "npy", *options)
     one = packed(path, *common, "--workers", 1)
     assert bool(calls) == ("concat" not in options)  # bin mode through the sorted spill

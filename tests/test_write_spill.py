@@ -187,9 +187,12 @@ def test_resume_reuses_a_complete_spill(tmp_path, cli, packed, word_tokenizer, m
     def stop_after_a_shard(job, spill, outcome, writer, *args, **kwargs):
         from packcli.plan.planner import plan_window
         from packcli.plan.settings import plan_settings
+        from packcli.write.by_length import file_slot_starts
         from packcli.write.gather import gather_rows
 
         plan = plan_window(spill.lengths, plan_settings(job.opts), 0, True)
+        if spill.chunks is not None:  # a spill written by length: the slot map in its order
+            plan.slot_start = file_slot_starts(spill)
         for rows in gather_rows(spill, plan, job.opts.seq_len, job.setup.pad_id):
             writer.add(rows)
             if (out / "shard-00000").exists():

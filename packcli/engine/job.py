@@ -218,6 +218,22 @@ def by_bucket(opts: PackOptions, tokens: int, sequences: int) -> bool:
     return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * opts.seq_len
 
 
+def spills_by_length(opts: PackOptions) -> bool:
+    """Whether one plan of the whole input may read its sequences by (length, rank): bin
+    mode from counts, each length its own bucket (no --group-by or --pad-to-multiple-of).
+    The local engine then writes its spill by length (SpillWriter's `by_length`), so that
+    the gather needs no sorted copy of it; whether the rows are many sequences each is
+    known only once the spill is written, and a plan that is not by bucket reads the
+    same spill through its slot map (by_length.file_slot_starts)."""
+    return (
+        opts.mode == "bin"
+        and opts.buffer_size is None
+        and opts.group_by is None
+        and opts.pad_multiple == 1
+        and from_counts(plan_settings(opts))
+    )
+
+
 def from_histogram(opts: PackOptions, tokens: int, sequences: int, histogram: np.ndarray, grouped: bool) -> bool:
     """Whether both engines plan a window from its length histogram alone (plan_histogram),
     the lengths left on disk: by bucket, without --group-by, --pad-to-multiple-of or

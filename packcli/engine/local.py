@@ -40,6 +40,7 @@ from packcli.engine.job import (
     plan_histogram,
     plan_segments,
     publish,
+    spills_by_length,
 )
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
@@ -54,7 +55,7 @@ from packcli.tokenize.setup import setup_tokens
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
-from packcli.write.by_length import SortedSpill, sort_spill
+from packcli.write.by_length import ChunkedSpill, SortedSpill, chunk_parts, file_slot_starts, sort_spill
 from packcli.write.columns import ids_dtype
 from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.manifest import Report
@@ -192,7 +193,9 @@ def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, b
 def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[str, Any]]) -> Spill:
     """Every segment into the spill; `meta()` (the counts, once all is read) goes in its record."""
     masked = job.setup.builder.labels != "text"
-    writer = outdir.guarded(job.spill_dir, SpillWriter, job.spill_dir, ids_dtype(job.setup.vocab_size), masked)
+    dtype = ids_dtype(job.setup.vocab_size)
+    by_length = spills_by_length(job.opts)
+    writer = outdir.guarded(job.spill_dir, SpillWriter, job.spill_dir, dtype, masked, False, by_length)
     try:
         for tokens, lengths, learned in chunks:
             with timer.stage("spill"):
@@ -247,9 +250,20 @@ def _plan_and_write(
         plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, bucketed)
     reader: BlockReader = spill
     if isinstance(plan, PatternPlan) and plan.buckets is not None:
-        with timer.stage("write"):
-            reader = sort_spill(spill, plan.buckets, opts.seq_len, multiple, groups)
-        job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
+        parts = chunk_parts(spill, plan.buckets) if spill.chunks is not None else None
+        if parts is not None:
+            reader = ChunkedSpill(spill, parts)  # written by length: no copy to make
+        else:
+            with timer.stage("write"):
+                reader = sort_spill(spill, plan.buckets, opts.seq_len, multiple, groups)
+            job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
+    elif spill.chunks is not None:
+        # written by length, planned through a slot map (rows of few sequences): the map
+        # in the spill's own order
+        if not isinstance(plan, PatternPlan) or plan.slot_start is None or plan.slot_real is not None:
+            raise PackcliError(f"internal: a {type(plan).__name__} cannot read a spill written by length")
+        with timer.stage("plan"):
+            plan.slot_start = file_slot_starts(spill)
     try:
         _write_plan(job, spill, reader, plan, outcome, writer, timer, final)
     finally:

@@ -41,7 +41,7 @@ from packcli.plan.grouping import group_counts
 from packcli.plan.patterns import Buckets
 from packcli.plan.planner import Plan, RowOrder
 from packcli.write import outdir
-from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedSpill, sort_spill
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, BucketParts, SortedSpill, sort_spill
 from packcli.write.columns import shard_name
 from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.report import RowStats
@@ -334,27 +334,15 @@ class PartedSortedSpill:
         self.part_dirs, self.buckets = part_dirs, buckets
         counts = np.asarray(part_counts, dtype=np.int64).reshape(len(part_dirs), len(buckets.key))
         self.counts = counts
-        parts = len(part_dirs)
-        # per bucket (rows), each part's first rank in it; rows apart by more than any rank, flat
-        first = np.zeros((len(buckets.key), parts + 1), dtype=np.int64)
-        np.cumsum(counts.T, axis=1, out=first[:, 1:])
-        self.first_rank = first[:, :-1]
-        self.apart = int(buckets.rank[-1]) + 1
-        self.ends = (first[:, 1:] + np.arange(len(buckets.key), dtype=np.int64)[:, None] * self.apart).ravel()
         # per part, where each bucket starts in its copy (buckets it lacks take no room)
         sizes = counts * buckets.length[None, :]
-        self.part_token = np.cumsum(sizes, axis=1) - sizes
+        self.where = BucketParts(buckets, counts, np.cumsum(sizes, axis=1) - sizes)
         self.parts: dict[int, SortedSpill] = {}
         self.token_dtype: np.dtype | None = None
 
     def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(part, start in the part's copy) of pieces that start at `starts` in the whole."""
-        buckets = self.buckets
-        b = np.searchsorted(buckets.token, starts, side="right") - 1
-        rank = (starts - buckets.token[b]) // buckets.length[b]  # within bucket b
-        part = np.searchsorted(self.ends, rank + b * self.apart, side="right") - b * len(self.part_dirs)
-        local = rank - self.first_rank[b, part]
-        return part, self.part_token[part, b] + local * buckets.length[b]
+        return self.where.locate(starts)
 
     def _part(self, index: int) -> SortedSpill:
         if index not in self.parts:

@@ -12,12 +12,19 @@ the slot -> spill map is arithmetic, with nothing kept per sequence. And the slo
 length in a row take consecutive ranks, so a row of hundreds of tiny sequences is a few
 contiguous ranges of this file, not hundreds of scattered pieces of the spill. Learned
 flags (masked labels) are copied as one byte per token.
+
+A spill written by length a chunk at a time (SpillWriter's `by_length`) needs no copy:
+each chunk holds its sequences of each length in input order, so bucket b's sequences
+are chunk 0's, then chunk 1's, ..., and `BucketParts` turns a position in the sorted
+file above into a position in the spill (`ChunkedSpill`). Only when the chunks x lengths
+table would not be small (CHUNK_TABLE_CELLS) is such a spill copied as above.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -33,6 +40,7 @@ CHUNK_TOKENS = 1 << 22  # tokens of the spill read, sorted and written at a time
 CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
 SORT_THREADS = 2  # chunks sorted at the same time
 READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
+CHUNK_TABLE_CELLS = 1 << 20  # chunks x buckets a ChunkedSpill holds (three int64 tables of it)
 
 
 def sort_spill(
@@ -65,7 +73,7 @@ def sort_spill(
         done, token = 0, 0  # sequences and tokens sorted so far
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="packcli-sort") as pool:
             running: deque[Future[None]] = deque()
-            for lengths in spill.length_chunks(CHUNK_SEQUENCES):
+            for lengths in _lengths_in_file_order(spill):
                 first = 0
                 while first < len(lengths):
                     last = kernel(_chunk_end, CHUNK_TOKENS)(lengths, first, CHUNK_TOKENS)
@@ -116,6 +124,20 @@ class _ChunkSorter:
             for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
                 where = int(buckets.token[b]) + int(cursor[b]) * int(buckets.length[b])
                 _write_exactly(fd, view[at * item : (at + size) * item], where * item)
+
+
+def _lengths_in_file_order(spill: Spill) -> Iterator[np.ndarray]:
+    """The segments' lengths in the order of their tokens in the spill: input order, or for
+    a spill written by length, each chunk's by length (input order inside each)."""
+    if spill.chunks is None:
+        yield from spill.length_chunks(CHUNK_SEQUENCES)
+        return
+    rows = spill.chunks
+    ends = np.flatnonzero(np.diff(rows[:, 0], append=-1)) + 1
+    first = 0
+    for end in ends.tolist():
+        yield np.repeat(rows[first:end, 1], rows[first:end, 2])
+        first = end
 
 
 def _read_range(spill: Spill, which: int, first: int, count: int) -> np.ndarray:
@@ -239,3 +261,105 @@ class _RunsInOrder(_Ranges):
 
     def per_piece(self, range_base: np.ndarray) -> np.ndarray:
         return range_base[self.group] + self.piece_start
+
+
+class BucketParts:
+    """Where rank r of bucket b lies when each bucket's sequences are split over parts in
+    order, part p holding `counts[p, b]` of them (in input order), laid out from
+    `base[p, b]` in records of the bucket's length: a position in the sorted file
+    (Buckets) becomes (part, position in the part's coordinates). The parts are the Ray
+    engine's sorted copies, or the chunks of a spill written by length. A piece is a whole
+    record (one slot), so it lies in one part."""
+
+    def __init__(self, buckets: Buckets, counts: np.ndarray, base: np.ndarray):
+        self.buckets, self.counts, self.base = buckets, counts, base
+        parts, n_buckets = counts.shape
+        # per bucket (rows), each part's first rank in it; rows apart by more than any rank, flat
+        first = np.zeros((n_buckets, parts + 1), dtype=np.int64)
+        np.cumsum(counts.T, axis=1, out=first[:, 1:])
+        self.first_rank = first[:, :-1]
+        self.apart = int(buckets.rank[-1]) + 1
+        self.ends = (first[:, 1:] + np.arange(n_buckets, dtype=np.int64)[:, None] * self.apart).ravel()
+
+    def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(part, position in the part) of pieces that start at `starts` in the sorted file."""
+        buckets = self.buckets
+        b = np.searchsorted(buckets.token, starts, side="right") - 1
+        rank = (starts - buckets.token[b]) // buckets.length[b]  # within bucket b
+        parts = self.counts.shape[0]
+        part = np.searchsorted(self.ends, rank + b * self.apart, side="right") - b * parts
+        local = rank - self.first_rank[b, part]
+        return part, self.base[part, b] + local * buckets.length[b]
+
+
+def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
+    """The chunks of a spill written by length as BucketParts of `buckets` (whose keys are
+    plain lengths: no --group-by or --pad-to-multiple-of), positions in the spill's
+    tokens; None when the table would pass CHUNK_TABLE_CELLS."""
+    rows = spill.chunks
+    assert rows is not None  # a spill written by length
+    n_chunks = int(rows[-1, 0]) + 1 if len(rows) else 0
+    if n_chunks * len(buckets.key) > CHUNK_TABLE_CELLS:
+        return None
+    bucket = np.searchsorted(buckets.key, rows[:, 1])
+    if len(bucket) and (bucket.max() >= len(buckets.key) or not (buckets.key[bucket] == rows[:, 1]).all()):
+        raise PackcliError("the spill's lengths do not match the plan's histogram")
+    counts = np.zeros((n_chunks, len(buckets.key)), dtype=np.int64)
+    counts[rows[:, 0], bucket] = rows[:, 2]
+    if not (counts.sum(axis=0) == np.diff(buckets.rank)).all():
+        raise PackcliError("the spill's lengths do not match the plan's histogram")
+    sizes = counts * buckets.length[None, :]
+    chunk_token = np.cumsum(sizes.sum(axis=1)) - sizes.sum(axis=1)
+    base = chunk_token[:, None] + np.cumsum(sizes, axis=1) - sizes
+    return BucketParts(buckets, counts, base)
+
+
+class ChunkedSpill:
+    """Reads blocks of a spill written by length (the BlockReader the gather takes) with
+    pieces given in the sorted file's coordinates (Buckets.starts), as SortedSpill does."""
+
+    def __init__(self, spill: Spill, parts: BucketParts):
+        self.spill, self.parts = spill, parts
+        self.token_dtype, self.masked = spill.token_dtype, spill.masked
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
+        _, at = self.parts.locate(np.asarray(starts, dtype=np.int64))
+        ranges = _RunsInOrder(at, lengths, READ_GAP)
+        spill = self.spill
+        spill.open_files()
+        tokens, token_offsets = ranges.read_fd(spill._files[0].fileno(), self.token_dtype, ranges.start, ranges.end)
+        block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, at)
+        if self.masked:
+            first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
+            bits, byte_offsets = ranges.read_fd(spill._files[1].fileno(), np.dtype(np.uint8), first_byte, end_byte)
+            block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
+        return block
+
+    def close(self) -> None:
+        """The spill's files are the spill's to close."""
+
+
+def file_slot_starts(spill: Spill) -> np.ndarray:
+    """The slot map of a spill written by length, in the spill's coordinates: the start of
+    every sequence, sorted by length and in input order inside each (what
+    patterns.slot_map gives for a spill in input order)."""
+    rows = spill.chunks
+    assert rows is not None  # a spill written by length
+    histogram = np.bincount(rows[:, 1], weights=rows[:, 2], minlength=1).astype(np.int64)
+    rank_base = np.cumsum(histogram) - histogram
+    out = np.empty(int(histogram.sum()), dtype=np.int64)
+    kernel(_file_slot_starts, len(out) + len(rows))(rows, rank_base, out)
+    return out
+
+
+@njit(cache=True)
+def _file_slot_starts(rows, rank_base, out):
+    cursor = rank_base.copy()
+    position = 0
+    for i in range(rows.shape[0]):
+        n, count = rows[i, 1], rows[i, 2]
+        k = cursor[n]
+        for j in range(count):
+            out[k + j] = position
+            position += n
+        cursor[n] = k + count

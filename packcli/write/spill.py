@@ -6,6 +6,14 @@ token saying whether it is learned (a label is always its token or -100, so one 
 says it all). The lengths go to disk too, and only their histogram stays in memory
 while the spill is written; rows are then gathered from the files block by block.
 
+With `by_length` (bin mode planned from counts, one plan of the whole input) the tokens
+are written in length order a chunk at a time: the writer holds about BY_LENGTH_CHUNK
+tokens, lays them out by length (in input order inside each length) and writes them
+together, and `chunks.npy` lists each chunk's sequences per length. The k-th sequence of
+length L in input order (what the slot rule asks for) is then found by arithmetic on
+that table (write/by_length.py), with no second pass over the spill to sort it. The
+lengths stay in input order.
+
 A spill is complete when `complete.json` exists (written last, atomically); `--resume`
 reuses a complete spill whose run identity matches and skips reading and tokenizing.
 
@@ -33,11 +41,14 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.flow import pooled_empty
+from packcli.core.jit import kernel, njit
 
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
 LENGTHS_FILE = "lengths.npy"
 HISTOGRAM_FILE = "histogram.npy"
+CHUNKS_FILE = "chunks.npy"  # by_length: int64 rows (chunk, length, sequences), chunks in order, lengths increasing
+BY_LENGTH_CHUNK = 1 << 22  # tokens held and laid out by length at a time (by_length)
 LENGTHS_HEADER = 128  # bytes reserved for lengths.npy's header, written when the count is known
 HISTOGRAM_SIZE = 1 << 16  # the histogram counts lengths below this; longer ones in its last entry
 COMPLETE_FILE = "complete.json"
@@ -65,10 +76,19 @@ def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class SpillWriter:
     """Appends segments to a spill directory; `finish` makes it complete."""
 
-    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool, durable: bool = False):
+    def __init__(
+        self, directory: Path, token_dtype: np.dtype, masked: bool, durable: bool = False, by_length: bool = False
+    ):
         """`durable`: fsync the spill even where the boot has an id (a spill that another
-        machine may resume from, after this one is gone)."""
+        machine may resume from, after this one is gone). `by_length`: tokens in length
+        order a chunk at a time (see the module docstring)."""
         self.directory = Path(directory)
+        self.by_length = by_length
+        # by_length: the chunk so far (tokens and flags in buffers kept from chunk to chunk)
+        self._held_tokens = 0
+        self._held_lengths: list[np.ndarray] = []
+        self._buffers: list[np.ndarray] = []  # tokens, flags, and both laid out by length
+        self._chunk_rows: list[np.ndarray] = []  # by_length: each chunk's (chunk, length, sequences) rows
         self.token_dtype, self.masked = np.dtype(token_dtype), masked
         remove_spill(self.directory)
         self.directory.mkdir(parents=True)
@@ -92,13 +112,11 @@ class SpillWriter:
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> None:
         """`learned`: one flag per token (required exactly when the spill is masked)."""
-        self._tokens.write(as_int_dtype(tokens, self.token_dtype).data)
-        if self._learned is not None:
-            flags = np.concatenate([self._carry, np.asarray(learned, dtype=bool)])
-            whole = len(flags) - len(flags) % 8
-            self._learned.write(np.packbits(flags[:whole], bitorder="little").data)
-            self._carry = flags[whole:]
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        if self.by_length:
+            self._hold(as_int_dtype(tokens, self.token_dtype), lengths, learned)
+        else:
+            self._write_tokens(as_int_dtype(tokens, self.token_dtype), learned)
         self._lengths.write(lengths.data)
         if len(lengths):
             self.histogram += np.bincount(np.minimum(lengths, HISTOGRAM_SIZE - 1), minlength=HISTOGRAM_SIZE)
@@ -108,6 +126,51 @@ class SpillWriter:
             self._unsynced += len(tokens) * self.token_dtype.itemsize
             if self._unsynced >= SYNC_BYTES and (self._sync is None or self._sync.done()):
                 self._start_sync()
+
+    def _write_tokens(self, tokens: np.ndarray, learned: np.ndarray | None) -> None:
+        self._tokens.write(tokens.data)
+        if self._learned is not None:
+            flags = np.concatenate([self._carry, np.asarray(learned, dtype=bool)])
+            whole = len(flags) - len(flags) % 8
+            self._learned.write(np.packbits(flags[:whole], bitorder="little").data)
+            self._carry = flags[whole:]
+
+    def _hold(self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> None:
+        n = len(tokens)
+        if self._held_tokens and self._held_tokens + n > BY_LENGTH_CHUNK:
+            self._write_chunk()
+        if not self._buffers or len(self._buffers[0]) < n:
+            size = max(BY_LENGTH_CHUNK, n)
+            flags = size if self._learned is not None else 0
+            dtype = self.token_dtype
+            self._buffers = [
+                np.empty(size, dtype),
+                np.empty(flags, np.uint8),
+                np.empty(size, dtype),
+                np.empty(flags, np.uint8),
+            ]
+        at = self._held_tokens
+        self._buffers[0][at : at + n] = tokens
+        if self._learned is not None:
+            self._buffers[1][at : at + n] = np.asarray(learned, dtype=bool).view(np.uint8)
+        self._held_lengths.append(lengths.copy())  # the caller may reuse its buffers
+        self._held_tokens = at + n
+
+    def _write_chunk(self) -> None:
+        """The held segments written in length order (input order inside each)."""
+        n, self._held_tokens = self._held_tokens, 0
+        if not self._held_lengths:
+            return
+        lengths = np.concatenate(self._held_lengths)
+        self._held_lengths = []
+        tokens, flags, out, out_flags = self._buffers
+        masked = self._learned is not None
+        flags, out_flags = (flags[:n], out_flags[:n]) if masked else (flags, out_flags)
+        counts = kernel(_by_length, n + len(lengths))(tokens[:n], lengths, flags, masked, out[:n], out_flags)
+        present = np.flatnonzero(counts)
+        chunk = np.full(len(present), len(self._chunk_rows), dtype=np.int64)
+        self._chunk_rows.append(np.stack([chunk, present, counts[present]], axis=1))
+        self._write_tokens(out[:n], out_flags.view(bool) if masked else None)
 
     def _start_sync(self) -> None:
         """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
@@ -132,6 +195,10 @@ class SpillWriter:
 
     def finish(self, meta: dict[str, Any]) -> Spill:
         """Flush, record the lengths and `meta`, and mark the spill complete."""
+        if self.by_length:
+            self._write_chunk()
+            rows = np.concatenate(self._chunk_rows) if self._chunk_rows else np.zeros((0, 3), dtype=np.int64)
+            np.save(self.directory / CHUNKS_FILE, rows.astype(np.int64))
         if self._learned is not None and len(self._carry):
             self._learned.write(np.packbits(self._carry, bitorder="little").data)
         self._stop_sync()
@@ -151,6 +218,7 @@ class SpillWriter:
             "tokens": self.tokens,
             "sequences": self.sequences,
             "boot_id": self.boot,
+            "by_length": self.by_length,
             **meta,
         }
         tmp = self.directory / (COMPLETE_FILE + ".tmp")
@@ -159,6 +227,7 @@ class SpillWriter:
         return Spill.open(self.directory)
 
     def abort(self) -> None:
+        self._held_lengths, self._buffers = [], []
         try:
             self._stop_sync()
         except OSError:
@@ -197,6 +266,7 @@ class Spill:
     arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
     _files: list[BinaryIO] = field(default_factory=list)
     _lengths_fd: int | None = None
+    chunks: np.ndarray | None = None  # by_length: CHUNKS_FILE's rows (chunk, length, sequences)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -308,7 +378,12 @@ class Spill:
             or (len(histogram) < HISTOGRAM_SIZE and int(histogram @ np.arange(len(histogram))) != meta["tokens"])
         ):
             raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
-        return Spill(None, dtype, bool(meta["masked"]), meta, directory)
+        chunks = None
+        if meta.get("by_length"):
+            chunks = np.load(directory / CHUNKS_FILE).reshape(-1, 3)
+            if int(chunks[:, 2].sum()) != meta["sequences"] or int(chunks[:, 1] @ chunks[:, 2]) != meta["tokens"]:
+                raise PackcliError(f"{directory}: the token spill does not match its record; remove it and run again")
+        return Spill(None, dtype, bool(meta["masked"]), meta, directory, chunks=chunks)
 
     @staticmethod
     def in_memory(tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> Spill:
@@ -316,6 +391,37 @@ class Spill:
         tokens = np.ascontiguousarray(tokens)
         bits = None if learned is None else np.packbits(np.asarray(learned, dtype=bool), bitorder="little")
         return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
+
+
+@njit(cache=True, nogil=True)
+def _by_length(
+    tokens: np.ndarray, lengths: np.ndarray, flags: np.ndarray, masked: bool, out: np.ndarray, out_flags: np.ndarray
+) -> np.ndarray:
+    """A chunk's segments laid out in `out` by length (increasing), in input order inside
+    each length, their flags beside them when `masked`; returns the segments per length."""
+    top = 0
+    for i in range(lengths.shape[0]):
+        top = max(top, lengths[i])
+    counts = np.zeros(top + 1, dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        counts[lengths[i]] += 1
+    at = np.empty(top + 1, dtype=np.int64)
+    position = 0
+    for n in range(top + 1):
+        at[n] = position
+        position += counts[n] * n
+    source = 0
+    for i in range(lengths.shape[0]):
+        n = lengths[i]
+        d = at[n]
+        for j in range(n):
+            out[d + j] = tokens[source + j]
+        if masked:
+            for j in range(n):
+                out_flags[d + j] = flags[source + j]
+        at[n] = d + n
+        source += n
+    return counts
 
 
 def _npy_header(count: int) -> bytes:
