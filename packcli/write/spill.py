@@ -41,7 +41,7 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.flow import pooled_empty
-from packcli.core.jit import kernel, njit
+from packcli.core.jit import kernel, njit, numba_name
 
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
@@ -465,10 +465,7 @@ class _Ranges:
         sizes = end - first
         offsets = np.cumsum(sizes) - sizes
         out = pooled_empty(int(sizes.sum()), dtype)
-        view = out.view(np.uint8).data
-        item = dtype.itemsize
-        for at, n, position in zip(offsets.tolist(), sizes.tolist(), first.tolist()):
-            _read_exactly(fd, view[at * item : (at + n) * item], position * item)
+        read_ranges(fd, out, offsets, first, sizes)
         return out, offsets
 
     def per_piece(self, range_base: np.ndarray) -> np.ndarray:
@@ -476,6 +473,58 @@ class _Ranges:
         at = np.empty(len(self.order), dtype=np.int64)
         at[self.order] = range_base[self.group] + self.piece_start
         return at
+
+
+def read_ranges(fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray) -> None:
+    """Elements [first[i], first[i] + sizes[i]) of file `fd` (of out's dtype) into
+    out[offsets[i]:], every range. The reads run in a kernel without the GIL, a block's
+    hundreds of them in one call: one positioned read each from Python cost the GIL's
+    hand-over between the gathering threads at every read. A read the kernel cannot
+    finish (a signal, an error, the end of the file) is finished here, where Python
+    retries or raises."""
+    view = out.view(np.uint8).data
+    item = out.dtype.itemsize
+    offsets, first, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, first, sizes))
+    at = 0
+    while at < len(sizes):
+        stopped, done = kernel(_read_ranges, int(sizes[at:].sum()))(fd, out, offsets, first, sizes, item, at)
+        if stopped < 0:
+            return
+        begin, end = int(offsets[stopped]) * item + done, int(offsets[stopped] + sizes[stopped]) * item
+        _read_exactly(fd, view[begin:end], int(first[stopped]) * item + done)
+        at = stopped + 1
+
+
+_pread = numba_name("packcli.write.syscalls", "pread")
+
+
+def _read_ranges_interpreted(
+    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
+) -> tuple[int, int]:
+    """The kernel's twin: one read each, as Python makes them."""
+    view = out.view(np.uint8).data
+    for i in range(at, len(first)):
+        begin = int(offsets[i]) * item
+        _read_exactly(fd, view[begin : begin + int(sizes[i]) * item], int(first[i]) * item)
+    return -1, 0
+
+
+@njit(_read_ranges_interpreted, cache=True, nogil=True)
+def _read_ranges(
+    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
+) -> tuple[int, int]:
+    """Ranges from `at` read into out; returns (-1, 0) when all are, else the range it
+    stopped in and the bytes of it read."""
+    base = out.ctypes.data
+    for i in range(at, first.shape[0]):
+        want = sizes[i] * item
+        done = 0
+        while done < want:
+            n = _pread(fd, base + offsets[i] * item + done, want - done, first[i] * item + done)
+            if n <= 0:
+                return i, done
+            done += n
+    return -1, 0
 
 
 def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
