@@ -278,26 +278,92 @@ def test_a_spill_written_by_length_packs_the_same_bytes(
     short_corpus, packed, word_tokenizer, monkeypatch, options, chunk
 ):
     """A spill written by length (in chunks of `chunk` tokens) read in place by bucket, or
-    through its slot map, or copied sorted: the bytes of a spill in input order."""
+    through its slot map, or copied sorted: the bytes of a spill in input order. The
+    first chunk chooses the layout and the whole input the plan: each is set on its own
+    here (rows of one sequence or more count as "many" for one and not the other)."""
+    from packcli.core.pause import pause as real_pause
     from packcli.engine import job as engine_job
     from packcli.engine import local as pipeline
-    from packcli.write import spill as spilling
 
     source, options = _source(short_corpus, word_tokenizer, options)
     monkeypatch.setattr(spilling, "BY_LENGTH_CHUNK", chunk)
     calls = bucket_reads(monkeypatch)
+    layouts = []
+    real_finish = spilling.SpillWriter.finish
 
-    def pack(by_bucket: bool) -> dict:
-        monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1 if by_bucket else 10**9)
+    def finish(self, meta):
+        spill = real_finish(self, meta)
+        layouts.append("by length" if spill.chunks is not None else "input order")
+        return spill
+
+    monkeypatch.setattr(spilling.SpillWriter, "finish", finish)
+
+    def pack(spilled_by_length: bool, planned_by_bucket: bool) -> dict:
+        def plan_decides(at):
+            if at == "spilled":
+                monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1 if planned_by_bucket else 10**9)
+            real_pause(at)
+
+        monkeypatch.setattr(engine_job, "BY_BUCKET_SEQUENCES_PER_ROW", 1 if spilled_by_length else 10**9)
+        monkeypatch.setattr(pipeline, "pause", plan_decides)
         return _files(packed(source[0], *source[1:], "--seq-len", 32, *options))
 
-    in_place, mapped = pack(True), pack(False)
-    assert calls == ["by length"]  # the slot map reads the spill as it is too
+    in_place, mapped = pack(True, True), pack(True, False)
+    assert calls == ["by length"] and layouts == ["by length"] * 2  # the slot map reads it as it is
+    copied_in_order = pack(False, True)
+    assert calls == ["by length", "copy"] and layouts[-1] == "input order"
     monkeypatch.setattr(by_length, "CHUNK_TABLE_CELLS", 0)  # the chunks' table too large to hold
-    copied = pack(True)
-    assert calls == ["by length", "copy"]
-    monkeypatch.setattr(pipeline, "spills_by_length", lambda opts: False)
-    assert in_place == mapped == copied == pack(True) == pack(False)
+    copied = pack(True, True)
+    assert calls == ["by length", "copy", "copy"] and layouts[-1] == "by length"
+    plain = pack(False, False)
+    assert layouts[-1] == "input order"
+    assert in_place == mapped == copied_in_order == copied == plain
+
+
+@pytest.mark.parametrize("first_chunk_by_length", [False, True])
+def test_the_first_chunk_chooses_the_spill_s_layout(tmp_path, first_chunk_by_length, monkeypatch):
+    """Asked once, of the first chunk's tokens and sequences; input order from then on
+    when it says no, with the tokens as appended."""
+    monkeypatch.setattr(spilling, "BY_LENGTH_CHUNK", 10)
+    asked = []
+
+    def choose(tokens, sequences):
+        asked.append((tokens, sequences))
+        return first_chunk_by_length
+
+    lengths = np.array([4, 3, 5, 1, 2, 6, 3], dtype=np.int64)
+    tokens = np.arange(1, int(lengths.sum()) + 1, dtype=np.uint16)
+    learned = np.arange(len(tokens)) % 3 == 0
+    writer = SpillWriter(tmp_path / "s", np.dtype(np.uint16), True, by_length=choose)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for a, b in [(0, 2), (2, 4), (4, 7)]:
+        writer.append(tokens[starts[a] : starts[b]], lengths[a:b], learned[starts[a] : starts[b]])
+    spill = writer.finish({})
+    assert asked == [(7, 2)]  # the first chunk: the two segments held before the next passed 10 tokens
+    assert (spill.chunks is not None) == first_chunk_by_length
+    assert json.loads((tmp_path / "s" / "complete.json").read_text())["by_length"] == first_chunk_by_length
+    written = np.fromfile(tmp_path / "s" / "tokens.bin", dtype=np.uint16)
+    flags = np.unpackbits(np.fromfile(tmp_path / "s" / "learned.bin", dtype=np.uint8), bitorder="little")
+    if first_chunk_by_length:
+        assert spill.chunks.tolist() == [[0, 3, 1], [0, 4, 1], [1, 1, 1], [1, 5, 1], [2, 2, 1], [2, 3, 1], [2, 6, 1]]
+        order = np.concatenate([tokens[s : s + n] for s, n in _by_length_order(starts, lengths, [2, 4, 7])])
+        assert written.tolist() == order.tolist()
+        want_flags = np.concatenate([learned[s : s + n] for s, n in _by_length_order(starts, lengths, [2, 4, 7])])
+    else:
+        assert written.tolist() == tokens.tolist()
+        want_flags = learned
+    assert flags[: len(tokens)].tolist() == want_flags.tolist()
+    assert spill.lengths.tolist() == lengths.tolist()
+
+
+def _by_length_order(starts, lengths, chunk_ends):
+    """(start, length) of each segment in the order a spill by length holds them."""
+    out, first = [], 0
+    for end in chunk_ends:
+        members = sorted(range(first, end), key=lambda i: (lengths[i], i))
+        out += [(int(starts[i]), int(lengths[i])) for i in members]
+        first = end
+    return out
 
 
 def test_a_spill_is_written_by_length_only_where_a_plan_may_read_it_so():

@@ -221,10 +221,11 @@ def by_bucket(opts: PackOptions, tokens: int, sequences: int) -> bool:
 def spills_by_length(opts: PackOptions) -> bool:
     """Whether one plan of the whole input may read its sequences by (length, rank): bin
     mode from counts, each length its own bucket (no --group-by or --pad-to-multiple-of).
-    The local engine then writes its spill by length (SpillWriter's `by_length`), so that
-    the gather needs no sorted copy of it; whether the rows are many sequences each is
-    known only once the spill is written, and a plan that is not by bucket reads the
-    same spill through its slot map (by_length.file_slot_starts)."""
+    The local engine then writes its spill by length (SpillWriter's `by_length`) when
+    its first chunk's rows would be many sequences each (`by_bucket`), so that the gather
+    needs no sorted copy of it. The whole input decides only once it is spilled: a plan
+    not by bucket reads a spill written by length through its slot map
+    (by_length.file_slot_starts), and one by bucket copies a spill in input order."""
     return (
         opts.mode == "bin"
         and opts.buffer_size is None

@@ -194,7 +194,10 @@ def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[s
     """Every segment into the spill; `meta()` (the counts, once all is read) goes in its record."""
     masked = job.setup.builder.labels != "text"
     dtype = ids_dtype(job.setup.vocab_size)
-    by_length = spills_by_length(job.opts)
+    opts = job.opts
+    # by length if the first chunk's rows would hold many sequences (a guess the plan
+    # corrects: it copies a spill in input order, or maps one written by length)
+    by_length = spills_by_length(opts) and (lambda tokens, sequences: by_bucket(opts, tokens, sequences))
     writer = outdir.guarded(job.spill_dir, SpillWriter, job.spill_dir, dtype, masked, False, by_length)
     try:
         for tokens, lengths, learned in chunks:

@@ -32,7 +32,7 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 from packcli.plan.patterns import Buckets
-from packcli.write.spill import Block, Spill, _Ranges, _read_exactly
+from packcli.write.spill import Block, Spill, _Ranges, _read_exactly, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"
@@ -118,7 +118,9 @@ class _ChunkSorter:
             sources.append(_learned_bytes(spill, token, n_tokens))
         for fd, source, dtype in zip(self.outs, sources, self.dtypes):
             out = np.empty(int(buckets.length[bucket].sum()), dtype=dtype)
-            run_bucket, run_at, run_size = kernel(_sort_chunk, n_tokens)(source, lengths, bucket, buckets.length, out)
+            run_bucket, run_at, run_size = kernel(lay_out_by_bucket, n_tokens)(
+                source, lengths, bucket, buckets.length, out
+            )
             item = dtype.itemsize
             view = out.view(np.uint8).data
             for b, at, size in zip(run_bucket.tolist(), run_at.tolist(), run_size.tolist()):
@@ -170,47 +172,6 @@ def _chunk_end(lengths, first, budget):
         total += lengths[last]
         last += 1
     return last
-
-
-@njit(cache=True, nogil=True)  # on the sort threads
-def _sort_chunk(source, lengths, bucket, bucket_len, out):
-    """The chunk's sequences laid out in `out` by bucket (increasing), in input order inside
-    each, each in a record of its bucket's length (its tokens, then zeros). Returns the
-    buckets present, where each one's records start in `out` and their total size."""
-    n_buckets = bucket_len.shape[0]
-    count = np.zeros(n_buckets, dtype=np.int64)
-    for i in range(lengths.shape[0]):
-        count[bucket[i]] += 1
-    at = np.zeros(n_buckets, dtype=np.int64)
-    n_runs = 0
-    for b in range(n_buckets):
-        if count[b]:
-            n_runs += 1
-    run_bucket = np.empty(n_runs, dtype=np.int64)
-    run_at = np.empty(n_runs, dtype=np.int64)
-    run_size = np.empty(n_runs, dtype=np.int64)
-    position = 0
-    k = 0
-    for b in range(n_buckets):
-        if count[b]:
-            at[b] = position
-            run_bucket[k] = b
-            run_at[k] = position
-            run_size[k] = count[b] * bucket_len[b]
-            position += run_size[k]
-            k += 1
-    s = 0
-    for i in range(lengths.shape[0]):
-        b = bucket[i]
-        n = lengths[i]
-        d = at[b]
-        for j in range(n):
-            out[d + j] = source[s + j]
-        for j in range(n, bucket_len[b]):
-            out[d + j] = 0
-        at[b] = d + bucket_len[b]
-        s += n
-    return run_bucket, run_at, run_size
 
 
 class SortedSpill:
@@ -320,20 +281,10 @@ class ChunkedSpill:
 
     def __init__(self, spill: Spill, parts: BucketParts):
         self.spill, self.parts = spill, parts
-        self.token_dtype, self.masked = spill.token_dtype, spill.masked
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         _, at = self.parts.locate(np.asarray(starts, dtype=np.int64))
-        ranges = _RunsInOrder(at, lengths, READ_GAP)
-        spill = self.spill
-        spill.open_files()
-        tokens, token_offsets = ranges.read_fd(spill._files[0].fileno(), self.token_dtype, ranges.start, ranges.end)
-        block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, at)
-        if self.masked:
-            first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
-            bits, byte_offsets = ranges.read_fd(spill._files[1].fileno(), np.dtype(np.uint8), first_byte, end_byte)
-            block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
-        return block
+        return self.spill.read_ranges(_RunsInOrder(at, lengths, READ_GAP))
 
     def close(self) -> None:
         """The spill's files are the spill's to close."""

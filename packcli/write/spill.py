@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,17 +77,24 @@ class SpillWriter:
     """Appends segments to a spill directory; `finish` makes it complete."""
 
     def __init__(
-        self, directory: Path, token_dtype: np.dtype, masked: bool, durable: bool = False, by_length: bool = False
+        self,
+        directory: Path,
+        token_dtype: np.dtype,
+        masked: bool,
+        durable: bool = False,
+        by_length: bool | Callable[[int, int], bool] = False,
     ):
         """`durable`: fsync the spill even where the boot has an id (a spill that another
         machine may resume from, after this one is gone). `by_length`: tokens in length
-        order a chunk at a time (see the module docstring)."""
+        order a chunk at a time (see the module docstring); a function is asked once, of
+        the first chunk's tokens and sequences, whether to write so, or in input order."""
         self.directory = Path(directory)
-        self.by_length = by_length
+        self._by_length = by_length
         # by_length: the chunk so far (tokens and flags in buffers kept from chunk to chunk)
         self._held_tokens = 0
         self._held_lengths: list[np.ndarray] = []
-        self._buffers: list[np.ndarray] = []  # tokens, flags, and both laid out by length
+        self._held: list[np.ndarray] = []  # tokens, flags
+        self._laid: list[np.ndarray] = []  # tokens, flags, by length
         self._chunk_rows: list[np.ndarray] = []  # by_length: each chunk's (chunk, length, sequences) rows
         self.token_dtype, self.masked = np.dtype(token_dtype), masked
         remove_spill(self.directory)
@@ -113,7 +120,7 @@ class SpillWriter:
     def append(self, tokens: np.ndarray, lengths: np.ndarray, learned: np.ndarray | None) -> None:
         """`learned`: one flag per token (required exactly when the spill is masked)."""
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-        if self.by_length:
+        if self._by_length:
             self._hold(as_int_dtype(tokens, self.token_dtype), lengths, learned)
         else:
             self._write_tokens(as_int_dtype(tokens, self.token_dtype), learned)
@@ -139,38 +146,47 @@ class SpillWriter:
         n = len(tokens)
         if self._held_tokens and self._held_tokens + n > BY_LENGTH_CHUNK:
             self._write_chunk()
-        if not self._buffers or len(self._buffers[0]) < n:
+            if not self._by_length:  # the first chunk chose input order
+                self._write_tokens(tokens, learned)
+                return
+        if not self._held or len(self._held[0]) < n:
             size = max(BY_LENGTH_CHUNK, n)
-            flags = size if self._learned is not None else 0
-            dtype = self.token_dtype
-            self._buffers = [
-                np.empty(size, dtype),
-                np.empty(flags, np.uint8),
-                np.empty(size, dtype),
-                np.empty(flags, np.uint8),
-            ]
+            self._held = [np.empty(size, self.token_dtype), np.empty(size if self.masked else 0, np.uint8)]
         at = self._held_tokens
-        self._buffers[0][at : at + n] = tokens
-        if self._learned is not None:
-            self._buffers[1][at : at + n] = np.asarray(learned, dtype=bool).view(np.uint8)
+        self._held[0][at : at + n] = tokens
+        if self.masked:
+            self._held[1][at : at + n] = np.asarray(learned, dtype=bool).view(np.uint8)
         self._held_lengths.append(lengths.copy())  # the caller may reuse its buffers
         self._held_tokens = at + n
 
     def _write_chunk(self) -> None:
-        """The held segments written in length order (input order inside each)."""
+        """The held segments written in length order (input order inside each), or, if the
+        first chunk decides against it, in input order from then on."""
         n, self._held_tokens = self._held_tokens, 0
         if not self._held_lengths:
             return
         lengths = np.concatenate(self._held_lengths)
         self._held_lengths = []
-        tokens, flags, out, out_flags = self._buffers
-        masked = self._learned is not None
-        flags, out_flags = (flags[:n], out_flags[:n]) if masked else (flags, out_flags)
-        counts = kernel(_by_length, n + len(lengths))(tokens[:n], lengths, flags, masked, out[:n], out_flags)
+        tokens, flags = self._held[0][:n], self._held[1][:n]
+        if callable(self._by_length):
+            self._by_length = self._by_length(n, len(lengths))
+            if not self._by_length:
+                self._write_tokens(tokens, flags.view(bool) if self.masked else None)
+                self._held = []
+                return
+        if not self._laid or len(self._laid[0]) < n:
+            self._laid = [np.empty_like(self._held[0]), np.empty_like(self._held[1])]
+        top = int(lengths.max())
+        buckets = np.arange(top + 1, dtype=np.int64)  # each length its own bucket, records its size
+        laid = self._laid[0][:n]
+        kernel(lay_out_by_bucket, n)(tokens, lengths, lengths, buckets, laid)
+        if self.masked:
+            kernel(lay_out_by_bucket, n)(flags, lengths, lengths, buckets, self._laid[1][:n])
+        counts = np.bincount(lengths, minlength=top + 1)
         present = np.flatnonzero(counts)
         chunk = np.full(len(present), len(self._chunk_rows), dtype=np.int64)
         self._chunk_rows.append(np.stack([chunk, present, counts[present]], axis=1))
-        self._write_tokens(out[:n], out_flags.view(bool) if masked else None)
+        self._write_tokens(laid, self._laid[1][:n].view(bool) if self.masked else None)
 
     def _start_sync(self) -> None:
         """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
@@ -195,10 +211,12 @@ class SpillWriter:
 
     def finish(self, meta: dict[str, Any]) -> Spill:
         """Flush, record the lengths and `meta`, and mark the spill complete."""
-        if self.by_length:
+        if self._by_length:
             self._write_chunk()
+        by_length = self._by_length is True  # False where the first chunk chose input order, or nothing came
+        if by_length:
             rows = np.concatenate(self._chunk_rows) if self._chunk_rows else np.zeros((0, 3), dtype=np.int64)
-            np.save(self.directory / CHUNKS_FILE, rows.astype(np.int64))
+            np.save(self.directory / CHUNKS_FILE, rows)
         if self._learned is not None and len(self._carry):
             self._learned.write(np.packbits(self._carry, bitorder="little").data)
         self._stop_sync()
@@ -218,7 +236,7 @@ class SpillWriter:
             "tokens": self.tokens,
             "sequences": self.sequences,
             "boot_id": self.boot,
-            "by_length": self.by_length,
+            "by_length": by_length,
             **meta,
         }
         tmp = self.directory / (COMPLETE_FILE + ".tmp")
@@ -227,7 +245,7 @@ class SpillWriter:
         return Spill.open(self.directory)
 
     def abort(self) -> None:
-        self._held_lengths, self._buffers = [], []
+        self._held_lengths, self._held, self._laid = [], [], []
         try:
             self._stop_sync()
         except OSError:
@@ -328,10 +346,14 @@ class Spill:
         if self.arrays is not None:
             tokens, bits = self.arrays
             return Block(tokens, starts, bits, starts)
+        return self.read_ranges(_Ranges(starts, lengths))
+
+    def read_ranges(self, ranges: _Ranges) -> Block:
+        """The block of pieces `ranges` groups (positions in the spill's files)."""
         self.open_files()
-        ranges = _Ranges(starts, lengths)
         tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
-        block = Block(tokens, ranges.per_piece(token_offsets - ranges.start), None, starts)
+        token_at = ranges.per_piece(token_offsets - ranges.start)
+        block = Block(tokens, token_at, None, token_at)
         if self.masked:
             first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
             bits, byte_offsets = ranges.read(self._files[1], np.dtype(np.uint8), first_byte, end_byte)
@@ -393,35 +415,47 @@ class Spill:
         return Spill(np.asarray(lengths, dtype=np.int64), tokens.dtype, bits is not None, arrays=(tokens, bits))
 
 
-@njit(cache=True, nogil=True)
-def _by_length(
-    tokens: np.ndarray, lengths: np.ndarray, flags: np.ndarray, masked: bool, out: np.ndarray, out_flags: np.ndarray
-) -> np.ndarray:
-    """A chunk's segments laid out in `out` by length (increasing), in input order inside
-    each length, their flags beside them when `masked`; returns the segments per length."""
-    top = 0
+@njit(cache=True, nogil=True)  # on the sort threads and the spill writer's
+def lay_out_by_bucket(
+    source: np.ndarray, lengths: np.ndarray, bucket: np.ndarray, bucket_len: np.ndarray, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chunk's sequences laid out in `out` by bucket (increasing), in input order inside
+    each, each in a record of its bucket's length (its tokens, then zeros). Returns the
+    buckets present, where each one's records start in `out` and their total size."""
+    n_buckets = bucket_len.shape[0]
+    count = np.zeros(n_buckets, dtype=np.int64)
     for i in range(lengths.shape[0]):
-        top = max(top, lengths[i])
-    counts = np.zeros(top + 1, dtype=np.int64)
-    for i in range(lengths.shape[0]):
-        counts[lengths[i]] += 1
-    at = np.empty(top + 1, dtype=np.int64)
+        count[bucket[i]] += 1
+    at = np.zeros(n_buckets, dtype=np.int64)
+    n_runs = 0
+    for b in range(n_buckets):
+        if count[b]:
+            n_runs += 1
+    run_bucket = np.empty(n_runs, dtype=np.int64)
+    run_at = np.empty(n_runs, dtype=np.int64)
+    run_size = np.empty(n_runs, dtype=np.int64)
     position = 0
-    for n in range(top + 1):
-        at[n] = position
-        position += counts[n] * n
-    source = 0
+    k = 0
+    for b in range(n_buckets):
+        if count[b]:
+            at[b] = position
+            run_bucket[k] = b
+            run_at[k] = position
+            run_size[k] = count[b] * bucket_len[b]
+            position += run_size[k]
+            k += 1
+    s = 0
     for i in range(lengths.shape[0]):
+        b = bucket[i]
         n = lengths[i]
-        d = at[n]
+        d = at[b]
         for j in range(n):
-            out[d + j] = tokens[source + j]
-        if masked:
-            for j in range(n):
-                out_flags[d + j] = flags[source + j]
-        at[n] = d + n
-        source += n
-    return counts
+            out[d + j] = source[s + j]
+        for j in range(n, bucket_len[b]):
+            out[d + j] = 0
+        at[b] = d + bucket_len[b]
+        s += n
+    return run_bucket, run_at, run_size
 
 
 def _npy_header(count: int) -> bytes:
