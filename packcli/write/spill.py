@@ -12,7 +12,8 @@ tokens, lays them out by length (in input order inside each length) and writes t
 together, and `chunks.npy` lists each chunk's sequences per length. The k-th sequence of
 length L in input order (what the slot rule asks for) is then found by arithmetic on
 that table (write/by_length.py), with no second pass over the spill to sort it. The
-lengths stay in input order.
+lengths stay in input order. The engine asks for it only where the first chunk's rows
+would hold many sequences; otherwise the tokens go in input order from then on.
 
 A spill is complete when `complete.json` exists (written last, atomically); `--resume`
 reuses a complete spill whose run identity matches and skips reading and tokenizing.
