@@ -52,3 +52,36 @@ def sorted_spill(tokens, lengths, multiple, groups=None, learned=None):
         if learned is not None:
             flags += [int(f) for f in learned[s : s + n]] + [0] * (placed[i] - n)
     return out, flags, where
+
+
+def expand_rows(plan_rows, row_start, slot_offsets, slot_base, slot_step):
+    """Every slot of these plan rows, row by row: (pattern slot, rank, index of its row)."""
+    out = []
+    for k, r in enumerate(plan_rows):
+        p = max(q for q in range(len(row_start) - 1) if row_start[q] <= r)
+        for s in range(slot_offsets[p], slot_offsets[p + 1]):
+            out.append((s, slot_base[s] + (r - row_start[p]) * slot_step[s], k))
+    return out
+
+
+def part_position(counts, base, lengths, bucket, local):
+    """Where rank `local` of `bucket` lies when part p holds counts[p][bucket] of the
+    bucket's sequences in order, from base[p][bucket], in records of lengths[bucket]."""
+    for p, own in enumerate(counts):
+        if local < own[bucket]:
+            return base[p][bucket] + local * lengths[bucket]
+        local -= own[bucket]
+    raise AssertionError("rank past the bucket's end")
+
+
+def runs_in_order(starts, lengths, gap):
+    """(start, end) of each range and each piece's range: a piece joins the range before
+    it when it starts at most `gap` after that range's end (and not before it)."""
+    ranges, group = [], []
+    for s, n in zip(starts, lengths):
+        if ranges and 0 <= s - ranges[-1][1] <= gap:
+            ranges[-1][1] = s + n
+        else:
+            ranges.append([s, s + n])
+        group.append(len(ranges) - 1)
+    return [tuple(r) for r in ranges], group

@@ -363,8 +363,8 @@ def test_local_through_the_sorted_spill_is_byte_identical_to_ray(
     seed=st.integers(0, 2**16),
 )
 def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, masked, seed):
-    """Pieces in the coordinates of the whole input's sorted file, read from the parts'
-    own sorted copies: the same tokens and learned bits as from the whole one."""
+    """Pieces placed in the parts' own sorted copies (joined end to end) by the ranks of
+    the whole input's sorted file: the same tokens and learned bits as from the whole one."""
     from packcli.engine.ray_tasks import PartedSortedSpill, part_histogram
     from packcli.plan.patterns import Buckets
     from packcli.write.by_length import sort_spill
@@ -403,7 +403,9 @@ def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, mask
     ranks = rng.permutation(total)[: rng.integers(0, total + 1)]
     starts = buckets.starts(ranks)
     sizes = buckets.length[np.searchsorted(buckets.rank, ranks, side="right") - 1]
-    a, b = whole.read_block(starts, sizes), reader.read_block(starts, sizes)
+    bucket = np.searchsorted(buckets.rank, ranks, side="right") - 1
+    joined = reader.where.positions(bucket, ranks - buckets.rank[bucket])  # the parts' copies end to end
+    a, b = whole.read_block(starts, sizes), reader.read_block(joined, sizes)
     for k in range(len(ranks)):
         n = int(sizes[k])
         assert (

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_slots import fill_slots
+from naive_slots import expand_rows, fill_slots, part_position
 
+from packcli.plan import patterns
 from packcli.plan.kernels.pack import pack_lengths, plan_lengths
-from packcli.plan.patterns import Patterns, pattern_plan, patterns_from_runs, runs_from_counts
+from packcli.plan.patterns import BucketParts, Buckets, Patterns, pattern_plan, patterns_from_runs, runs_from_counts
 
 ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
 
@@ -189,3 +190,65 @@ def test_the_plan_from_the_histogram_alone_is_the_plan_by_bucket(lengths, algori
     assert a.buckets.key.tolist() == b.buckets.key.tolist() and a.buckets.token.tolist() == b.buckets.token.tolist()
     rows = np.arange(a.n_rows)
     assert all(x.tolist() == y.tolist() for x, y in zip(a.placed(rows), b.placed(rows)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(0, 4), st.integers(1, 5)), min_size=1, max_size=8),
+    picks=st.lists(st.integers(0, 10**6), max_size=30),
+    in_order=st.booleans(),
+)
+def test_rows_expand_into_their_slots_as_the_naive_loop(shapes, picks, in_order):
+    """Any plan rows (in order or not, repeated, patterns of no rows among them): each
+    row's slots in offset order with the rank the slot rule gives."""
+    repeat = [r for r, _ in shapes]
+    sizes = [n for _, n in shapes]
+    row_start = np.concatenate([[0], np.cumsum(repeat)]).astype(np.int64)
+    slot_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rng = np.random.default_rng(len(picks))
+    slot_base = rng.integers(0, 1000, int(slot_offsets[-1])).astype(np.int64)
+    slot_step = rng.integers(1, 5, int(slot_offsets[-1])).astype(np.int64)
+    n_rows = int(row_start[-1])
+    rows = [k % n_rows for k in picks] if n_rows else []
+    plan_rows = np.array(sorted(rows) if in_order else rows, dtype=np.int64)
+    slot, rank, owner = patterns._expand_rows(plan_rows, row_start, slot_offsets, slot_base, slot_step)
+    got = list(zip(slot.tolist(), rank.tolist(), owner.tolist()))
+    want = expand_rows(
+        plan_rows.tolist(), row_start.tolist(), slot_offsets.tolist(), slot_base.tolist(), slot_step.tolist()
+    )
+    assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    counts=st.integers(1, 4).flatmap(
+        lambda buckets: st.lists(
+            st.lists(st.integers(0, 5), min_size=buckets, max_size=buckets), min_size=1, max_size=5
+        )
+    ),
+    shuffled=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_bucket_parts_place_every_rank_as_the_naive_walk(counts, shuffled, seed):
+    """Each (bucket, rank) found in its part, empty parts passed over, the ranks asked for
+    in order (each bucket's last part tried first) or not."""
+    table = np.array(counts, dtype=np.int64)
+    n_buckets = table.shape[1]
+    length = np.arange(1, n_buckets + 1, dtype=np.int64) * 3
+    total = table.sum(axis=0)
+    buckets = Buckets(
+        np.arange(n_buckets, dtype=np.int64),
+        length,
+        np.concatenate([[0], np.cumsum(total)]),
+        np.concatenate([[0], np.cumsum(total * length)]),
+    )
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 10_000, table.shape).astype(np.int64)
+    asked = [(b, k) for b in range(n_buckets) for k in range(int(total[b]))]
+    if shuffled:
+        asked = [asked[i] for i in rng.permutation(len(asked))]
+    bucket = np.array([b for b, _ in asked], dtype=np.int64)
+    local = np.array([k for _, k in asked], dtype=np.int64)
+    got = BucketParts(buckets, table, base).positions(bucket, local)
+    want = [part_position(table.tolist(), base.tolist(), length.tolist(), b, k) for b, k in asked]
+    assert got.tolist() == want

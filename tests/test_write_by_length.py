@@ -12,13 +12,13 @@ import pytest
 from helpers import bucket_reads, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_slots import sorted_spill
+from naive_slots import runs_in_order, sorted_spill
 
 from packcli.plan.patterns import Buckets, pattern_plan
 from packcli.write import by_length
 from packcli.write import spill as spilling
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, sort_spill
-from packcli.write.spill import Spill, SpillWriter
+from packcli.write.spill import Ranges, Spill, SpillWriter
 
 
 def _histograms(lengths, groups, multiple, seq_len):
@@ -40,7 +40,10 @@ def test_pieces_read_in_runs_come_back_whole(tmp_path_factory, pieces, gap):
     path.write_bytes(data.tobytes())
     starts = np.array([s for s, _ in pieces], dtype=np.int64)
     lengths = np.array([n for _, n in pieces], dtype=np.int64)
-    ranges = by_length._RunsInOrder(starts, lengths, gap)
+    ranges = Ranges.in_order(starts, lengths, gap)
+    want_ranges, want_group = runs_in_order(starts.tolist(), lengths.tolist(), gap)
+    assert list(zip(ranges.start.tolist(), ranges.end.tolist())) == want_ranges
+    assert ranges.group.tolist() == want_group
     fd = os.open(path, os.O_RDONLY)
     try:
         tokens, offsets = ranges.read_fd(fd, np.dtype(np.uint16), ranges.start, ranges.end)
@@ -54,7 +57,7 @@ def test_pieces_read_in_runs_come_back_whole(tmp_path_factory, pieces, gap):
 
 def test_consecutive_pieces_are_one_read():
     def reads(starts, lengths, gap):
-        ranges = by_length._RunsInOrder(np.array(starts), np.array(lengths), gap)
+        ranges = Ranges.in_order(np.array(starts), np.array(lengths), gap)
         return list(zip(ranges.start.tolist(), ranges.end.tolist()))
 
     assert reads([0, 5, 9], [5, 4, 11], 0) == [(0, 20)]
@@ -144,7 +147,10 @@ def test_a_spill_written_by_length_reads_as_the_sorted_spill(tmp_path_factory, d
     real = np.array([data[i] for i in _rank_order(data, 1, None)], dtype=np.int64)
     parts = by_length.chunk_parts(spill, buckets)
     assert parts is not None
-    readers = {"by bucket": (by_length.ChunkedSpill(spill, parts), np.array(want_starts, dtype=np.int64))}
+    ranks = np.arange(len(data))
+    bucket = np.searchsorted(buckets.rank, ranks, side="right") - 1
+    in_spill = parts.positions(bucket, ranks - buckets.rank[bucket])
+    readers = {"by bucket": (by_length.ChunkedSpill(spill), in_spill)}
     readers["slot map"] = (spill, by_length.file_slot_starts(spill))
     for reader, where in readers.values():
         block = reader.read_block(where, real)

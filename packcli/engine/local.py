@@ -252,13 +252,14 @@ def _plan_and_write(
     else:
         plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, bucketed)
     reader: BlockReader = spill
-    if isinstance(plan, PatternPlan) and plan.buckets is not None:
-        parts = chunk_parts(spill, plan.buckets) if spill.chunks is not None else None
-        if parts is not None:
-            reader = ChunkedSpill(spill, parts)  # written by length: no copy to make
+    buckets = plan.buckets if isinstance(plan, PatternPlan) else None
+    if isinstance(plan, PatternPlan) and buckets is not None:
+        parts = chunk_parts(spill, buckets) if spill.chunks is not None else None
+        if parts is not None:  # written by length: no copy to make, the slots placed in the spill
+            plan, reader = plan.in_parts(parts), ChunkedSpill(spill)
         else:
             with timer.stage("write"):
-                reader = sort_spill(spill, plan.buckets, opts.seq_len, multiple, groups)
+                reader = sort_spill(spill, buckets, opts.seq_len, multiple, groups)
             job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
     elif spill.chunks is not None:
         # written by length, planned through a slot map (rows of few sequences): the map

@@ -38,10 +38,10 @@ from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
 from packcli.plan.grouping import group_counts
-from packcli.plan.patterns import Buckets
+from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
 from packcli.plan.planner import Plan, RowOrder
 from packcli.write import outdir
-from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, BucketParts, SortedSpill, sort_spill
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedSpill, sort_spill
 from packcli.write.columns import shard_name
 from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.report import RowStats
@@ -327,8 +327,9 @@ class PartedSortedSpill:
     Bucket b of the whole holds the sequences of placed length L = buckets.length[b] of
     part 0 (in input order), then of part 1, and so on (`part_counts[p, b]` of each), which
     is the input order; so rank r of bucket b is local rank r - (part p's first rank in b)
-    in part p's copy, where it starts at the part's own bucket start + that rank * L. A
-    piece is a whole record (one slot), so it lies in one part."""
+    in part p's copy, where it starts at the part's own bucket start + that rank * L. The
+    copies are joined end to end: `where` places a plan's slots in that coordinate (the
+    plan `in_parts`), and a block is read from each part it reaches."""
 
     def __init__(self, part_dirs: list[str], buckets: Buckets, part_counts: np.ndarray):
         self.part_dirs, self.buckets = part_dirs, buckets
@@ -336,13 +337,17 @@ class PartedSortedSpill:
         self.counts = counts
         # per part, where each bucket starts in its copy (buckets it lacks take no room)
         sizes = counts * buckets.length[None, :]
-        self.where = BucketParts(buckets, counts, np.cumsum(sizes, axis=1) - sizes)
+        part_size = sizes.sum(axis=1)
+        self.part_start = np.cumsum(part_size) - part_size  # each copy's first token, joined
+        self.where = BucketParts(buckets, counts, self.part_start[:, None] + np.cumsum(sizes, axis=1) - sizes)
         self.parts: dict[int, SortedSpill] = {}
         self.token_dtype: np.dtype | None = None
 
     def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(part, start in the part's copy) of pieces that start at `starts` in the whole."""
-        return self.where.locate(starts)
+        """(part, start in the part's copy) of pieces that start at `starts` in the joined copies
+        (a piece lies in one part; empty parts before it share its start and are passed over)."""
+        part = np.searchsorted(self.part_start, starts, side="right") - 1
+        return part, starts - self.part_start[part]
 
     def _part(self, index: int) -> SortedSpill:
         if index not in self.parts:
@@ -456,13 +461,14 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
     )
     spill: PartedSpill | PartedSortedSpill
+    plan = job.plan
     if job.part_counts is not None:
-        buckets = getattr(job.plan, "buckets", None)
-        assert buckets is not None  # a plan from the histogram has the sorted file's buckets
-        spill = PartedSortedSpill(job.part_dirs, buckets, job.part_counts)
+        assert isinstance(plan, PatternPlan) and plan.buckets is not None  # a plan from the histogram
+        spill = PartedSortedSpill(job.part_dirs, plan.buckets, job.part_counts)
+        plan = plan.in_parts(spill.where)
     else:
         spill = PartedSpill(job.part_dirs, job.part_tokens)
-    gathered = gather_rows(spill, job.plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
+    gathered = gather_rows(spill, plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
     # As in the local engine: rows are built on a thread while the block before them is
     # written here (the row kernel and pyarrow's compression both run without the GIL).
     built = prefetch(gathered, depth=1) if writer is not None else gathered

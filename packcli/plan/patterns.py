@@ -20,7 +20,7 @@ lengths beside them with --pad-to-multiple-of). docs/plan-from-counts.md has the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -289,6 +289,53 @@ class Buckets:
         return self.token[b] + (rank - self.rank[b]) * self.length[b]
 
 
+class BucketParts:
+    """Where rank r of bucket b lies when each bucket's sequences are split over parts in
+    order, part p holding `counts[p, b]` of them (in input order), laid out from
+    `base[p, b]` in records of the bucket's length: a place in the sorted file (Buckets)
+    becomes a place in the parts' joined coordinates. The parts are the chunks of a spill
+    written by length, or the Ray engine's sorted copies. A record (one slot) lies in one
+    part."""
+
+    def __init__(self, buckets: Buckets, counts: np.ndarray, base: np.ndarray):
+        self.buckets = buckets
+        self.counts = np.ascontiguousarray(counts, dtype=np.int64)
+        self.base = np.ascontiguousarray(base, dtype=np.int64)
+        parts, n_buckets = self.counts.shape
+        # per bucket (rows), each part's first rank in it and, last, the bucket's size
+        self.first = np.zeros((n_buckets, parts + 1), dtype=np.int64)
+        np.cumsum(self.counts.T, axis=1, out=self.first[:, 1:])
+
+    def positions(self, bucket: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Where the records of these (bucket, rank within the bucket) start."""
+        work = len(local) + len(self.buckets.length)
+        return kernel(_part_positions, work)(bucket, local, self.first, self.base, self.buckets.length)
+
+
+@njit(cache=True, nogil=True)
+def _part_positions(bucket, local, first, base, length):
+    """BucketParts.positions. The slots of one pattern slot in consecutive rows take
+    consecutive ranks, so each bucket's last part is tried before a search."""
+    last_part = np.zeros(first.shape[0], dtype=np.int64)
+    out = np.empty(len(local), dtype=np.int64)
+    parts = first.shape[1] - 1
+    for i in range(len(local)):
+        b, r = bucket[i], local[i]
+        p = last_part[b]
+        if not (first[b, p] <= r < first[b, p + 1]):
+            lo, hi = 0, parts - 1  # the last part whose first rank is <= r: empty parts are passed over
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if first[b, mid] <= r:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            p = lo
+            last_part[b] = p
+        out[i] = base[p, b] + (r - first[b, p]) * length[b]
+    return out
+
+
 @dataclass
 class PatternPlan:
     """The plan of one window: patterns (every group's, group 0 first) and the rule that
@@ -306,6 +353,8 @@ class PatternPlan:
     row_group: np.ndarray | None = None  # int32 per output row (--group-by)
     remainder_tokens: int = 0
     buckets: Buckets | None = None  # in place of slot_start: the spill sorted by bucket (write/by_length.py)
+    slot_bucket: np.ndarray | None = None  # int64 per pattern slot, with buckets: the bucket of its ranks
+    parts: BucketParts | None = None  # with buckets: the sorted file's buckets split over parts (in_parts)
 
     @property
     def n_rows(self) -> int:
@@ -345,35 +394,42 @@ class PatternPlan:
         p = self.patterns
         out_rows = np.asarray(out_rows, dtype=np.int64)
         plan_rows = self.plan_rows_of(out_rows)
-        pattern = np.searchsorted(p.row_start, plan_rows, side="right") - 1
-        i = plan_rows - p.row_start[pattern]
-        sizes = np.diff(p.slot_offsets)[pattern]
-        owner = np.repeat(np.arange(len(out_rows)), sizes)
-        slot = np.repeat(p.slot_offsets[pattern], sizes) + within(sizes)
-        rank = self.slot_base[slot] + i[owner] * self.slot_step[slot]
+        work = len(plan_rows) + len(p.slot_len)
+        slot, rank, owner = kernel(_expand_rows, work)(
+            plan_rows, p.row_start, p.slot_offsets, self.slot_base, self.slot_step
+        )
         return slot, rank, out_rows[owner]
 
     def placed(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(spill start, real length, output row, offset) of every slot of these output rows."""
+        """(start, real length, output row, offset) of every slot of these output rows. The
+        start is in the spill (slot map), the sorted file (buckets) or the parts' joined
+        coordinates (buckets in parts)."""
         slot, rank, row = self._slots_of(out_rows)
         p = self.patterns
         length, offset = p.slot_len[slot], p.slot_pos[slot]
         real = length if self.slot_real is None else self.slot_real[rank]
-        if self.slot_start is None:
-            buckets = self.buckets
-            assert buckets is not None  # a plan with its slot map or its buckets (pattern_plan)
-            b = self._slot_buckets(buckets)[slot]
-            return buckets.token[b] + (rank - buckets.rank[b]) * buckets.length[b], real, row, offset
-        return self.slot_start[rank], real, row, offset
+        if self.slot_start is not None:
+            return self.slot_start[rank], real, row, offset
+        buckets, slot_bucket = self.buckets, self.slot_bucket
+        assert buckets is not None and slot_bucket is not None  # a plan with its slot map or its buckets
+        b = slot_bucket[slot]
+        local = rank - buckets.rank[b]
+        if self.parts is not None:
+            return self.parts.positions(b, local), real, row, offset
+        return buckets.token[b] + local * buckets.length[b], real, row, offset
 
-    def _slot_buckets(self, buckets: Buckets) -> np.ndarray:
-        """Each pattern slot's bucket: every rank a slot takes, in all its rows, is of one
-        (group, length), so the bucket is found once per slot, not once per sequence."""
-        cached = self.__dict__.get("_bucket_of_slot")
-        if cached is None or cached[0] is not buckets:
-            cached = (buckets, np.searchsorted(buckets.rank, self.slot_base, side="right") - 1)
-            self.__dict__["_bucket_of_slot"] = cached
-        return cached[1]
+    def by_buckets(self, buckets: Buckets) -> None:
+        """Slots placed in the spill sorted by bucket (no slot map): every rank a pattern
+        slot takes, in all its rows, is of one (group, length), so its bucket is found once
+        per slot here, not once per sequence per block."""
+        self.buckets, self.slot_start = buckets, None
+        self.slot_bucket = np.searchsorted(buckets.rank, self.slot_base, side="right") - 1
+
+    def in_parts(self, parts: BucketParts) -> PatternPlan:
+        """This plan with its buckets' sequences found in `parts` (a copy: a plan shipped
+        to several readers keeps its own)."""
+        assert self.buckets is not None and parts.buckets is self.buckets
+        return replace(self, parts=parts)
 
     def placement(self, spill_starts: np.ndarray) -> dict[str, np.ndarray]:
         """Every sequence's place, in spill order (as plan.RowPlan lists them): `source`,
@@ -417,7 +473,7 @@ def pattern_plan(
         histograms = [(0, counts)] if len(lengths) else []
         plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
         if by_bucket:
-            plan.buckets = Buckets.from_histograms([counts], seq_len)
+            plan.by_buckets(Buckets.from_histograms([counts], seq_len))
             plan.slot_real = slot_map(lengths, multiple, counts)[1] if multiple > 1 else None
         else:
             plan.slot_start, plan.slot_real = slot_map(lengths, multiple, counts)
@@ -438,7 +494,7 @@ def pattern_plan(
     )
     order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
     if by_bucket:
-        plan.buckets = Buckets.from_histograms([counts for _, counts in histograms], seq_len)
+        plan.by_buckets(Buckets.from_histograms([counts for _, counts in histograms], seq_len))
     else:
         plan.slot_start = (np.cumsum(lengths) - lengths)[order]
     plan.slot_real = None if multiple == 1 else lengths[order]
@@ -465,7 +521,7 @@ def histogram_plan(
     counts[: len(histogram)] = histogram
     histograms = [(0, counts)] if counts.sum() else []
     plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
-    plan.buckets = Buckets.from_histograms([counts], seq_len)
+    plan.by_buckets(Buckets.from_histograms([counts], seq_len))
     return plan
 
 
@@ -609,3 +665,32 @@ def _joined(parts: list[Patterns]) -> Patterns:
         np.concatenate([q.slot_len for q in parts]),
         np.concatenate([q.slot_pos for q in parts]),
     )
+
+
+@njit(cache=True, nogil=True)
+def _expand_rows(plan_rows, row_start, slot_offsets, slot_base, slot_step):
+    """(pattern slot, rank, index into plan_rows) of every slot of these plan rows, by row
+    then offset: row i of pattern p gives slot s the rank slot_base[s] + i * slot_step[s]."""
+    n = len(plan_rows)
+    pattern = np.empty(n, dtype=np.int64)
+    total = 0
+    p = 0
+    for k in range(n):
+        r = plan_rows[k]
+        if not (row_start[p] <= r < row_start[p + 1]):  # rows in order mostly stay in one pattern
+            p = np.searchsorted(row_start, r, side="right") - 1
+        pattern[k] = p
+        total += slot_offsets[p + 1] - slot_offsets[p]
+    slot = np.empty(total, dtype=np.int64)
+    rank = np.empty(total, dtype=np.int64)
+    owner = np.empty(total, dtype=np.int64)
+    j = 0
+    for k in range(n):
+        p = pattern[k]
+        i = plan_rows[k] - row_start[p]
+        for s in range(slot_offsets[p], slot_offsets[p + 1]):
+            slot[j] = s
+            rank[j] = slot_base[s] + i * slot_step[s]
+            owner[j] = k
+            j += 1
+    return slot, rank, owner

@@ -15,9 +15,9 @@ flags (masked labels) are copied as one byte per token.
 
 A spill written by length a chunk at a time (SpillWriter's `by_length`) needs no copy:
 each chunk holds its sequences of each length in input order, so bucket b's sequences
-are chunk 0's, then chunk 1's, ..., and `BucketParts` turns a position in the sorted
-file above into a position in the spill (`ChunkedSpill`). Only when the chunks x lengths
-table would not be small (CHUNK_TABLE_CELLS) is such a spill copied as above.
+are chunk 0's, then chunk 1's, ..., and the plan `in_parts` of `chunk_parts` places its
+slots in the spill itself, where `ChunkedSpill` reads them. Only when the chunks x
+lengths table would not be small (CHUNK_TABLE_CELLS) is such a spill copied as above.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
-from packcli.plan.patterns import Buckets
-from packcli.write.spill import Block, Spill, _Ranges, _read_exactly, lay_out_by_bucket
+from packcli.plan.patterns import BucketParts, Buckets
+from packcli.write.spill import Block, Ranges, Spill, _read_exactly, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"
@@ -189,7 +189,7 @@ class SortedSpill:
         return SortedSpill(spill, buckets, [os.open(spill.directory / name, os.O_RDONLY) for name in names])
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
-        ranges = _RunsInOrder(starts, lengths, READ_GAP)
+        ranges = Ranges.in_order(starts, lengths, READ_GAP)
         tokens, token_offsets = ranges.read_fd(self._files[0], self.token_dtype, ranges.start, ranges.end)
         token_at = ranges.per_piece(token_offsets - ranges.start)
         block = Block(tokens, token_at, None, token_at)
@@ -202,55 +202,6 @@ class SortedSpill:
         files, self._files = self._files, []
         for fd in files:
             os.close(fd)
-
-
-class _RunsInOrder(_Ranges):
-    """A block's pieces merged where each starts at most `gap` tokens after the one before
-    it ends, in the order given, without sorting: the slots of one length in a row are
-    consecutive ranks, so a row's pieces come mostly in runs already."""
-
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray, gap: int):
-        ends = starts + lengths
-        begins = np.ones(len(starts), dtype=bool)
-        step = starts[1:] - ends[:-1]
-        begins[1:] = (step < 0) | (step > gap)
-        firsts = np.flatnonzero(begins)
-        self.group = np.cumsum(begins) - 1
-        self.piece_start = starts
-        self.start = starts[firsts]
-        self.end = ends[np.append(firsts[1:] - 1, len(starts) - 1)] if len(firsts) else ends
-
-    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
-        return range_base[self.group] + self.piece_start
-
-
-class BucketParts:
-    """Where rank r of bucket b lies when each bucket's sequences are split over parts in
-    order, part p holding `counts[p, b]` of them (in input order), laid out from
-    `base[p, b]` in records of the bucket's length: a position in the sorted file
-    (Buckets) becomes (part, position in the part's coordinates). The parts are the Ray
-    engine's sorted copies, or the chunks of a spill written by length. A piece is a whole
-    record (one slot), so it lies in one part."""
-
-    def __init__(self, buckets: Buckets, counts: np.ndarray, base: np.ndarray):
-        self.buckets, self.counts, self.base = buckets, counts, base
-        parts, n_buckets = counts.shape
-        # per bucket (rows), each part's first rank in it; rows apart by more than any rank, flat
-        first = np.zeros((n_buckets, parts + 1), dtype=np.int64)
-        np.cumsum(counts.T, axis=1, out=first[:, 1:])
-        self.first_rank = first[:, :-1]
-        self.apart = int(buckets.rank[-1]) + 1
-        self.ends = (first[:, 1:] + np.arange(n_buckets, dtype=np.int64)[:, None] * self.apart).ravel()
-
-    def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(part, position in the part) of pieces that start at `starts` in the sorted file."""
-        buckets = self.buckets
-        b = np.searchsorted(buckets.token, starts, side="right") - 1
-        rank = (starts - buckets.token[b]) // buckets.length[b]  # within bucket b
-        parts = self.counts.shape[0]
-        part = np.searchsorted(self.ends, rank + b * self.apart, side="right") - b * parts
-        local = rank - self.first_rank[b, part]
-        return part, self.base[part, b] + local * buckets.length[b]
 
 
 def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
@@ -276,15 +227,15 @@ def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
 
 
 class ChunkedSpill:
-    """Reads blocks of a spill written by length (the BlockReader the gather takes) with
-    pieces given in the sorted file's coordinates (Buckets.starts), as SortedSpill does."""
+    """Reads blocks of a spill written by length (the BlockReader the gather takes), the
+    pieces given in the spill's own coordinates (a plan `in_parts` of chunk_parts) and read
+    in runs in the order given, as SortedSpill reads its file."""
 
-    def __init__(self, spill: Spill, parts: BucketParts):
-        self.spill, self.parts = spill, parts
+    def __init__(self, spill: Spill):
+        self.spill = spill
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
-        _, at = self.parts.locate(np.asarray(starts, dtype=np.int64))
-        return self.spill.read_ranges(_RunsInOrder(at, lengths, READ_GAP))
+        return self.spill.read_ranges(Ranges.in_order(starts, lengths, READ_GAP))
 
     def close(self) -> None:
         """The spill's files are the spill's to close."""

@@ -347,9 +347,9 @@ class Spill:
         if self.arrays is not None:
             tokens, bits = self.arrays
             return Block(tokens, starts, bits, starts)
-        return self.read_ranges(_Ranges(starts, lengths))
+        return self.read_ranges(Ranges.sorted(starts, lengths))
 
-    def read_ranges(self, ranges: _Ranges) -> Block:
+    def read_ranges(self, ranges: Ranges) -> Block:
         """The block of pieces `ranges` groups (positions in the spill's files)."""
         self.open_files()
         tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
@@ -471,24 +471,38 @@ def _datasync(fds: list[int]) -> None:
         os.fdatasync(fd)
 
 
-class _Ranges:
-    """Pieces sorted by position and merged where the gap between them is small, so a block
-    is read in few system calls."""
+class Ranges:
+    """A block's pieces merged into few ranges of a file, so that it is read in few system
+    calls: range `group[i]` holds piece i, which starts `piece_start[i]` (in the file)."""
 
-    GAP = 4096  # tokens: read through a gap smaller than this rather than seek over it
+    GAP = 4096  # tokens: sorted pieces read through a gap smaller than this rather than seek over it
 
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray, gap: int = GAP):
-        self.order = np.argsort(starts, kind="stable")
-        s = starts[self.order]
-        e = s + lengths[self.order]
+    def __init__(self, start: np.ndarray, end: np.ndarray, group: np.ndarray, piece_start: np.ndarray):
+        self.start, self.end, self.group, self.piece_start = start, end, group, piece_start
+
+    @staticmethod
+    def sorted(starts: np.ndarray, lengths: np.ndarray, gap: int = GAP) -> Ranges:
+        """The pieces sorted by position, merged where the gap between them is small."""
+        order = np.argsort(starts, kind="stable")
+        s = starts[order]
+        e = s + lengths[order]
         reach = np.maximum.accumulate(e) if len(e) else e
         begins = np.ones(len(s), dtype=bool)
         begins[1:] = s[1:] > reach[:-1] + gap
         firsts = np.flatnonzero(begins)
-        self.group = np.cumsum(begins) - 1  # the range of each sorted piece
-        self.piece_start = s
-        self.start = s[firsts]
-        self.end = np.maximum.reduceat(e, firsts) if len(firsts) else e
+        group = np.empty(len(s), dtype=np.int64)
+        group[order] = np.cumsum(begins) - 1
+        return Ranges(s[firsts], np.maximum.reduceat(e, firsts) if len(firsts) else e, group, starts)
+
+    @staticmethod
+    def in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> Ranges:
+        """The pieces in the order given, merged where each starts at most `gap` after the
+        one before it ends, without sorting: for pieces that mostly come in runs already
+        (the slots of one length in a row take consecutive ranks)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        start, end, group = kernel(_runs_in_order, len(starts))(starts, lengths, gap)
+        return Ranges(start, end, group, starts)
 
     def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Elements [first, end) of each range from file `f`, one after another in one array;
@@ -504,10 +518,28 @@ class _Ranges:
         return out, offsets
 
     def per_piece(self, range_base: np.ndarray) -> np.ndarray:
-        """For each piece, in the caller's order: range_base[range] + its position."""
-        at = np.empty(len(self.order), dtype=np.int64)
-        at[self.order] = range_base[self.group] + self.piece_start
+        """For each piece: range_base[its range] + its position."""
+        at: np.ndarray = range_base[self.group] + self.piece_start
         return at
+
+
+@njit(cache=True, nogil=True)
+def _runs_in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ranges.in_order's (start, end, group): a piece that starts before the one before it
+    ends, or more than `gap` after, begins a range."""
+    n = len(starts)
+    start = np.empty(n, dtype=np.int64)
+    end = np.empty(n, dtype=np.int64)
+    group = np.empty(n, dtype=np.int64)
+    k = -1
+    for i in range(n):
+        s, e = starts[i], starts[i] + lengths[i]
+        if k < 0 or s < end[k] or s - end[k] > gap:
+            k += 1
+            start[k] = s
+        end[k] = e
+        group[i] = k
+    return start[: k + 1].copy(), end[: k + 1].copy(), group
 
 
 def read_ranges(fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray) -> None:
