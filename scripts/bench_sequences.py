@@ -154,29 +154,13 @@ def run_write_stage(code: Path, corpus: Path, out: Path, settle: float) -> dict:
     `os.sync()` and `settle` seconds, `pack --resume`, which plans and writes from that
     spill; its report's write stage is the figure."""
     import shutil
-    import signal
-    import threading
+
+    from profile_write import stop_at_spilled
 
     shutil.rmtree(out, ignore_errors=True)
-    fifo = out.with_name(out.name + ".pause")
-    fifo.unlink(missing_ok=True)
-    os.mkfifo(fifo)
-    args = [sys.executable, "-m", "packcli", "pack", str(corpus), "-o", str(out), "--overwrite", "--json"]
-    args += ["--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", "2048", "--format", "npy"]
-    args += ["--mode", "bin"]
-    env = {**os.environ, "PYTHONPATH": str(code), "PACKCLI_PAUSE_AT": "spilled", "PACKCLI_PAUSE_FIFO": str(fifo)}
-    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=code)
-    held: list[int] = []  # the FIFO's write end, open once the run waits at the pause point
-    opener = threading.Thread(target=lambda: held.append(os.open(fifo, os.O_WRONLY)), daemon=True)
-    opener.start()
-    while opener.is_alive():
-        opener.join(timeout=1)
-        if process.poll() is not None and opener.is_alive():
-            raise SystemExit(f"pack ended ({process.returncode}) before its spill was complete: {corpus}")
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    os.close(held[0])
-    fifo.unlink()
+    pack = ["pack", str(corpus), "-o", str(out), "--json", "--ids-field", "ids", "--eos-token", "1"]
+    pack += ["--pad-id", "0", "--seq-len", "2048", "--format", "npy", "--mode", "bin"]
+    stop_at_spilled(pack, out, code)
     os.sync()
     time.sleep(settle)
     return run(code, corpus, out, "bin", start="--resume")

@@ -69,21 +69,22 @@ def instrument() -> None:
         setattr(owner, attribute, timed(name, getattr(owner, attribute)))
 
 
-def stop_at_spilled(corpus: Path, out: Path, pack: list[str]) -> None:
-    """A run of `pack` stopped by SIGKILL once its spill is complete."""
+def stop_at_spilled(pack: list[str], out: Path, code: Path = ROOT) -> None:
+    """A run of `pack` (its arguments, writing to `out`) with the checkout `code`, stopped
+    by SIGKILL once its spill is complete (the `spilled` pause point)."""
     fifo = out.with_name(out.name + ".pause")
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
-    env = {**os.environ, "PACKCLI_PAUSE_AT": "spilled", "PACKCLI_PAUSE_FIFO": str(fifo)}
+    env = {**os.environ, "PYTHONPATH": str(code), "PACKCLI_PAUSE_AT": "spilled", "PACKCLI_PAUSE_FIFO": str(fifo)}
     args = [sys.executable, "-m", "packcli", *pack, "--overwrite"]
-    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    held: list[int] = []
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=code)
+    held: list[int] = []  # the FIFO's write end, open once the run waits at the pause point
     opener = threading.Thread(target=lambda: held.append(os.open(fifo, os.O_WRONLY)), daemon=True)
     opener.start()
     while opener.is_alive():
         opener.join(timeout=1)
         if process.poll() is not None and opener.is_alive():
-            raise SystemExit(f"pack ended ({process.returncode}) before its spill was complete: {corpus}")
+            raise SystemExit(f"pack ended ({process.returncode}) before its spill was complete: {' '.join(pack)}")
     process.send_signal(signal.SIGKILL)
     process.wait()
     os.close(held[0])
@@ -99,7 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     pack = ["pack", str(args.corpus), "-o", str(args.out), "--json", "--ids-field", "ids", "--eos-token", "1"]
     pack += ["--pad-id", "0", "--seq-len", args.seq_len, "--format", "npy", "--mode", "bin"]
-    stop_at_spilled(args.corpus, args.out, pack)
+    stop_at_spilled(pack, args.out)
     os.sync()
     time.sleep(args.settle)
 
