@@ -199,7 +199,7 @@ def main() -> None:
     sizes = [size(s) for s in args.sizes.split(",")]
     codes = {"this": ROOT} | ({"before": args.before} if args.before else {})
     with tempfile.TemporaryDirectory() as scratch:
-        workdir = args.workdir or Path(scratch)
+        workdir = (args.workdir or Path(scratch)).resolve()  # the runs work in their checkout
         workdir.mkdir(parents=True, exist_ok=True)
         results: dict[str, dict] = {}
         for n in sizes:

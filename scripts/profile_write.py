@@ -72,6 +72,7 @@ def instrument() -> None:
 def stop_at_spilled(pack: list[str], out: Path, code: Path = ROOT) -> None:
     """A run of `pack` (its arguments, writing to `out`) with the checkout `code`, stopped
     by SIGKILL once its spill is complete (the `spilled` pause point)."""
+    out = out.resolve()
     fifo = out.with_name(out.name + ".pause")
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds between the spill and the resumed run")
     parser.add_argument("--seq-len", default="2048")
     args = parser.parse_args()
+    args.corpus, args.out = args.corpus.resolve(), args.out.resolve()  # the stopped run works in ROOT
     pack = ["pack", str(args.corpus), "-o", str(args.out), "--json", "--ids-field", "ids", "--eos-token", "1"]
     pack += ["--pad-id", "0", "--seq-len", args.seq_len, "--format", "npy", "--mode", "bin"]
     stop_at_spilled(pack, args.out)

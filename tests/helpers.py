@@ -192,7 +192,7 @@ def bucket_reads(patch) -> list[str]:
     from packcli.engine import local as pipeline
 
     calls: list[str] = []
-    real_sort, real_chunked = pipeline.sort_spill, pipeline.ChunkedSpill
+    real_sort, real_reading = pipeline.sort_spill, pipeline.ChunkedSpill.reading
 
     def sorted_copy(*args, **kwargs):
         calls.append("copy")
@@ -200,8 +200,8 @@ def bucket_reads(patch) -> list[str]:
 
     def in_place(*args, **kwargs):
         calls.append("by length")
-        return real_chunked(*args, **kwargs)
+        return real_reading(*args, **kwargs)
 
     patch.setattr(pipeline, "sort_spill", sorted_copy)
-    patch.setattr(pipeline, "ChunkedSpill", in_place)
+    patch.setattr(pipeline.ChunkedSpill, "reading", staticmethod(in_place))
     return calls

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_slots import expand_rows, fill_slots, part_position
 
+from packcli.core.jit import kernel
 from packcli.plan import patterns
 from packcli.plan.kernels.pack import pack_lengths, plan_lengths
 from packcli.plan.patterns import BucketParts, Buckets, Patterns, pattern_plan, patterns_from_runs, runs_from_counts
@@ -211,7 +212,8 @@ def test_rows_expand_into_their_slots_as_the_naive_loop(shapes, picks, in_order)
     n_rows = int(row_start[-1])
     rows = [k % n_rows for k in picks] if n_rows else []
     plan_rows = np.array(sorted(rows) if in_order else rows, dtype=np.int64)
-    slot, rank, owner = patterns._expand_rows(plan_rows, row_start, slot_offsets, slot_base, slot_step)
+    expand = kernel(patterns._expand_rows, len(plan_rows))
+    slot, rank, owner = expand(plan_rows, row_start, slot_offsets, slot_base, slot_step)
     got = list(zip(slot.tolist(), rank.tolist(), owner.tolist()))
     want = expand_rows(
         plan_rows.tolist(), row_start.tolist(), slot_offsets.tolist(), slot_base.tolist(), slot_step.tolist()

@@ -328,20 +328,22 @@ class PartedSortedSpill:
     part 0 (in input order), then of part 1, and so on (`part_counts[p, b]` of each), which
     is the input order; so rank r of bucket b is local rank r - (part p's first rank in b)
     in part p's copy, where it starts at the part's own bucket start + that rank * L. The
-    copies are joined end to end: `where` places a plan's slots in that coordinate (the
-    plan `in_parts`), and a block is read from each part it reaches."""
+    copies are joined end to end: `placing` gives a plan its slots in that coordinate,
+    and a block is read from each part it reaches."""
 
     def __init__(self, part_dirs: list[str], buckets: Buckets, part_counts: np.ndarray):
         self.part_dirs, self.buckets = part_dirs, buckets
         counts = np.asarray(part_counts, dtype=np.int64).reshape(len(part_dirs), len(buckets.key))
         self.counts = counts
-        # per part, where each bucket starts in its copy (buckets it lacks take no room)
-        sizes = counts * buckets.length[None, :]
-        part_size = sizes.sum(axis=1)
-        self.part_start = np.cumsum(part_size) - part_size  # each copy's first token, joined
-        self.where = BucketParts(buckets, counts, self.part_start[:, None] + np.cumsum(sizes, axis=1) - sizes)
+        self.where = BucketParts.end_to_end(buckets, counts)  # the copies joined
+        assert self.where.part_start is not None
+        self.part_start = self.where.part_start
         self.parts: dict[int, SortedSpill] = {}
         self.token_dtype: np.dtype | None = None
+
+    def placing(self, plan: PatternPlan) -> PatternPlan:
+        """The plan with its slots placed in the joined copies, where `read_block` reads."""
+        return plan.in_parts(self.where)
 
     def locate(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(part, start in the part's copy) of pieces that start at `starts` in the joined copies
@@ -465,7 +467,7 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     if job.part_counts is not None:
         assert isinstance(plan, PatternPlan) and plan.buckets is not None  # a plan from the histogram
         spill = PartedSortedSpill(job.part_dirs, plan.buckets, job.part_counts)
-        plan = plan.in_parts(spill.where)
+        plan = spill.placing(plan)
     else:
         spill = PartedSpill(job.part_dirs, job.part_tokens)
     gathered = gather_rows(spill, plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)

@@ -305,6 +305,20 @@ class BucketParts:
         # per bucket (rows), each part's first rank in it and, last, the bucket's size
         self.first = np.zeros((n_buckets, parts + 1), dtype=np.int64)
         np.cumsum(self.counts.T, axis=1, out=self.first[:, 1:])
+        self.part_start: np.ndarray | None = None  # set by end_to_end
+
+    @staticmethod
+    def end_to_end(buckets: Buckets, counts: np.ndarray) -> BucketParts:
+        """Parts laid out one after another, each by bucket (a bucket it lacks takes no
+        room): the chunks of a spill written by length, or the Ray parts' copies joined.
+        `part_start`: each part's first token."""
+        counts = np.asarray(counts, dtype=np.int64)
+        sizes = counts * buckets.length[None, :]
+        part_size = sizes.sum(axis=1)
+        part_start = np.cumsum(part_size) - part_size
+        parts = BucketParts(buckets, counts, part_start[:, None] + np.cumsum(sizes, axis=1) - sizes)
+        parts.part_start = part_start
+        return parts
 
     def positions(self, bucket: np.ndarray, local: np.ndarray) -> np.ndarray:
         """Where the records of these (bucket, rank within the bucket) start."""
@@ -314,8 +328,9 @@ class BucketParts:
 
 @njit(cache=True, nogil=True)
 def _part_positions(bucket, local, first, base, length):
-    """BucketParts.positions. The slots of one pattern slot in consecutive rows take
-    consecutive ranks, so each bucket's last part is tried before a search."""
+    """BucketParts.positions. A bucket's ranks come in runs (the copies of one length in a
+    row, and without --shuffle the same slot in consecutive rows), so each bucket's last
+    part is tried before a search."""
     last_part = np.zeros(first.shape[0], dtype=np.int64)
     out = np.empty(len(local), dtype=np.int64)
     parts = first.shape[1] - 1
@@ -378,7 +393,8 @@ class PatternPlan:
     def pieces(
         self, first: int, last: int, order: object = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(spill start, length, row - first, offset) of the sequences of output rows [first, last)."""
+        """(start, length, row - first, offset) of the sequences of output rows [first, last),
+        the start where `placed` puts it."""
         start, length, row, offset = self.placed(np.arange(first, last, dtype=np.int64))
         return start, length, row - first, offset
 
@@ -394,7 +410,7 @@ class PatternPlan:
         p = self.patterns
         out_rows = np.asarray(out_rows, dtype=np.int64)
         plan_rows = self.plan_rows_of(out_rows)
-        work = len(plan_rows) + len(p.slot_len)
+        work = len(plan_rows) * int(np.diff(p.slot_offsets).max(initial=0)) + len(p.slot_len)  # at most
         slot, rank, owner = kernel(_expand_rows, work)(
             plan_rows, p.row_start, p.slot_offsets, self.slot_base, self.slot_step
         )

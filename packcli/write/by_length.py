@@ -16,7 +16,8 @@ flags (masked labels) are copied as one byte per token.
 A spill written by length a chunk at a time (SpillWriter's `by_length`) needs no copy:
 each chunk holds its sequences of each length in input order, so bucket b's sequences
 are chunk 0's, then chunk 1's, ..., and the plan `in_parts` of `chunk_parts` places its
-slots in the spill itself, where `ChunkedSpill` reads them. Only when the chunks x
+slots in the spill itself, where `ChunkedSpill` reads them (`ChunkedSpill.reading` makes
+the pair). Only when the chunks x
 lengths table would not be small (CHUNK_TABLE_CELLS) is such a spill copied as above.
 """
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
-from packcli.plan.patterns import BucketParts, Buckets
+from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
 from packcli.write.spill import Block, Ranges, Spill, _read_exactly, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
@@ -220,19 +221,22 @@ def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
     counts[rows[:, 0], bucket] = rows[:, 2]
     if not (counts.sum(axis=0) == np.diff(buckets.rank)).all():
         raise PackcliError("the spill's lengths do not match the plan's histogram")
-    sizes = counts * buckets.length[None, :]
-    chunk_token = np.cumsum(sizes.sum(axis=1)) - sizes.sum(axis=1)
-    base = chunk_token[:, None] + np.cumsum(sizes, axis=1) - sizes
-    return BucketParts(buckets, counts, base)
+    return BucketParts.end_to_end(buckets, counts)
 
 
 class ChunkedSpill:
     """Reads blocks of a spill written by length (the BlockReader the gather takes), the
-    pieces given in the spill's own coordinates (a plan `in_parts` of chunk_parts) and read
-    in runs in the order given, as SortedSpill reads its file."""
+    pieces given in the spill's own coordinates and read in runs in the order given, as
+    SortedSpill reads its file. Made with the plan that places pieces so (`reading`)."""
 
     def __init__(self, spill: Spill):
         self.spill = spill
+
+    @staticmethod
+    def reading(spill: Spill, parts: BucketParts, plan: PatternPlan) -> tuple[PatternPlan, ChunkedSpill]:
+        """The plan with its slots placed in the spill's chunks (`chunk_parts`), and the
+        reader of those places: the two only work as a pair."""
+        return plan.in_parts(parts), ChunkedSpill(spill)
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         return self.spill.read_ranges(Ranges.in_order(starts, lengths, READ_GAP))
