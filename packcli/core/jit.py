@@ -191,8 +191,15 @@ def kernel(dispatcher: Any, work: int) -> Callable[..., Any]:
     global _compiled
     if not _compiled and work <= SMALL_WORK and id(dispatcher) in _kernels:
         return twin(dispatcher)
+    if id(dispatcher) in _stand_ins and _jit_disabled():
+        return twin(dispatcher)  # its body calls an intrinsic, which only compiled code can
     _compiled = True
     return compiled(dispatcher)
+
+
+def _jit_disabled() -> bool:
+    """NUMBA_DISABLE_JIT as numba reads it: kernels then run as Python functions."""
+    return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
 def twin(dispatcher: Any) -> Callable[..., Any]:
