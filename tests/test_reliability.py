@@ -23,6 +23,7 @@ from pausing import stop_at
 
 from packcli.core.errors import Interrupted
 from packcli.inspect.verify import verify_dir
+from packcli.write import by_length
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE
 
 
@@ -426,11 +427,11 @@ def short_uninterrupted(short_corpus, word_tokenizer, tmp_path_factory):
         if options not in made:
             out = tmp_path_factory.mktemp("short-whole") / "out"
             with pytest.MonkeyPatch.context() as patch:
-                sorts = bucket_reads(patch)
+                by_bucket = bucket_reads(patch)
                 args = ["pack", str(short_corpus), "-o", str(out), *short_options(word_tokenizer, *options)]
                 result = CliRunner().invoke(app, args, catch_exceptions=False)
             assert result.exit_code == 0, result.output + result.stderr
-            assert bool(sorts) == ("concat" not in options)
+            assert bool(by_bucket) == ("concat" not in options)
             verify_dir(out)
             made[options] = out
         return made[options]
@@ -460,12 +461,14 @@ PROMPTS = ("--prompt-field", "q", "--completion-field", "a")
 
 @pytest.mark.parametrize("name", ["bin", "prompt-group-by-pad-multiple"])
 def test_kill_9_after_the_spill_then_resume_sorts_it_again(
-    tmp_path, cli, short_corpus, word_tokenizer, short_uninterrupted, name
+    tmp_path, cli, short_corpus, word_tokenizer, short_uninterrupted, name, monkeypatch
 ):
     """Killed once the spill is complete, before or while it is copied sorted by length:
     --resume reuses the spill and never takes a by-length copy it finds (here one cut short:
     of its full size, as the copy is sized first, and garbage in it) for the finished one;
-    nor, with prompts (learned flags), the copy of the flags."""
+    nor, with prompts (learned flags), the copy of the flags. Plain bin mode spills by
+    length, which is read in place: there the resumed run is made to copy it (its chunks'
+    table taken as too large), so that it meets the planted copy too."""
     multiple = 1 if name == "bin" else 4
     options = () if name == "bin" else (*PROMPTS, "--group-by", "g", "--pad-to-multiple-of", str(multiple))
     whole = short_uninterrupted(options)
@@ -481,8 +484,11 @@ def test_kill_9_after_the_spill_then_resume_sorts_it_again(
     if name != "bin":
         assert record["masked"]
         (spill / SORTED_LEARNED_FILE).write_bytes(b"\x01\x00\x00" * (placed // 3) + b"\x01" * (placed % 3))
+    monkeypatch.setattr(by_length, "CHUNK_TABLE_CELLS", 0)
+    reads = bucket_reads(monkeypatch)
     resumed = cli("pack", short_corpus, "-o", out, *short_options(word_tokenizer, *options, "--resume", "--json"))
     assert resumed.exit_code == 0, resumed.stderr
     assert json.loads(resumed.stdout)["spill"]["reused"] is True
+    assert reads == ["copy"]  # through the sorted copy, which was made again
     verify_dir(out)
     assert shard_bytes(out) == shard_bytes(whole)
