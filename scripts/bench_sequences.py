@@ -16,11 +16,10 @@ against the same number of tokens as 2048-token documents, alternating runs (tar
 most 1.25x), measured two ways. "in one run": the write stage of a whole run. "settled":
 the write stage of `pack --resume` from a spill left by a run stopped at the `spilled`
 pause point, --settle seconds (default 10) after it. In one run the short corpus reaches
-its write stage some 15 s after the run began, the documents some 4 s, and where the host
-of a virtual machine takes back the memory its guest frees, writing the same bytes into
-the page cache costs more the longer ago that memory was freed (docs/benchmarks/
-write-settled-2026-11-27.md has the measurements). Settled, both write into memory in
-the same state. With --before, both checkouts are measured.
+its write stage some 15 s after the run began, the documents some 4 s, and on a virtual
+machine writing the same bytes into the page cache can cost more the later it comes
+(docs/benchmarks/write-settled-2026-11-27.md has the measurements). Settled, both write
+after the same pause. With --before, both checkouts are measured.
 
 With --engine ray, the runs are `--engine ray` (a local cluster of every core, started
 by the run) and the peak is the driver's own: the pack command runs in a small wrapper

@@ -192,16 +192,16 @@ def bucket_reads(patch) -> list[str]:
     from packcli.engine import local as pipeline
 
     calls: list[str] = []
-    real_sort, real_reading = pipeline.sort_spill, pipeline.ChunkedSpill.reading
+    real_sort, real_placing = pipeline.sort_spill, pipeline.ChunkedSpill.placing
 
     def sorted_copy(*args, **kwargs):
         calls.append("copy")
         return real_sort(*args, **kwargs)
 
-    def in_place(*args, **kwargs):
+    def in_place(reader, plan):
         calls.append("by length")
-        return real_reading(*args, **kwargs)
+        return real_placing(reader, plan)
 
     patch.setattr(pipeline, "sort_spill", sorted_copy)
-    patch.setattr(pipeline.ChunkedSpill, "reading", staticmethod(in_place))
+    patch.setattr(pipeline.ChunkedSpill, "placing", in_place)
     return calls

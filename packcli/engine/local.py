@@ -256,7 +256,8 @@ def _plan_and_write(
     if isinstance(plan, PatternPlan) and buckets is not None:
         parts = chunk_parts(spill, buckets) if spill.chunks is not None else None
         if parts is not None:  # written by length: no copy to make, the slots placed in the spill
-            plan, reader = ChunkedSpill.reading(spill, parts, plan)
+            chunked = ChunkedSpill(spill, parts)
+            plan, reader = chunked.placing(plan), chunked
         else:
             with timer.stage("write"):
                 reader = sort_spill(spill, buckets, opts.seq_len, multiple, groups)

@@ -336,8 +336,8 @@ class PartedSortedSpill:
         counts = np.asarray(part_counts, dtype=np.int64).reshape(len(part_dirs), len(buckets.key))
         self.counts = counts
         self.where = BucketParts.end_to_end(buckets, counts)  # the copies joined
-        assert self.where.part_start is not None
-        self.part_start = self.where.part_start
+        part_size = counts @ buckets.length
+        self.part_start = np.cumsum(part_size) - part_size  # each copy's first token, joined
         self.parts: dict[int, SortedSpill] = {}
         self.token_dtype: np.dtype | None = None
 

@@ -305,20 +305,15 @@ class BucketParts:
         # per bucket (rows), each part's first rank in it and, last, the bucket's size
         self.first = np.zeros((n_buckets, parts + 1), dtype=np.int64)
         np.cumsum(self.counts.T, axis=1, out=self.first[:, 1:])
-        self.part_start: np.ndarray | None = None  # set by end_to_end
 
     @staticmethod
     def end_to_end(buckets: Buckets, counts: np.ndarray) -> BucketParts:
         """Parts laid out one after another, each by bucket (a bucket it lacks takes no
-        room): the chunks of a spill written by length, or the Ray parts' copies joined.
-        `part_start`: each part's first token."""
+        room): the chunks of a spill written by length, or the Ray parts' copies joined."""
         counts = np.asarray(counts, dtype=np.int64)
         sizes = counts * buckets.length[None, :]
-        part_size = sizes.sum(axis=1)
-        part_start = np.cumsum(part_size) - part_size
-        parts = BucketParts(buckets, counts, part_start[:, None] + np.cumsum(sizes, axis=1) - sizes)
-        parts.part_start = part_start
-        return parts
+        base = np.cumsum(sizes).reshape(sizes.shape) - sizes  # cell by cell, part after part
+        return BucketParts(buckets, counts, base)
 
     def positions(self, bucket: np.ndarray, local: np.ndarray) -> np.ndarray:
         """Where the records of these (bucket, rank within the bucket) start."""

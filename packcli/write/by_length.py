@@ -16,9 +16,9 @@ flags (masked labels) are copied as one byte per token.
 A spill written by length a chunk at a time (SpillWriter's `by_length`) needs no copy:
 each chunk holds its sequences of each length in input order, so bucket b's sequences
 are chunk 0's, then chunk 1's, ..., and the plan `in_parts` of `chunk_parts` places its
-slots in the spill itself, where `ChunkedSpill` reads them (`ChunkedSpill.reading` makes
-the pair). Only when the chunks x
-lengths table would not be small (CHUNK_TABLE_CELLS) is such a spill copied as above.
+slots in the spill itself, where `ChunkedSpill` reads them (its `placing` gives the plan
+that). Only when the chunks x lengths table would not be small (CHUNK_TABLE_CELLS) is
+such a spill copied as above.
 """
 
 from __future__ import annotations
@@ -226,17 +226,16 @@ def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
 
 class ChunkedSpill:
     """Reads blocks of a spill written by length (the BlockReader the gather takes), the
-    pieces given in the spill's own coordinates and read in runs in the order given, as
-    SortedSpill reads its file. Made with the plan that places pieces so (`reading`)."""
+    pieces given in the spill's own coordinates, where `placing` has a plan put them
+    (`parts`: chunk_parts of the spill), and read in runs in the order given, as
+    SortedSpill reads its file."""
 
-    def __init__(self, spill: Spill):
-        self.spill = spill
+    def __init__(self, spill: Spill, parts: BucketParts):
+        self.spill, self.parts = spill, parts
 
-    @staticmethod
-    def reading(spill: Spill, parts: BucketParts, plan: PatternPlan) -> tuple[PatternPlan, ChunkedSpill]:
-        """The plan with its slots placed in the spill's chunks (`chunk_parts`), and the
-        reader of those places: the two only work as a pair."""
-        return plan.in_parts(parts), ChunkedSpill(spill)
+    def placing(self, plan: PatternPlan) -> PatternPlan:
+        """The plan with its slots placed in the spill's chunks, where `read_block` reads."""
+        return plan.in_parts(self.parts)
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         return self.spill.read_ranges(Ranges.in_order(starts, lengths, READ_GAP))
