@@ -117,9 +117,9 @@ sys.exit(code)
 
 
 def run(code: Path, corpus: Path, out: Path, mode: str, engine: str = "local", start: str = "--overwrite") -> dict:
-    pack = ["pack", str(corpus), "-o", str(out), start, "--json"]
-    pack += ["--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", "2048", "--format", "npy"]
-    pack += ["--mode", mode]
+    from profile_write import pack_arguments
+
+    pack = [*pack_arguments(corpus, out, mode), start]
     driver = out.with_name(out.name + ".driver.json")
     if engine == "ray":
         args = [sys.executable, "-c", DRIVER, str(driver), *pack, "--engine", "ray"]
@@ -154,12 +154,10 @@ def run_write_stage(code: Path, corpus: Path, out: Path, settle: float) -> dict:
     spill; its report's write stage is the figure."""
     import shutil
 
-    from profile_write import stop_at_spilled
+    from profile_write import pack_arguments, stop_at_spilled
 
     shutil.rmtree(out, ignore_errors=True)
-    pack = ["pack", str(corpus), "-o", str(out), "--json", "--ids-field", "ids", "--eos-token", "1"]
-    pack += ["--pad-id", "0", "--seq-len", "2048", "--format", "npy", "--mode", "bin"]
-    stop_at_spilled(pack, out, code)
+    stop_at_spilled(pack_arguments(corpus, out), out, code)
     os.sync()
     time.sleep(settle)
     return run(code, corpus, out, "bin", start="--resume")

@@ -69,6 +69,14 @@ def instrument() -> None:
         setattr(owner, attribute, timed(name, getattr(owner, attribute)))
 
 
+def pack_arguments(corpus: Path, out: Path, mode: str = "bin", seq_len: str = "2048") -> list[str]:
+    """`pack` of an `ids` Parquet corpus into npy shards, its report on stdout."""
+    return [
+        *("pack", str(corpus), "-o", str(out), "--json", "--ids-field", "ids", "--eos-token", "1", "--pad-id", "0"),
+        *("--seq-len", seq_len, "--format", "npy", "--mode", mode),
+    ]
+
+
 def stop_at_spilled(pack: list[str], out: Path, code: Path = ROOT) -> None:
     """A run of `pack` (its arguments, writing to `out`) with the checkout `code`, stopped
     by SIGKILL once its spill is complete (the `spilled` pause point)."""
@@ -100,8 +108,7 @@ def main() -> None:
     parser.add_argument("--seq-len", default="2048")
     args = parser.parse_args()
     args.corpus, args.out = args.corpus.resolve(), args.out.resolve()  # the stopped run works in ROOT
-    pack = ["pack", str(args.corpus), "-o", str(args.out), "--json", "--ids-field", "ids", "--eos-token", "1"]
-    pack += ["--pad-id", "0", "--seq-len", args.seq_len, "--format", "npy", "--mode", "bin"]
+    pack = pack_arguments(args.corpus, args.out, "bin", args.seq_len)
     stop_at_spilled(pack, args.out)
     os.sync()
     time.sleep(args.settle)
