@@ -126,7 +126,7 @@ def resolve(spec: MixSpec, totals: list[SourceTotals], streams: list[SegmentStre
         take = Take(i, total.documents, total.tokens, full, partial, partial_tokens, seed)
         takes[i] = take
         fixed_tokens += take.tokens
-    weighted = [(i, s.weight) for i, s in enumerate(spec.sources) if s.weight is not None]
+    weighted = [(i, float(s.weight)) for i, s in enumerate(spec.sources) if s.weight is not None]
     if weighted:
         shares = _weighted_shares(spec, totals, weighted, fixed_tokens)
         for i, target in shares.items():
@@ -137,12 +137,13 @@ def resolve(spec: MixSpec, totals: list[SourceTotals], streams: list[SegmentStre
 
 
 def _weighted_shares(
-    spec: MixSpec, totals: list[SourceTotals], weighted: list[tuple[int, float | None]], fixed_tokens: int
+    spec: MixSpec, totals: list[SourceTotals], weighted: list[tuple[int, float]], fixed_tokens: int
 ) -> dict[int, float]:
     """Each weighted source's target tokens."""
-    weight_sum = sum(w or 0.0 for _, w in weighted)
+    weight_sum = sum(w for _, w in weighted)
     if weight_sum <= 0:
         raise PackcliError(f"{spec.origin}: the weights add up to 0; give at least one source a positive weight")
+    left: float
     if spec.target_tokens is not None:
         left = spec.target_tokens - fixed_tokens
         if left <= 0:
@@ -152,7 +153,7 @@ def _weighted_shares(
             )
     else:  # the largest share that repeats no weighted source
         left = min(totals[i].tokens * weight_sum / w for i, w in weighted if w)
-    return {i: left * (w or 0.0) / weight_sum for i, w in weighted}
+    return {i: left * w / weight_sum for i, w in weighted}
 
 
 def _weighted_take(
