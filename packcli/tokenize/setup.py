@@ -96,14 +96,28 @@ def choose_backend(
 
 def setup_tokens(opts: PackOptions) -> TokenSetup:
     """The tokenizer, special ids and the sequence builder for the input kind."""
-    kind = opts.input_kind
+    return setup_sources([opts])[0]
+
+
+def setup_sources(sources: list[PackOptions]) -> list[TokenSetup]:
+    """One setup per source of a mixture (each its own input kind and builder), over one
+    tokenizer loaded once: through transformers if any source is chat."""
+    if not sources:
+        return []
+    opts = sources[0]
     if opts.tokenizer is None:
-        return _ids_without_tokenizer(opts)
+        return [_ids_without_tokenizer(o) for o in sources]
     store = Store.default(enabled=not opts.no_cache)
+    chat = any(o.input_kind == "chat" for o in sources)
     # The HF backend encodes with the tokenizer: loaded here, before any worker is forked.
     tokenizer, facts = tokenizing.load_with_facts(
-        opts.tokenizer, store, via_transformers=kind == "chat", eager=opts.tokenizer_backend == "hf"
+        opts.tokenizer, store, via_transformers=chat, eager=opts.tokenizer_backend == "hf"
     )
+    return [_setup(o, tokenizer, facts, store) for o in sources]
+
+
+def _setup(opts: PackOptions, tokenizer: Any, facts: tokenizing.TokenizerFacts, store: Store) -> TokenSetup:
+    kind = opts.input_kind
     if kind == "chat":
         add_bos = bool(opts.bos)  # the chat template writes BOS itself where the model wants one
     else:
