@@ -17,7 +17,7 @@ def test_sources_share_one_tokenizer_with_a_builder_each(chatml_tokenizer):
         [
             options(chatml_tokenizer),
             options(chatml_tokenizer, prompt_field="q", completion_field="a"),
-            options(chatml_tokenizer, messages_field="messages"),
+            options(chatml_tokenizer, messages_field="messages", chat_template=str(chatml_tokenizer / "chatml.jinja")),
         ]
     )
     assert text.tokenizer is sft.tokenizer is chat.tokenizer
