@@ -26,13 +26,17 @@ from packcli.cli.options import (
     Debug,
     Eos,
     EosToken,
+    Epochs,
     GroupBy,
+    Holdout,
+    HoldoutKey,
     IdsField,
     Json,
     KeepUnlearned,
     LabelsField,
     MaxSequencesPerRow,
     MessagesField,
+    Mix,
     NoCache,
     OnBadRecord,
     Overlong,
@@ -41,12 +45,16 @@ from packcli.cli.options import (
     PlainCommand,
     PlainGroup,
     PromptField,
+    Source,
     TextField,
     Tokenizer,
     TokenizerBackend,
     TrainOn,
     TruncationSide,
+    Weight,
     Workers,
+    fraction,
+    mixture,
     one_of,
     option,
     pack_options,
@@ -129,11 +137,11 @@ def pack(
         typer.Argument(
             help="Files (.jsonl, .jsonl.gz, .jsonl.zst, .json, .parquet, .arrow), directories of them, "
             "datasets save_to_disk directories, globs, - for JSONL on stdin, or any of these as URLs "
-            "(s3://, gs://, az://, hf://).",
+            "(s3://, gs://, az://, hf://). Not with a mixture (--mix, --source).",
             metavar="INPUT",
             show_default=False,
         ),
-    ],
+    ] = [],  # noqa: B006 (typer reads the default; a mixture names its paths instead)
     *,  # keyword-only, so the required options can stand in their panels, which --help shows in order
     text_field: TextField = None,
     prompt_field: PromptField = None,
@@ -238,9 +246,15 @@ def pack(
             help="With --engine ray: a running cluster (auto, ray://HOST:10001). (default: start one on this machine)",
         ),
     ] = None,
+    mix: Mix = None,
+    source: Source = [],  # noqa: B006
+    weight: Weight = [],  # noqa: B006
+    epochs: Epochs = [],  # noqa: B006
+    holdout: Holdout = None,
+    holdout_key: HoldoutKey = None,
     debug: Debug = False,
 ) -> None:
-    """Tokenize INPUT... and pack it into shards of rows of exactly --seq-len tokens."""
+    """Tokenize INPUT... (or a mixture's sources) and pack it into shards of rows of exactly --seq-len tokens."""
     with _errors(debug, output):
         from packcli.core.flow import arrow_from_system, signals_raise
 
@@ -266,6 +280,9 @@ def pack(
             tmp_dir=tmp_dir,
             engine=engine,
             ray_address=ray_address,
+            mix=mixture(mix, source, weight, epochs),
+            holdout=fraction("--holdout", holdout),
+            holdout_key=holdout_key,
         )
         with signals_raise():  # SIGTERM after the run too: told as SIGINT is
             with _progress() as progress:

@@ -21,6 +21,7 @@ from packcli.core.choices import (
 )
 
 INPUT, TOKENIZATION, PACKING, OUTPUT, RUN = "Input", "Tokenization", "Packing", "Output", "Run"
+MIXTURE = "Mixture"
 GROUPS = "Groups and limits"  # its own panel: its long option names would squeeze Packing's columns
 
 
@@ -274,6 +275,88 @@ Workers = Annotated[
     int | None,
     option(panel=RUN, help="Tokenizer processes. (default: all cores)"),
 ]
+
+Mix = Annotated[
+    str | None,
+    option(
+        metavar="FILE",
+        panel=MIXTURE,
+        help="A mixture (TOML): [[source]] tables with name, paths, input fields and weight or epochs; seed, target_tokens, max_epochs (docs/mixtures.md). In place of INPUT.",
+    ),
+]
+Source = Annotated[
+    list[str],
+    option(
+        "--source",
+        metavar="NAME=PATH",
+        panel=MIXTURE,
+        help="A source of a mixture, repeated (a name given again adds a path); fields from the input options. In place of INPUT.",
+    ),
+]
+Weight = Annotated[
+    list[str],
+    option(
+        "--weight",
+        metavar="NAME=W",
+        panel=MIXTURE,
+        help="A --source's share of the weighted sources' tokens (relative). (default: --epochs 1)",
+    ),
+]
+Epochs = Annotated[
+    list[str],
+    option(
+        "--epochs",
+        metavar="NAME=E",
+        panel=MIXTURE,
+        help="How many times a --source's documents are taken (2.5: all twice, a seeded half once more).",
+    ),
+]
+Holdout = Annotated[
+    str | None,
+    option(
+        metavar="FRACTION",
+        panel=MIXTURE,
+        help="Hold out this fraction of each source's documents: writes DIR/train/ and DIR/validation/.",
+    ),
+]
+HoldoutKey = Annotated[
+    str | None,
+    option(
+        metavar="FIELD",
+        panel=MIXTURE,
+        help="The field whose value chooses a document's side. (default: the record's content; with --group-by its group)",
+    ),
+]
+
+
+def mixture(mix_file: str | None, sources: list[str], weights: list[str], epochs: list[str]) -> Any:
+    """The MixSpec of --mix or of --source/--weight/--epochs (None: neither), refused as a
+    usage error when the two forms are mixed."""
+    from packcli.core.errors import PackcliError
+    from packcli.core.mixture import inline_mix, load_mix
+
+    if mix_file is not None and (sources or weights or epochs):
+        raise PackcliError("--mix and --source/--weight/--epochs exclude each other", usage=True)
+    if mix_file is not None:
+        return load_mix(mix_file)
+    if sources:
+        return inline_mix(sources, weights, epochs)
+    if weights or epochs:
+        raise PackcliError("--weight and --epochs go with --source NAME=PATH", usage=True)
+    return None
+
+
+def fraction(flag: str, value: str | None) -> float | None:
+    """A number option kept a string on the command line (typer would coerce a float through pydantic)."""
+    if value is None:
+        return None
+    from packcli.core.errors import PackcliError
+
+    try:
+        return float(value)
+    except ValueError:
+        raise PackcliError(f"{flag} must be a number, not {value!r}", usage=True) from None
+
 
 INPUT_OPTIONS = (
     "tokenizer",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from packcli.core.choices import (
     ALGORITHMS,
@@ -17,6 +18,7 @@ from packcli.core.choices import (
     TRUNCATION_SIDES,
 )
 from packcli.core.errors import PackcliError
+from packcli.core.mixture import MixSpec, SourceSpec
 
 MAX_SEQ_LEN = 1 << 20
 STDIN = "-"
@@ -64,6 +66,9 @@ class PackOptions:
     no_cache: bool = False  # the start-up cache of what is derived from the tokenizer
     engine: str = "local"
     ray_address: str | None = None  # --engine ray: a running cluster; None starts one on this machine
+    mix: MixSpec | None = None  # --mix FILE or --source NAME=PATH: the sources, in place of INPUT
+    holdout: float | None = None  # --holdout: the fraction of each source's documents held out for validation
+    holdout_key: str | None = None  # --holdout-key: the field hashed to choose a document's side (default: its content)
 
     @property
     def input_kind(self) -> str:
@@ -94,10 +99,46 @@ class PackOptions:
         (keep the start) for plain text."""
         return self.truncation_side or ("left" if self.masked else "right")
 
+    @property
+    def mixed(self) -> bool:
+        """Whether the run is a mixture: sources from --mix or --source, or --holdout (one
+        source, the input, split in two)."""
+        return self.mix is not None or self.holdout is not None
+
+    def sources(self) -> MixSpec:
+        """The run's mixture: --mix's, or the inputs as one source named "input"."""
+        if self.mix is not None:
+            return self.mix
+        return MixSpec((SourceSpec("input", tuple(self.inputs)),), origin="INPUT")
+
+    def source_options(self, index: int) -> PackOptions:
+        """The options one source of the mixture is read and tokenized with: its own input
+        fields where it names any (the run's cleared), else the run's; a chat source
+        without its own template or --train-on takes the run's."""
+        source = self.sources().sources[index]
+        fields: dict[str, Any] = {}
+        if any(key in source.fields for key in KIND_FIELDS):
+            fields = dict.fromkeys(KIND_FIELDS)
+            fields.update({key: source.fields[key] for key in KIND_FIELDS if key in source.fields})
+            chat = fields["messages_field"] is not None
+            fields["chat_template"] = self.chat_template if chat else None
+            fields["train_on"] = self.train_on if chat else "assistant"
+        fields.update({key: source.fields[key] for key in ("chat_template", "train_on") if key in source.fields})
+        return replace(
+            self,
+            inputs=list(source.paths),
+            mix=None,
+            holdout_key=source.fields.get("holdout_key", self.holdout_key),
+            **fields,
+        )
+
     def validate(self) -> None:
         """Usage errors, found before any work is done (exit code 2)."""
-        if not self.inputs:
+        if self.mix is not None and self.inputs:
+            raise _usage(f"INPUT and {_mix_flag(self.mix)} exclude each other: a mixture names its sources' paths")
+        if not self.inputs and self.mix is None:
             raise _usage("no INPUT given")
+        self._check_mixture()
         self._check_values()
         self._check_input_kind()
         if self.resume and self.overwrite:
@@ -129,6 +170,36 @@ class PackOptions:
         if self.pad_id is not None and self.pad_id < 0:
             raise _usage(f"--pad-id must be a token id (>= 0), not {self.pad_id}")
         check_pad_multiple(self.pad_to_multiple_of, self.seq_len, self.mode, "--pad-to-multiple-of", "--seq-len")
+
+    def _check_mixture(self) -> None:
+        """--mix / --source, --holdout and --holdout-key, and each source's own input fields."""
+        if self.holdout is not None and not 0 < self.holdout < 1:
+            raise _usage(f"--holdout must be a fraction between 0 and 1 (exclusive), not {self.holdout:g}")
+        if self.holdout_key is not None and (self.holdout is None or not self.holdout_key):
+            raise _usage("--holdout-key goes with --holdout (and names a field)")
+        if not self.mixed:
+            return
+        if self.buffer_size is not None:
+            raise _usage("--buffer-size does not apply to a mixture (it is planned over its whole output): drop it")
+        spec = self.sources()
+        if spec.target_tokens is not None and all(s.weight is None for s in spec.sources):
+            raise _usage(f"{spec.origin}: target_tokens needs a source with a weight (the others take fixed epochs)")
+        if spec.max_epochs is not None:
+            for source in spec.sources:
+                epochs = source.fixed_epochs
+                if epochs is not None and epochs > spec.max_epochs:
+                    raise _usage(
+                        f"{spec.origin}: source {source.name!r} asks for {epochs:g} epochs, more than max_epochs {spec.max_epochs:g}"
+                    )
+        if self.mix is None:
+            return
+        for index, source in enumerate(spec.sources):
+            try:
+                own = self.source_options(index)
+                own._check_input_kind()
+                own._check_packing_extras()
+            except PackcliError as exc:
+                raise _usage(f"source {source.name!r}: {exc}") from None
 
     def _check_packing_extras(self) -> None:
         """--group-by, --max-sequences-per-row and a user strategy, where they apply."""
@@ -211,6 +282,14 @@ class PackOptions:
     def pad_multiple(self) -> int:
         """--pad-to-multiple-of as the multiple every length rounds up to (1: no rounding)."""
         return self.pad_to_multiple_of or 1
+
+
+# the fields that say what a source's records are: a source naming any replaces all of the run's
+KIND_FIELDS = ("text_field", "prompt_field", "completion_field", "messages_field", "ids_field", "labels_field")
+
+
+def _mix_flag(spec: MixSpec) -> str:
+    return "--source" if spec.origin == "--source" else "--mix"
 
 
 def _usage(message: str) -> PackcliError:
