@@ -23,7 +23,7 @@ from packcli.plan.patterns import PATTERN_ALGORITHMS, PatternPlan, pattern_plan
 from packcli.plan.permute import RowPermutation
 from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import PlanSettings
-from packcli.plan.strategy import is_custom, place_custom
+from packcli.plan.strategy import Strategy, is_custom, place_custom
 from packcli.plan.stream import StreamPlan, grouped_stream_plan, stream_plan
 
 RowOrder = tuple[np.ndarray, np.ndarray] | None  # RowPlan.row_order(); StreamPlan needs none
@@ -212,11 +212,16 @@ def plan_window(
 
 
 def from_counts(s: PlanSettings) -> bool:
-    """Whether bin mode plans these settings from the length histogram (patterns.py):
-    bfd, spfhp and lpfhp decide from counts; capped bfd places one sequence at a time."""
-    if is_custom(s.algorithm) or str(s.algorithm) not in PATTERN_ALGORITHMS:
+    """Whether bin mode plans these settings from the length histogram (patterns.py)."""
+    return counts_decide(s.algorithm, s.max_per_row)
+
+
+def counts_decide(algorithm: str | Strategy, max_per_row: int | None) -> bool:
+    """Whether this packer, with this --max-sequences-per-row, decides from the counts of
+    each length alone: bfd, spfhp and lpfhp do; capped bfd places one sequence at a time."""
+    if is_custom(algorithm) or str(algorithm) not in PATTERN_ALGORITHMS:
         return False
-    return s.max_per_row is None or s.algorithm != "bfd"
+    return max_per_row is None or algorithm != "bfd"
 
 
 def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None) -> RowPlan:
