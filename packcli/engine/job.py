@@ -18,9 +18,10 @@ from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupEntry, GroupTable
 from packcli.plan.patterns import PatternPlan, histogram_plan
-from packcli.plan.planner import Plan, counts_decide, from_counts, plan_window, uncapped_rows
+from packcli.plan.planner import counts_decide, from_counts, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
@@ -256,7 +257,7 @@ class PlanStep:
     def account(self, plan: Plan) -> None:
         """What the report needs from a plan: the placed lengths (bin) and the remainder."""
         outcome = self.outcome
-        counts = plan.placed_histogram(self.opts.seq_len, self.opts.pad_multiple)
+        counts = plan.placed_histogram()
         if counts is not None:
             outcome.placed = counts if outcome.placed is None else outcome.placed + counts
         outcome.remainder_tokens += plan.remainder_tokens

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -40,9 +40,8 @@ from packcli.engine.job import (
     spills_by_length,
 )
 from packcli.engine.summary import run_manifest, run_report
+from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
-from packcli.plan.patterns import PatternPlan
-from packcli.plan.planner import Plan, RowOrder
 from packcli.plan.rows import RowBuffers, Rows
 from packcli.plan.stream import SparseEnds, sparse_stream_plan
 from packcli.read.inputs import expand_inputs
@@ -51,9 +50,9 @@ from packcli.tokenize.setup import setup_tokens
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
-from packcli.write.by_length import ChunkedSpill, SortedSpill, chunk_parts, file_slot_starts, sort_spill
+from packcli.write.by_length import Reader, open_reader
 from packcli.write.columns import ids_dtype
-from packcli.write.gather import BlockReader, gather_rows
+from packcli.write.gather import gather_rows
 from packcli.write.manifest import Report
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardWriter
@@ -138,6 +137,13 @@ def _complete(job: Job) -> bool:
 def _output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
     return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
+
+
+class Gathering(NamedTuple):
+    """What the write step gathers rows from: a reader and the plan placed in it."""
+
+    reader: Reader
+    plan: Plan
 
 
 SPARSE_ENDS = 256  # concat of one whole input: one segment end in this many held in memory (0: all)
@@ -334,57 +340,34 @@ class Run:
     # ------------------------------------------------------------------------- write
 
     def write(self, spill: Spill, plan: Plan, final: bool = True, groups: np.ndarray | None = None) -> None:
-        """The write step: the plan's rows gathered from the spill (or from its sorted copy,
-        or its chunks) and written into shards, SHARD_THREADS at a time where one plan has
-        them all. `groups`: each segment's --group-by id, for the sorted copy."""
-        reader, plan = self._reader(spill, plan, groups)
+        """The write step: the plan's rows gathered from the spill (or from its chunks or its
+        sorted copy: by_length.open_reader) and written into shards, SHARD_THREADS at a
+        time where one plan has them all. `groups`: each segment's --group-by id."""
+        with self.timer.stage("write"):
+            reader, plan = open_reader(spill, plan, self.opts.seq_len, self.opts.pad_multiple, groups)
+        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
+        source = Gathering(reader, plan)
         try:
             if SHARD_THREADS > 1 and final and not self.writer.started and plan.n_rows > self.job.rows_per_shard:
                 with self.timer.stage("write"):
-                    self._write_shards_at_once(spill, reader, plan)
+                    self._write_shards_at_once(spill, source)
             else:
-                self._write_in_order(reader, plan)
+                self._write_in_order(source)
         finally:
-            if isinstance(reader, SortedSpill):
-                reader.close()
-
-    def _reader(self, spill: Spill, plan: Plan, groups: np.ndarray | None) -> tuple[BlockReader, Plan]:
-        """Where the plan's pieces are read: the spill, its chunks written by length, or its
-        sorted copy (made here); with the plan placing its slots there."""
-        opts, outcome = self.opts, self.outcome
-        reader: BlockReader = spill
-        buckets = plan.buckets if isinstance(plan, PatternPlan) else None
-        if isinstance(plan, PatternPlan) and buckets is not None:
-            parts = chunk_parts(spill, buckets) if spill.chunks is not None else None
-            if parts is not None:  # written by length: no copy to make, the slots placed in the spill
-                chunked = ChunkedSpill(spill, parts)
-                return chunked, chunked.placing(plan)
-            with self.timer.stage("write"):
-                reader = sort_spill(spill, buckets, opts.seq_len, opts.pad_multiple, groups)
-            outcome.spill_bytes = max(outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
-        elif spill.chunks is not None:
-            # written by length, planned through a slot map (rows of few sequences): the map
-            # in the spill's own order
-            if not isinstance(plan, PatternPlan) or plan.slot_start is None or plan.slot_real is not None:
-                raise PackcliError(f"internal: a {type(plan).__name__} cannot read a spill written by length")
-            with self.timer.stage("plan"):
-                plan.slot_start = file_slot_starts(spill)
-        return reader, plan
+            reader.close()
 
     def _gather(
         self,
-        reader: BlockReader,
-        plan: Plan,
+        source: Gathering,
         first: int = 0,
         end: int | None = None,
         order: RowOrder = None,
         buffers: RowBuffers | None = None,
     ) -> Iterator[Rows]:
-        """The plan's rows [first, end) read from `reader`, a block at a time."""
-        opts = self.opts
-        return gather_rows(
-            reader, plan, opts.seq_len, self.job.setup.pad_id, first, opts.pad_multiple, end, order, buffers
-        )
+        """The plan's rows [first, end), read from the reader a block at a time."""
+        opts, pad_id = self.opts, self.job.setup.pad_id
+        plan = source.plan
+        return gather_rows(source.reader, plan, opts.seq_len, pad_id, first, opts.pad_multiple, end, order, buffers)
 
     def _write_rows(
         self,
@@ -409,12 +392,12 @@ class Run:
                 first += len(rows)
                 block_done(finished)
 
-    def _write_in_order(self, reader: BlockReader, plan: Plan) -> None:
+    def _write_in_order(self, source: Gathering) -> None:
         """The rows in order: built on a thread while the block before them is written here
         (the row kernel and pyarrow's compression both run without the GIL)."""
-        built = prefetch(self.timer.timed_iter("write", self._gather(reader, plan)), depth=1)
+        built = prefetch(self.timer.timed_iter("write", self._gather(source)), depth=1)
         try:
-            self._write_rows(built, self.writer, self.outcome.stats, plan, 0, self._block_written, timed=True)
+            self._write_rows(built, self.writer, self.outcome.stats, source.plan, 0, self._block_written, timed=True)
         finally:
             built.close()
 
@@ -429,13 +412,13 @@ class Run:
         if self.job.remote is not None:
             publish(self.job, writer.hashed_shards())
 
-    def _write_shards_at_once(self, spill: Spill, reader: BlockReader, plan: Plan) -> None:
+    def _write_shards_at_once(self, spill: Spill, source: Gathering) -> None:
         """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on
         its own thread (the row kernel, Parquet's encoder and sha256 all release the GIL):
         one shard's rows are one after another, so its writer is a bottleneck no other
         thread can share. Shards are taken back in order; the bytes are those of one shard
         at a time."""
-        job, writer = self.job, self.writer
+        job, writer, plan = self.job, self.writer, source.plan
         shards = -(-plan.n_rows // job.rows_per_shard)
         order = plan.row_order()
         stop = threading.Event()
@@ -451,12 +434,11 @@ class Run:
                     pause("last-rows-read")
                     if job.remote is None:
                         spill.close()
-                        if isinstance(reader, SortedSpill):
-                            reader.close()
+                        source.reader.close()
                         self.spill_removal = spilling.start_removal(job.spill_dir)
 
         def one(index: int) -> tuple[ShardWriter, RowStats]:
-            return self._write_one_shard(reader, plan, writer.for_shard(index), order, stop, gathered)
+            return self._write_one_shard(source, writer.for_shard(index), order, stop, gathered)
 
         pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
         futures = [pool.submit(one, i) for i in range(shards)]
@@ -475,8 +457,7 @@ class Run:
 
     def _write_one_shard(
         self,
-        reader: BlockReader,
-        plan: Plan,
+        source: Gathering,
         part: ShardWriter,
         order: RowOrder,
         stop: threading.Event,
@@ -484,7 +465,7 @@ class Run:
     ) -> tuple[ShardWriter, RowStats]:
         job, opts = self.job, self.opts
         first = part.first_shard * job.rows_per_shard
-        end = min(first + job.rows_per_shard, plan.n_rows)
+        end = min(first + job.rows_per_shard, source.plan.n_rows)
         stats = RowStats(opts.seq_len)
         buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
 
@@ -493,9 +474,8 @@ class Run:
                 raise PackcliError("stopped")  # the run failed elsewhere; that error is the one shown
 
         try:
-            self._write_rows(
-                self._gather(reader, plan, first, end, order, buffers), part, stats, plan, first, stop_here
-            )
+            rows = self._gather(source, first, end, order, buffers)
+            self._write_rows(rows, part, stats, source.plan, first, stop_here)
             gathered()
             outdir.guarded(job.out_dir, part.close)
         except BaseException:

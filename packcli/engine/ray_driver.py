@@ -25,8 +25,9 @@ from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
+from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
-from packcli.plan.planner import Plan, plan_window, uncapped_rows
+from packcli.plan.planner import plan_window, uncapped_rows
 from packcli.plan.settings import PlanSettings
 from packcli.plan.strategy import is_custom
 from packcli.read.records import BadRecords
