@@ -186,13 +186,13 @@ def packages_a_pack_imports(args: list, cache: Path, packages: tuple[str, ...]) 
 
 
 def bucket_reads(patch) -> list[str]:
-    """Make the local engine note each plan it gathers by bucket, through `patch` (a
-    pytest MonkeyPatch): "copy" for a copy of the spill sorted by length, "by length"
-    for a spill written by length and read in place."""
-    from packcli.engine import local as pipeline
+    """Make the write step note each plan it gathers by bucket, through `patch` (a pytest
+    MonkeyPatch): "copy" for a copy of the spill sorted by length, "by length" for a
+    spill written by length and read in place (write/by_length.py's open_reader)."""
+    from packcli.write import by_length
 
     calls: list[str] = []
-    real_sort, real_placing = pipeline.sort_spill, pipeline.ChunkedSpill.placing
+    real_sort, real_placing = by_length.sort_spill, by_length.ChunkedSpill.placing
 
     def sorted_copy(*args, **kwargs):
         calls.append("copy")
@@ -202,6 +202,6 @@ def bucket_reads(patch) -> list[str]:
         calls.append("by length")
         return real_placing(reader, plan)
 
-    patch.setattr(pipeline, "sort_spill", sorted_copy)
-    patch.setattr(pipeline.ChunkedSpill, "placing", in_place)
+    patch.setattr(by_length, "sort_spill", sorted_copy)
+    patch.setattr(by_length.ChunkedSpill, "placing", in_place)
     return calls

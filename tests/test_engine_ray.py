@@ -450,14 +450,13 @@ def test_short_sequences_on_ray_are_planned_from_the_histogram(
 ):
     """Rows of many short sequences: both engines plan from the histogram alone (the driver
     never reads the lengths), and the shard tasks read the parts' sorted copies."""
-    from packcli.engine import local as pipeline
+    from packcli.engine import job as engine_job
     from packcli.engine import ray_driver
 
     def no_lengths(*args, **kwargs):
         raise AssertionError("planned from the lengths")
 
-    monkeypatch.setattr(pipeline, "plan_segments", no_lengths)
-    monkeypatch.setattr(ray_driver, "plan_segments", no_lengths)
+    monkeypatch.setattr(engine_job.PlanStep, "plan_lengths", no_lengths)  # the plan step of both engines
     monkeypatch.setattr(ray_driver, "LENGTHS_FILE", "not-read")
     common = {"mode": "bin", "format": fmt, "rows_per_shard": 20, **extra}
     local = _pack([short_corpus], tmp_path / "local", word_tokenizer, **common)

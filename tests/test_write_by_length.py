@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_slots import runs_in_order, sorted_spill
 
-from packcli.plan.patterns import Buckets, pattern_plan
+from packcli.plan.patterns import BucketParts, Buckets, SlotMap, pattern_plan
 from packcli.write import by_length
 from packcli.write import spill as spilling
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, sort_spill
@@ -195,8 +195,8 @@ def test_a_plan_by_bucket_places_what_the_slot_map_places(tmp_path_factory, data
     options = {"multiple": multiple, "groups": groups, "shuffle": True, "seed": seed}
     mapped = pattern_plan(lengths, seq_len, algorithm, **options)
     bucketed = pattern_plan(lengths, seq_len, algorithm, **options, by_bucket=True)
-    assert bucketed.slot_start is None and bucketed.buckets is not None
-    reader = sort_spill(spill, bucketed.buckets, seq_len, multiple, groups)
+    assert isinstance(mapped.lookup, SlotMap) and isinstance(bucketed.lookup, Buckets)
+    reader = sort_spill(spill, bucketed.lookup, seq_len, multiple, groups)
     s1, n1, r1, o1 = mapped.pieces(0, mapped.n_rows)
     s2, n2, r2, o2 = bucketed.pieces(0, bucketed.n_rows)
     assert n1.tolist() == n2.tolist() and r1.tolist() == r2.tolist() and o1.tolist() == o2.tolist()
@@ -205,6 +205,71 @@ def test_a_plan_by_bucket_places_what_the_slot_map_places(tmp_path_factory, data
         x, y = int(a.token_at[k]), int(b.token_at[k])
         assert a.tokens[x : x + n1[k]].tolist() == b.tokens[y : y + n2[k]].tolist()
     reader.close()
+    spill.close()
+
+
+OPENED = [
+    # (plan, spill written by length, the reader, the plan's lookup)
+    ("rows", False, Spill, None),
+    ("slot map", False, Spill, SlotMap),
+    ("slot map", True, Spill, SlotMap),
+    ("by bucket", False, by_length.SortedSpill, Buckets),
+    ("by bucket", True, by_length.ChunkedSpill, BucketParts),
+]
+
+
+@pytest.mark.parametrize(("kind", "spilled_by_length", "reader_type", "lookup_type"), OPENED)
+@pytest.mark.parametrize("masked", [False, True])
+def test_open_reader_reads_every_plan_where_its_slots_are(
+    tmp_path, monkeypatch, kind, spilled_by_length, reader_type, lookup_type, masked
+):
+    """The write step's reader for each plan and spill layout, and the plan placed in it:
+    the rows gathered through them are the rows of the spill in input order."""
+    from packcli.plan.planner import PlanSettings, plan_rows
+    from packcli.write.gather import gather_rows
+
+    seq_len = 32
+    rng = np.random.default_rng(9)
+    lengths = rng.integers(1, 9, 300).astype(np.int64)
+    tokens = rng.integers(2, 60_000, int(lengths.sum())).astype(np.uint16)
+    learned = rng.random(len(tokens)) < 0.5 if masked else None
+    monkeypatch.setattr(spilling, "BY_LENGTH_CHUNK", 200)  # several chunks
+
+    def spilled(name, layout_by_length):
+        writer = SpillWriter(tmp_path / name, np.dtype(np.uint16), masked, by_length=layout_by_length)
+        writer.append(tokens, lengths, learned)
+        return writer.finish({})
+
+    plain, spill = spilled("plain", False), spilled("spill", spilled_by_length)
+    assert (spill.chunks is not None) == spilled_by_length
+    settings_ = PlanSettings(seq_len, algorithm="ffd" if kind == "rows" else "bfd", shuffle=True, seed=4)
+    if kind == "rows":
+        plan = plan_rows(lengths, settings_)
+    else:
+        plan = pattern_plan(lengths, seq_len, "bfd", shuffle=True, seed=4, by_bucket=kind == "by bucket")
+    expected = list(gather_rows(plain, plan_rows(lengths, settings_), seq_len, 0))
+    reader, placed = by_length.open_reader(spill, plan, seq_len, 1)
+    assert type(reader) is reader_type
+    assert lookup_type is None or isinstance(placed.lookup, lookup_type)
+    got = list(gather_rows(reader, placed, seq_len, 0))
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a.input_ids.tolist() == b.input_ids.tolist() and a.labels.tolist() == b.labels.tolist()
+    reader.close()
+    spill.close()
+    plain.close()
+
+
+def test_a_plan_of_pieces_cannot_read_a_spill_written_by_length(tmp_path):
+    from packcli.core.errors import PackcliError
+    from packcli.plan.planner import PlanSettings, plan_rows
+
+    writer = SpillWriter(tmp_path / "s", np.dtype(np.uint16), False, by_length=True)
+    writer.append(np.arange(1, 11, dtype=np.uint16), np.array([4, 6]), None)
+    spill = writer.finish({})
+    plan = plan_rows(np.array([4, 6]), PlanSettings(8, algorithm="ffd"))
+    with pytest.raises(PackcliError, match="cannot read a spill written by length"):
+        by_length.open_reader(spill, plan, 8, 1)
     spill.close()
 
 

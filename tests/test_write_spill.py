@@ -182,28 +182,19 @@ def test_resume_reuses_a_complete_spill(tmp_path, cli, packed, word_tokenizer, m
     options = ("--tokenizer", word_tokenizer, "--seq-len", 64, "--rows-per-shard", 20, "--format", "npy")
     fresh = packed(path, *options)
     out = tmp_path / "interrupted"
-    real = pipeline._plan_and_write
+    real_pause = pipeline.pause
 
-    def stop_after_a_shard(job, spill, outcome, writer, *args, **kwargs):
-        from packcli.plan.planner import plan_window
-        from packcli.plan.settings import plan_settings
-        from packcli.write.by_length import file_slot_starts
-        from packcli.write.gather import gather_rows
+    def stop_after_a_shard(at):
+        if at == "shard-done":
+            raise KeyboardInterrupt
+        real_pause(at)
 
-        plan = plan_window(spill.lengths, plan_settings(job.opts), 0, True)
-        if spill.chunks is not None:  # a spill written by length: the slot map in its order
-            plan.slot_start = file_slot_starts(spill)
-        for rows in gather_rows(spill, plan, job.opts.seq_len, job.setup.pad_id):
-            writer.add(rows)
-            if (out / "shard-00000").exists():
-                raise KeyboardInterrupt
-        raise AssertionError("the run should have been stopped")
-
-    monkeypatch.setattr(pipeline, "_plan_and_write", stop_after_a_shard)
+    monkeypatch.setattr(pipeline, "SHARD_THREADS", 1)  # shards one after another: the spill stays until the end
+    monkeypatch.setattr(pipeline, "pause", stop_after_a_shard)
     stopped = cli("pack", path, "-o", out, *options)
     assert stopped.exit_code == 130 and not (out / "manifest.json").exists()
-    assert (out / ".packcli-spill" / COMPLETE_FILE).is_file()
-    monkeypatch.setattr(pipeline, "_plan_and_write", real)
+    assert (out / "shard-00000").is_dir() and (out / ".packcli-spill" / COMPLETE_FILE).is_file()
+    monkeypatch.undo()
 
     def no_tokenizing(self):
         raise AssertionError("a resumed run with a complete spill must not read or tokenize again")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -417,3 +417,16 @@ def segments(
         yield segmenter(sequences, batch.location, None if field is None else batch.columns[field])
         if progress is not None:
             progress(len(sequences.lengths), int(sequences.lengths.sum()), *tracker.update(batch))
+
+
+@dataclass
+class SegmentSource:
+    """What a spill step reads: batches of segments in input order, and the tallies made
+    while they are read (complete once every batch is taken). `segments` over the input
+    is one; batches taken from other spills, with their counts, are another."""
+
+    batches: Iterable[Segments]
+    counts: IngestCounts
+    bad: BadRecords | None = None  # the readers' tally (None: no records were read)
+    group_table: GroupTable | None = None  # --group-by: the values the ids number
+    group_ids: GroupIds | None = None  # --group-by: each segment's id, in input order, as batches are taken

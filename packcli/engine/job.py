@@ -1,11 +1,11 @@
 """One run of `pack`, as both engines see it: its output (local or remote), identity and
-resume state, what its stages hand to the report, and the steps both engines share
-(the segmenter, the plan of a window, the bad-record tally)."""
+resume state (Job), what its steps hand to the report (Outcome), and the plan step both
+engines run (PlanStep: a window's plan from its lengths, or from its length histogram
+alone), with the other pieces they share (the segmenter, the bad-record tally)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,10 @@ from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupEntry, GroupTable
-from packcli.plan.patterns import histogram_plan
-from packcli.plan.planner import Plan, from_counts, plan_window, uncapped_rows
+from packcli.plan.patterns import PatternPlan, histogram_plan
+from packcli.plan.planner import counts_decide, from_counts, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
@@ -32,12 +33,6 @@ from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
 
 SHARD_TOKENS = 1 << 25
-
-
-Chunk = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # tokens, segment lengths, learned flags
-
-
-Chunks = Iterator[Chunk]
 
 
 Progress = Callable[..., None]
@@ -55,17 +50,8 @@ class Job:
     rows_per_shard: int
     done_shards: int = 0
     finished: bool = False
-    windows: int = 0
-    spill_bytes: int = 0
-    spill_reused: bool = False
-    histogram: np.ndarray | None = None  # packed segment lengths (bin), for the window cost
-    segmenter: Segmenter | None = None
-    groups: GroupTable | None = None  # --group-by: the values, once read (or from a reused spill)
-    uncapped_rows: int = 0  # --max-sequences-per-row: rows of the same plan without the cap
     remote: storage.RemoteDir | None = None  # a remote --output; out_dir is then its local staging
     published: int = 0  # shards uploaded to the remote output so far
-    engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})  # for the report
-    spill_removal: threading.Thread | None = None  # the spill going, once every row is gathered
     published_manifest: bool = False  # a remote output's manifest is uploaded: the output is complete
 
     @property
@@ -81,15 +67,23 @@ class Job:
 
 @dataclass
 class Outcome:
-    """What the stages hand to the report."""
+    """What a run's steps hand to the report and the manifest (engine/summary.py), which
+    alone read it."""
 
     stats: RowStats
     counts: IngestCounts = field(default_factory=IngestCounts)
     bad: BadRecordCounts = field(default_factory=lambda: bad_dict(None))
     remainder_tokens: int = 0
     shards: list[ShardInfo] = field(default_factory=list)
+    group_table: GroupTable | None = None  # --group-by: the values, once read (or from a reused spill)
     group_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
-    groups: list[GroupEntry] = field(default_factory=list)
+    group_entries: list[GroupEntry] = field(default_factory=list)  # the report's table of group_table
+    windows: int = 0  # plans made (one per window of --buffer-size)
+    placed: np.ndarray | None = None  # bin: segments per placed length, over every plan (the window cost)
+    uncapped_rows: int = 0  # --max-sequences-per-row: rows of the same plans without the cap
+    spill_bytes: int = 0  # the spill's size on disk at its largest
+    spill_reused: bool = False  # --resume took a complete spill: nothing was read again
+    engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})
 
 
 def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
@@ -181,28 +175,6 @@ def input_names(paths: list[str], shown: int = 3) -> str:
     return f"{', '.join(names[:shown])}, ... ({len(names):,} files)"
 
 
-def plan_segments(
-    job: Job,
-    outcome: Outcome,
-    timer: Timer,
-    lengths: np.ndarray,
-    index: int = 0,
-    final: bool = True,
-    groups: np.ndarray | None = None,
-    by_bucket: bool = False,
-) -> Plan:
-    """The plan both engines make of a window's segment lengths (the whole input without
-    --buffer-size), with what --max-sequences-per-row cost and what the report needs.
-    `by_bucket`: see planner.plan_window."""
-    opts = job.opts
-    with timer.stage("plan"):
-        plan = plan_window(lengths, plan_settings(opts), index, final, groups, by_bucket)
-    if opts.max_sequences_per_row is not None:
-        job.uncapped_rows += uncapped_rows(lengths, plan_settings(opts), groups)
-    account_plan(job, outcome, plan)
-    return plan
-
-
 # Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
 # hold at least this many sequences on average: a row of short sequences is then a few
 # ranges of that file instead of as many pieces of the spill as it has sequences. Longer
@@ -210,62 +182,86 @@ def plan_segments(
 BY_BUCKET_SEQUENCES_PER_ROW = 8
 
 
-def by_bucket(opts: PackOptions, tokens: int, sequences: int) -> bool:
-    """Whether a window of `sequences` segments and `tokens` tokens is gathered from the
-    spill sorted by bucket: bin mode planned from counts, rows of many sequences."""
-    if opts.mode != "bin" or not from_counts(plan_settings(opts)):
-        return False
-    return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * opts.seq_len
-
-
 def spills_by_length(opts: PackOptions) -> bool:
     """Whether one plan of the whole input may read its sequences by (length, rank): bin
     mode from counts, each length its own bucket (no --group-by or --pad-to-multiple-of).
     The local engine then writes its spill by length (SpillWriter's `by_length`) when
-    its first chunk's rows would be many sequences each (`by_bucket`), so that the gather
-    needs no sorted copy of it. The whole input decides only once it is spilled: a plan
-    not by bucket reads a spill written by length through its slot map
+    its first chunk's rows would be many sequences each (PlanStep.gathers_by_bucket), so
+    that the gather needs no sorted copy of it. The whole input decides only once it is
+    spilled: a plan not by bucket reads a spill written by length through its slot map
     (by_length.file_slot_starts), and one by bucket copies a spill in input order."""
     return (
         opts.mode == "bin"
         and opts.buffer_size is None
         and opts.group_by is None
         and opts.pad_multiple == 1
-        and from_counts(plan_settings(opts))
+        and counts_decide(opts.algorithm, opts.max_sequences_per_row)
     )
 
 
-def from_histogram(opts: PackOptions, tokens: int, sequences: int, histogram: np.ndarray, grouped: bool) -> bool:
-    """Whether both engines plan a window from its length histogram alone (plan_histogram),
-    the lengths left on disk: by bucket, without --group-by, --pad-to-multiple-of or
-    --max-sequences-per-row, every length within --seq-len."""
-    return (
-        by_bucket(opts, tokens, sequences)
-        and not grouped
-        and opts.pad_multiple == 1
-        and opts.max_sequences_per_row is None
-        and len(histogram) <= opts.seq_len + 1
-    )
+class PlanStep:
+    """The plan step both engines run: the plan of a window (the whole input without
+    --buffer-size) from its segment lengths, or, for rows of many short sequences, from
+    its length histogram alone; what the report needs of each plan goes into `outcome`.
+    The plan settings are computed once, here."""
 
+    def __init__(self, opts: PackOptions, outcome: Outcome, timer: Timer):
+        self.opts, self.outcome, self.timer = opts, outcome, timer
+        self.settings = plan_settings(opts)
 
-def plan_histogram(job: Job, outcome: Outcome, timer: Timer, histogram: np.ndarray, index: int = 0) -> Plan:
-    """plan_segments for a bin-mode plan from counts without --group-by,
-    --pad-to-multiple-of or --max-sequences-per-row: from the window's length histogram
-    alone (patterns.histogram_plan), for the spill sorted by length."""
-    s = plan_settings(job.opts)
-    with timer.stage("plan"):
-        plan = histogram_plan(histogram, s.seq_len, str(s.algorithm), shuffle=s.shuffle, seed=s.seed, window=index)
-    account_plan(job, outcome, plan)
-    return plan
+    def gathers_by_bucket(self, tokens: int, sequences: int) -> bool:
+        """Whether a window of `sequences` segments and `tokens` tokens is gathered from the
+        spill sorted by bucket: bin mode planned from counts, rows of many sequences."""
+        if self.opts.mode != "bin" or not from_counts(self.settings):
+            return False
+        return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * self.opts.seq_len
 
+    def histogram_suffices(self, histogram: np.ndarray) -> bool:
+        """Whether a window gathered by bucket is planned from its length histogram alone
+        (`plan_histogram`), the lengths left on disk: without --group-by,
+        --pad-to-multiple-of or --max-sequences-per-row, every length within --seq-len."""
+        opts = self.opts
+        return (
+            opts.group_by is None
+            and opts.pad_multiple == 1
+            and opts.max_sequences_per_row is None
+            and len(histogram) <= opts.seq_len + 1
+        )
 
-def account_plan(job: Job, outcome: Outcome, plan: Plan) -> None:
-    """What the report needs from a plan: the packed lengths (bin) and the remainder."""
-    counts = plan.placed_histogram(job.opts.seq_len, job.opts.pad_multiple)
-    if counts is not None:
-        job.histogram = counts if job.histogram is None else job.histogram + counts
-    outcome.remainder_tokens += plan.remainder_tokens
-    job.windows += 1
+    def plan_lengths(
+        self,
+        lengths: np.ndarray,
+        window: int = 0,
+        final: bool = True,
+        groups: np.ndarray | None = None,
+        by_bucket: bool = False,
+    ) -> Plan:
+        """The plan of a window's segment lengths, with what --max-sequences-per-row cost.
+        `by_bucket`: see planner.plan_window."""
+        with self.timer.stage("plan"):
+            plan = plan_window(lengths, self.settings, window, final, groups, by_bucket)
+        if self.opts.max_sequences_per_row is not None:
+            self.outcome.uncapped_rows += uncapped_rows(lengths, self.settings, groups)
+        self.account(plan)
+        return plan
+
+    def plan_histogram(self, histogram: np.ndarray, window: int = 0) -> PatternPlan:
+        """The plan of a window from its length histogram alone (patterns.histogram_plan),
+        for the spill sorted by length (see `histogram_suffices`)."""
+        s = self.settings
+        with self.timer.stage("plan"):
+            plan = histogram_plan(histogram, s.seq_len, str(s.algorithm), shuffle=s.shuffle, seed=s.seed, window=window)
+        self.account(plan)
+        return plan
+
+    def account(self, plan: Plan) -> None:
+        """What the report needs from a plan: the placed lengths (bin) and the remainder."""
+        outcome = self.outcome
+        counts = plan.placed_histogram()
+        if counts is not None:
+            outcome.placed = counts if outcome.placed is None else outcome.placed + counts
+        outcome.remainder_tokens += plan.remainder_tokens
+        outcome.windows += 1
 
 
 def bad_dict(bad: BadRecords | None) -> BadRecordCounts:

@@ -1,21 +1,24 @@
 """`packcli pack`: options -> read+tokenize -> spill -> plan -> gather+write -> report.
 
 Each stage is its own module; this one runs them in order and owns the output
-directory for the length of the run. By default every segment is spilled to disk and
-one plan covers the whole corpus; `--buffer-size K` instead spills, plans and writes
-windows of K segments (bounded temporary disk, for streams that never end). Bytes depend
-only on the input and the options: never on workers, batch sizes or an interruption.
+directory for the length of the run. A Run holds one output's state and runs its three
+steps: `spill` (segments to disk), `plan` and `write` (rows gathered and written into
+shards). By default every segment is spilled and one plan covers the whole corpus;
+`--buffer-size K` instead spills, plans and writes windows of K segments (bounded
+temporary disk, for streams that never end). Bytes depend only on the input and the
+options: never on workers, batch sizes or an interruption.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -23,31 +26,23 @@ from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
 from packcli.core.pause import pause
-from packcli.engine.ingest import IngestCounts, TokenStream, segments, use_workers
+from packcli.engine.ingest import IngestCounts, Segments, SegmentSource, TokenStream, segments, use_workers
 from packcli.engine.job import (
-    Chunk,
-    Chunks,
     Job,
     Outcome,
+    PlanStep,
     Progress,
-    account_plan,
     bad_dict,
-    by_bucket,
     check_documents,
-    from_histogram,
     make_segmenter,
     open_job,
-    plan_histogram,
-    plan_segments,
     publish,
     spills_by_length,
 )
 from packcli.engine.summary import run_manifest, run_report
+from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
-from packcli.plan.patterns import PatternPlan
-from packcli.plan.planner import Plan, RowOrder
-from packcli.plan.rows import RowBuffers
-from packcli.plan.settings import plan_settings
+from packcli.plan.rows import RowBuffers, Rows
 from packcli.plan.stream import SparseEnds, sparse_stream_plan
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
@@ -55,9 +50,9 @@ from packcli.tokenize.setup import setup_tokens
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
-from packcli.write.by_length import ChunkedSpill, SortedSpill, chunk_parts, file_slot_starts, sort_spill
+from packcli.write.by_length import Reader, open_reader
 from packcli.write.columns import ids_dtype
-from packcli.write.gather import BlockReader, gather_rows
+from packcli.write.gather import gather_rows
 from packcli.write.manifest import Report
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardWriter
@@ -96,15 +91,18 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             return _finished_report(job)
         with signals_raise():
             pause("claimed")
+            removal = None
             if opts.engine == "ray":
                 stream.close()  # it checked the first batch and chose the backend; tasks read the rest
                 from packcli.engine.ray_driver import execute_ray
 
                 outcome = execute_ray(job, paths, timer, progress)
             else:
-                outcome = _execute(job, stream, bad, paths, timer, progress)
+                run = Run(job, timer)
+                run.execute(_input_source(job, stream, bad, paths, progress), paths)
+                outcome, removal = run.outcome, run.spill_removal
             report = run_report(job, outcome, stream.workers, timer, time.perf_counter() - started)
-            _finish(job, outcome, report)
+            _finish(job, outcome, report, removal)
         return report
     except KeyboardInterrupt as stop:  # SIGINT stays a KeyboardInterrupt for callers; it tells whether it came late
         stop.output_complete = _output_complete(job)  # type: ignore[attr-defined]
@@ -120,6 +118,18 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
             outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
 
 
+def _input_source(
+    job: Job, stream: TokenStream, bad: BadRecords, paths: list[str], progress: Progress | None
+) -> SegmentSource:
+    """The input's segments as `stream` reads and tokenizes them, with the counts, the bad
+    records and the --group-by ids made on the way."""
+    opts = job.opts
+    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
+    segmenter = make_segmenter(opts, job.setup, IngestCounts(), groups)
+    batches = segments(stream, segmenter, paths, progress)
+    return SegmentSource(batches, segmenter.counts, bad, groups, segmenter.group_ids if groups is not None else None)
+
+
 def _complete(job: Job) -> bool:
     return (job.out_dir / "manifest.json").is_file()
 
@@ -129,341 +139,358 @@ def _output_complete(job: Job) -> bool:
     return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
 
 
-def _execute(
-    job: Job, stream: TokenStream, bad: BadRecords, paths: list[str], timer: Timer, progress: Progress | None
-) -> Outcome:
+class Gathering(NamedTuple):
+    """What the write step gathers rows from: a reader and the plan placed in it."""
 
-    opts = job.opts
-    outcome = Outcome(stats=RowStats(opts.seq_len))
-    writer = ShardWriter(
-        job.out_dir,
-        opts.format,
-        opts.seq_len,
-        job.rows_per_shard,
-        job.setup.vocab_size,
-        job.done_shards,
-        grouped=opts.group_by is not None,
-    )
-    try:
-        job.groups = GroupTable(opts.group_by) if opts.group_by is not None else None
-        segmenter = make_segmenter(opts, job.setup, outcome.counts, job.groups)
-        job.segmenter = segmenter
-        chunks = segments(stream, segmenter, paths, progress)
-        if opts.buffer_size is None:
-            _one_plan(job, chunks, outcome, writer, bad, timer)
-        else:
-            _windows(job, chunks, outcome, writer, timer)
-            outcome.bad = bad_dict(bad)
-        check_documents(outcome, paths)
-        with timer.stage("write"):
-            outcome.shards = outdir.guarded(job.out_dir, writer.close)
-            publish(job, outcome.shards)
-        pause("written")
-        outcome.group_counts = writer.group_counts
-        return outcome
-    except BaseException:
-        writer.abort()
-        raise
-
-
-def _one_plan(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, bad: BadRecords, timer: Timer) -> None:
-    """The default: spill everything, plan every row at once, then gather and write."""
-    spill = spilling.open_complete(job.spill_dir, job.run_id) if job.opts.resume else None
-    if spill is not None:
-        job.spill_reused = True
-        outcome.counts = IngestCounts(**spill.meta["counts"])
-        outcome.bad = spill.meta["bad"]
-        if job.opts.group_by is not None:
-            job.groups = GroupTable.from_dict(spill.meta["groups"])
-            group_ids = load_group_ids(job.spill_dir, spill.sequences)
-    else:
-        spill = _spill_all(job, chunks, timer, lambda: _spill_meta(job, outcome, bad))
-        pause("spilled")
-        outcome.bad = spill.meta["bad"]
-        if job.groups is not None:
-            group_ids = load_group_ids(job.spill_dir, spill.sequences)
-    job.spill_bytes = spilling.spill_size(job.spill_dir)
-    try:
-        groups = group_ids if job.opts.group_by is not None else None
-        _plan_and_write(job, spill, outcome, writer, timer, index=0, final=True, groups=groups)
-    finally:
-        spill.close()
-
-
-def _spill_all(job: Job, chunks: Chunks, timer: Timer, meta: Callable[[], dict[str, Any]]) -> Spill:
-    """Every segment into the spill; `meta()` (the counts, once all is read) goes in its record."""
-    masked = job.setup.builder.labels != "text"
-    dtype = ids_dtype(job.setup.vocab_size)
-    opts = job.opts
-    # by length if the first chunk's rows would hold many sequences (a guess the plan
-    # corrects: it copies a spill in input order, or maps one written by length)
-    by_length = spills_by_length(opts) and (lambda tokens, sequences: by_bucket(opts, tokens, sequences))
-    writer = outdir.guarded(job.spill_dir, SpillWriter, job.spill_dir, dtype, masked, False, by_length)
-    try:
-        for tokens, lengths, learned in chunks:
-            with timer.stage("spill"):
-                _spill_write(job, writer.append, tokens, lengths, learned)
-        with timer.stage("spill"):
-            return _spill_write(job, writer.finish, {"run_id": job.run_id, **meta()})
-    except BaseException:
-        writer.abort()
-        raise
-
-
-def _spill_meta(job: Job, outcome: Outcome, bad: BadRecords) -> dict[str, Any]:
-    """The spill's record (counts, bad records, the --group-by table), its group ids saved first."""
-    meta: dict[str, Any] = {"counts": outcome.counts.to_dict(), "bad": bad_dict(bad)}
-    if job.groups is not None and job.segmenter is not None:
-        ids = job.segmenter.group_ids
-        save_group_ids(job.spill_dir, ids.take(ids.held))
-        meta["groups"] = job.groups.to_dict()
-    return meta
-
-
-def _spill_write(job: Job, action: Callable[..., T], *args: Any) -> T:
-    try:
-        return action(*args)
-    except OSError as exc:
-        raise PackcliError(
-            f"writing the token spill to {job.spill_dir} failed: {exc.strerror or exc}; no manifest was written "
-            "(the spill needs about the output's size on disk: free some, or point --tmp-dir elsewhere)"
-        ) from exc
-
-
-def _plan_and_write(
-    job: Job,
-    spill: Spill,
-    outcome: Outcome,
-    writer: ShardWriter,
-    timer: Timer,
-    index: int,
-    final: bool,
-    groups: np.ndarray | None = None,
-) -> Plan:
-
-    opts = job.opts
-    multiple = opts.pad_multiple
-    bucketed = spill.directory is not None and by_bucket(opts, spill.tokens, spill.sequences)
-    histogram = spill.histogram if bucketed and groups is None else None
-    if histogram is not None and from_histogram(opts, spill.tokens, spill.sequences, histogram, grouped=False):
-        plan: Plan = plan_histogram(job, outcome, timer, histogram, index)  # the lengths stay on disk
-    elif opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
-        plan = _sparse_stream(job, outcome, timer, spill)  # the lengths stay on disk
-    else:
-        plan = plan_segments(job, outcome, timer, spill.lengths, index, final, groups, bucketed)
-    reader: BlockReader = spill
-    buckets = plan.buckets if isinstance(plan, PatternPlan) else None
-    if isinstance(plan, PatternPlan) and buckets is not None:
-        parts = chunk_parts(spill, buckets) if spill.chunks is not None else None
-        if parts is not None:  # written by length: no copy to make, the slots placed in the spill
-            chunked = ChunkedSpill(spill, parts)
-            plan, reader = chunked.placing(plan), chunked
-        else:
-            with timer.stage("write"):
-                reader = sort_spill(spill, buckets, opts.seq_len, multiple, groups)
-            job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
-    elif spill.chunks is not None:
-        # written by length, planned through a slot map (rows of few sequences): the map
-        # in the spill's own order
-        if not isinstance(plan, PatternPlan) or plan.slot_start is None or plan.slot_real is not None:
-            raise PackcliError(f"internal: a {type(plan).__name__} cannot read a spill written by length")
-        with timer.stage("plan"):
-            plan.slot_start = file_slot_starts(spill)
-    try:
-        _write_plan(job, spill, reader, plan, outcome, writer, timer, final)
-    finally:
-        if isinstance(reader, SortedSpill):
-            reader.close()
-    return plan
+    reader: Reader
+    plan: Plan
 
 
 SPARSE_ENDS = 256  # concat of one whole input: one segment end in this many held in memory (0: all)
-
-
-def _sparse_stream(job: Job, outcome: Outcome, timer: Timer, spill: Spill) -> Plan:
-    """Concat mode's plan of one whole input without --group-by, its segment ends read from
-    the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
-    s = plan_settings(job.opts)
-    with timer.stage("plan"):
-        spill.open_files()
-        ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
-        plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
-    account_plan(job, outcome, plan)
-    return plan
-
-
-def _write_plan(
-    job: Job,
-    spill: Spill,
-    reader: BlockReader,
-    plan: Plan,
-    outcome: Outcome,
-    writer: ShardWriter,
-    timer: Timer,
-    final: bool,
-) -> None:
-    """Gather the plan's rows from `reader` (the spill, or its sorted copy) and write them."""
-    opts = job.opts
-    multiple = opts.pad_multiple
-    pad_id = job.setup.pad_id
-    if SHARD_THREADS > 1 and final and not writer.started and plan.n_rows > job.rows_per_shard:
-        with timer.stage("write"):
-            _write_shards_at_once(job, spill, reader, plan, outcome, writer)
-        return
-    # Rows are built on a thread while the block before them is written here: the row
-    # kernel and pyarrow's compression both run without the GIL.
-    built = prefetch(
-        timer.timed_iter("write", gather_rows(reader, plan, opts.seq_len, pad_id, multiple=multiple)), depth=1
-    )
-    first_row = 0
-    try:
-        for rows in built:
-            with timer.stage("write"):
-                outcome.stats.add(rows)
-                row_group = None if plan.row_group is None else plan.row_group[first_row : first_row + len(rows)]
-                finished = len(writer.shards)
-                outdir.guarded(job.out_dir, writer.add, rows, row_group)
-                first_row += len(rows)
-                if len(writer.shards) > finished:
-                    pause("shard-done")
-                if writer.shards and writer.in_progress:
-                    pause("mid-shard")
-                if job.remote is not None:
-                    publish(job, writer.hashed_shards())
-    finally:
-        built.close()
-
-
 SHARD_THREADS = 2  # shards written at the same time by the one-plan path
 
 
-def _write_shards_at_once(
-    job: Job, spill: Spill, reader: BlockReader, plan: Plan, outcome: Outcome, writer: ShardWriter
-) -> None:
-    """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on its
-    own thread (the row kernel, Parquet's encoder and sha256 all release the GIL): one
-    shard's rows are one after another, so its writer is a bottleneck no other thread can
-    share. Shards are taken back in order; the bytes are those of one shard at a time."""
-    shards = -(-plan.n_rows // job.rows_per_shard)
-    order = plan.row_order()
-    stop = threading.Event()
-    spill.open_files()  # before the threads share them
-    gathering = [shards]  # shards whose rows are still being read from the spill
-    lock = threading.Lock()
+class Run:
+    """One output of the local engine: its Job, the Outcome its report is made from, its
+    shard writer and its plan step (which holds the plan settings, computed once). The
+    steps run in order, once or once per window: `spill` (segments to disk), `plan`
+    (PlanStep's, with the choices of the local engine) and `write` (rows gathered from the
+    spill and written into shards)."""
 
-    def gathered() -> None:
-        """The last shard's rows are read: the spill goes while the shards are finished."""
-        with lock:
-            gathering[0] -= 1
-            if gathering[0] == 0:
-                pause("last-rows-read")
-                if job.remote is None:
-                    spill.close()
-                    if isinstance(reader, SortedSpill):
-                        reader.close()
-                    job.spill_removal = spilling.start_removal(job.spill_dir)
+    def __init__(self, job: Job, timer: Timer):
+        self.job, self.opts, self.timer = job, job.opts, timer
+        self.outcome = Outcome(stats=RowStats(job.opts.seq_len))
+        self.planner = PlanStep(job.opts, self.outcome, timer)
+        self.writer = ShardWriter(
+            job.out_dir,
+            job.opts.format,
+            job.opts.seq_len,
+            job.rows_per_shard,
+            job.setup.vocab_size,
+            job.done_shards,
+            grouped=job.opts.group_by is not None,
+        )
+        self.spill_removal: threading.Thread | None = None  # the spill going, once every row is gathered
 
-    def one(index: int) -> tuple[ShardWriter, RowStats]:
-        return _write_one_shard(job, reader, plan, writer.for_shard(index), order, stop, gathered)
-
-    pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
-    futures = [pool.submit(one, i) for i in range(shards)]
-    try:
-        for future in futures:
-            part, stats = future.result()
-            writer.absorb(part)
-            outcome.stats.merge(stats)
-            publish(job, writer.hashed_shards())
-            pause("shard-done")
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _write_one_shard(
-    job: Job,
-    spill: BlockReader,
-    plan: Plan,
-    part: ShardWriter,
-    order: RowOrder,
-    stop: threading.Event,
-    gathered: Callable[[], None],
-) -> tuple[ShardWriter, RowStats]:
-    opts, first = job.opts, part.first_shard * job.rows_per_shard
-    end = min(first + job.rows_per_shard, plan.n_rows)
-    stats = RowStats(opts.seq_len)
-    buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
-    multiple = opts.pad_multiple
-    rows_of = gather_rows(spill, plan, opts.seq_len, job.setup.pad_id, first, multiple, end, order, buffers)
-    try:
-        for rows in rows_of:
-            if stop.is_set():
-                raise PackcliError("stopped")  # the run failed elsewhere; that error is the one shown
-            stats.add(rows)
-            row_group = None if plan.row_group is None else plan.row_group[first : first + len(rows)]
-            outdir.guarded(job.out_dir, part.add, rows, row_group)
-            first += len(rows)
-        gathered()
-        outdir.guarded(job.out_dir, part.close)
-    except BaseException:
-        part.abort()
-        raise
-    return part, stats
-
-
-def _windows(job: Job, chunks: Chunks, outcome: Outcome, writer: ShardWriter, timer: Timer) -> None:
-    """--buffer-size K: spill, plan and write K segments at a time; concat carries the
-    tail of each window's stream (less than one row) into the next."""
-
-    opts = job.opts
-    masked = job.setup.builder.labels != "text"
-    dtype = ids_dtype(job.setup.vocab_size)
-    size = opts.buffer_size
-    assert size is not None  # windows are what --buffer-size asks for
-    carry = None
-    pending = iter(_cut_windows(chunks, size))
-    index = 0
-    while True:
-        window = _spill_write(job, SpillWriter, job.spill_dir, dtype, masked)
+    def execute(self, source: SegmentSource, paths: list[str]) -> None:
+        """Every step over `source`: one plan of the whole input, or one per window of
+        --buffer-size; then the shards closed. `paths`: the inputs, as an error names them."""
+        outcome = self.outcome
+        outcome.counts, outcome.group_table = source.counts, source.group_table
         try:
-            if carry is not None:
-                window.append(*carry)
-            last = True
-            for tokens, lengths, learned, closes in pending:
-                with timer.stage("spill"):
-                    _spill_write(job, window.append, tokens, lengths, learned)
-                if closes:
-                    last = False
-                    break
-            if window.sequences == 0:
-                return
-            with timer.stage("spill"):
-                spill = _spill_write(job, window.finish, {"run_id": job.run_id})
+            if self.opts.buffer_size is None:
+                self._one_plan(source)
+            else:
+                self._windows(source)
+                outcome.bad = bad_dict(source.bad)
+            check_documents(outcome, paths)
+            with self.timer.stage("write"):
+                outcome.shards = outdir.guarded(self.job.out_dir, self.writer.close)
+                publish(self.job, outcome.shards)
+            pause("written")
+            outcome.group_counts = self.writer.group_counts
         except BaseException:
-            window.abort()
+            self.writer.abort()
             raise
-        job.spill_bytes = max(job.spill_bytes, spilling.spill_size(job.spill_dir))
+
+    def _one_plan(self, source: SegmentSource) -> None:
+        """The default: spill everything, plan every row at once, then gather and write."""
+        spill = self.spill(source)
         try:
-            groups = (
-                None if job.segmenter is None or job.groups is None else job.segmenter.group_ids.take(spill.sequences)
-            )
-            plan = _plan_and_write(job, spill, outcome, writer, timer, index, final=last, groups=groups)
-            carry = _tail(spill, plan, opts.seq_len) if opts.mode == "concat" and not last else None
+            groups = load_group_ids(self.job.spill_dir, spill.sequences) if self.opts.group_by is not None else None
+            plan = self.plan(spill, groups=groups)
+            self.write(spill, plan, groups=groups)
         finally:
             spill.close()
-            remove_spill(job.spill_dir)
-        index += 1
-        if last:
-            return
+
+    def _windows(self, source: SegmentSource) -> None:
+        """--buffer-size K: spill, plan and write K segments at a time; concat carries the
+        tail of each window's stream (less than one row) into the next."""
+        size = self.opts.buffer_size
+        assert size is not None  # windows are what --buffer-size asks for
+        spill_dir = self.job.spill_dir
+        carry = None
+        pending = iter(_cut_windows(source.batches, size))
+        window = 0
+        while True:
+            writer = self.open_spill()
+            try:
+                if carry is not None:
+                    writer.append(*carry)
+                last = True
+                for tokens, lengths, learned, closes in pending:
+                    with self.timer.stage("spill"):
+                        self._spill_io(writer.append, tokens, lengths, learned)
+                    if closes:
+                        last = False
+                        break
+                if writer.sequences == 0:
+                    return
+                with self.timer.stage("spill"):
+                    spill = self._spill_io(writer.finish, {"run_id": self.job.run_id})
+            except BaseException:
+                writer.abort()
+                raise
+            self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(spill_dir))
+            try:
+                groups = None if source.group_ids is None else source.group_ids.take(spill.sequences)
+                plan = self.plan(spill, window, final=last, groups=groups)
+                self.write(spill, plan, final=last, groups=groups)
+                carry = _tail(spill, plan, self.opts.seq_len) if self.opts.mode == "concat" and not last else None
+            finally:
+                spill.close()
+                remove_spill(spill_dir)
+            window += 1
+            if last:
+                return
+
+    # ------------------------------------------------------------------------- spill
+
+    def spill(self, source: SegmentSource) -> Spill:
+        """The spill step of one plan: every segment of `source` on disk, its tallies in the
+        spill's record; on --resume, the complete spill of the interrupted run instead, its
+        tallies read back (nothing is read or tokenized again)."""
+        job, outcome = self.job, self.outcome
+        spill = spilling.open_complete(job.spill_dir, job.run_id) if self.opts.resume else None
+        if spill is not None:
+            outcome.spill_reused = True
+            outcome.counts = IngestCounts(**spill.meta["counts"])
+            if self.opts.group_by is not None:
+                outcome.group_table = GroupTable.from_dict(spill.meta["groups"])
+        else:
+            spill = self._spill_all(source)
+            pause("spilled")
+        outcome.bad = spill.meta["bad"]
+        outcome.spill_bytes = spilling.spill_size(job.spill_dir)
+        return spill
+
+    def _spill_all(self, source: SegmentSource) -> Spill:
+        """Every segment of `source` into the spill, its counts (once all is read) in the record."""
+        # by length if the first chunk's rows would hold many sequences (a guess the plan
+        # corrects: it copies a spill in input order, or maps one written by length)
+        writer = self.open_spill(spills_by_length(self.opts) and self.planner.gathers_by_bucket)
+        try:
+            for tokens, lengths, learned in source.batches:
+                with self.timer.stage("spill"):
+                    self._spill_io(writer.append, tokens, lengths, learned)
+            with self.timer.stage("spill"):
+                return self._spill_io(writer.finish, self._record(source))
+        except BaseException:
+            writer.abort()
+            raise
+
+    def open_spill(self, by_length: bool | Callable[[int, int], bool] = False) -> SpillWriter:
+        """A writer of this run's spill (whatever was in its directory goes first), in the
+        output's id dtype, with learned bits where labels are masked."""
+        setup = self.job.setup
+        masked = setup.builder.labels != "text"
+        return self._spill_io(SpillWriter, self.job.spill_dir, ids_dtype(setup.vocab_size), masked, False, by_length)
+
+    def _record(self, source: SegmentSource) -> dict[str, Any]:
+        """The spill's record of one plan: the counts, the bad records and the --group-by
+        table, the segments' group ids saved beside it first."""
+        record: dict[str, Any] = {
+            "run_id": self.job.run_id,
+            "counts": source.counts.to_dict(),
+            "bad": bad_dict(source.bad),
+        }
+        if source.group_table is not None and source.group_ids is not None:
+            ids = source.group_ids
+            save_group_ids(self.job.spill_dir, ids.take(ids.held))
+            record["groups"] = source.group_table.to_dict()
+        return record
+
+    def _spill_io(self, action: Callable[..., T], *args: Any) -> T:
+        try:
+            return action(*args)
+        except OSError as exc:
+            raise PackcliError(
+                f"writing the token spill to {self.job.spill_dir} failed: {exc.strerror or exc}; no manifest was written "
+                "(the spill needs about the output's size on disk: free some, or point --tmp-dir elsewhere)"
+            ) from exc
+
+    # ------------------------------------------------------------------------- plan
+
+    def plan(self, spill: Spill, window: int = 0, final: bool = True, groups: np.ndarray | None = None) -> Plan:
+        """The plan step: a window's plan (the whole input's without --buffer-size) from
+        the spill's length histogram alone where that suffices, from its segment ends read
+        from disk in concat mode of one whole input, else from its lengths. `groups`: each
+        segment's --group-by id."""
+        step, opts = self.planner, self.opts
+        by_bucket = spill.directory is not None and step.gathers_by_bucket(spill.tokens, spill.sequences)
+        if by_bucket and groups is None:
+            histogram = spill.histogram
+            if step.histogram_suffices(histogram):
+                return step.plan_histogram(histogram, window)  # the lengths stay on disk
+        if opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
+            return self._sparse_stream(spill)  # the lengths stay on disk
+        return step.plan_lengths(spill.lengths, window, final, groups, by_bucket)
+
+    def _sparse_stream(self, spill: Spill) -> Plan:
+        """Concat mode's plan of one whole input without --group-by, its segment ends read
+        from the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
+        s = self.planner.settings
+        with self.timer.stage("plan"):
+            spill.open_files()
+            ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
+            plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
+        self.planner.account(plan)
+        return plan
+
+    # ------------------------------------------------------------------------- write
+
+    def write(self, spill: Spill, plan: Plan, final: bool = True, groups: np.ndarray | None = None) -> None:
+        """The write step: the plan's rows gathered from the spill (or from its chunks or its
+        sorted copy: by_length.open_reader) and written into shards, SHARD_THREADS at a
+        time where one plan has them all. `groups`: each segment's --group-by id."""
+        with self.timer.stage("write"):
+            reader, plan = open_reader(spill, plan, self.opts.seq_len, self.opts.pad_multiple, groups)
+        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
+        source = Gathering(reader, plan)
+        try:
+            if SHARD_THREADS > 1 and final and not self.writer.started and plan.n_rows > self.job.rows_per_shard:
+                with self.timer.stage("write"):
+                    self._write_shards_at_once(spill, source)
+            else:
+                self._write_in_order(source)
+        finally:
+            reader.close()
+
+    def _gather(
+        self,
+        source: Gathering,
+        first: int = 0,
+        end: int | None = None,
+        order: RowOrder = None,
+        buffers: RowBuffers | None = None,
+    ) -> Iterator[Rows]:
+        """The plan's rows [first, end), read from the reader a block at a time."""
+        opts, pad_id = self.opts, self.job.setup.pad_id
+        plan = source.plan
+        return gather_rows(source.reader, plan, opts.seq_len, pad_id, first, opts.pad_multiple, end, order, buffers)
+
+    def _write_rows(
+        self,
+        blocks: Iterable[Rows],
+        writer: ShardWriter,
+        stats: RowStats,
+        plan: Plan,
+        first: int,
+        block_done: Callable[[int], None],
+        timed: bool = False,
+    ) -> None:
+        """The row-writing loop of both paths: each block counted for the report and added
+        to `writer` with its rows' --group-by ids (the plan's rows from `first` on), then
+        `block_done(shards the writer had finished before it)`. `timed`: each block's
+        writing counts as the write stage."""
+        for rows in blocks:
+            with self.timer.stage("write") if timed else contextlib.nullcontext():
+                finished = len(writer.shards)
+                stats.add(rows)
+                row_group = None if plan.row_group is None else plan.row_group[first : first + len(rows)]
+                outdir.guarded(self.job.out_dir, writer.add, rows, row_group)
+                first += len(rows)
+                block_done(finished)
+
+    def _write_in_order(self, source: Gathering) -> None:
+        """The rows in order: built on a thread while the block before them is written here
+        (the row kernel and pyarrow's compression both run without the GIL)."""
+        built = prefetch(self.timer.timed_iter("write", self._gather(source)), depth=1)
+        try:
+            self._write_rows(built, self.writer, self.outcome.stats, source.plan, 0, self._block_written, timed=True)
+        finally:
+            built.close()
+
+    def _block_written(self, finished: int) -> None:
+        """After a block of the in-order path: the pause points of a shard finished and of
+        one under way; a remote output's finished shards go up."""
+        writer = self.writer
+        if len(writer.shards) > finished:
+            pause("shard-done")
+        if writer.shards and writer.in_progress:
+            pause("mid-shard")
+        if self.job.remote is not None:
+            publish(self.job, writer.hashed_shards())
+
+    def _write_shards_at_once(self, spill: Spill, source: Gathering) -> None:
+        """Every shard of a whole plan, SHARD_THREADS at a time, each gathered and written on
+        its own thread (the row kernel, Parquet's encoder and sha256 all release the GIL):
+        one shard's rows are one after another, so its writer is a bottleneck no other
+        thread can share. Shards are taken back in order; the bytes are those of one shard
+        at a time."""
+        job, writer, plan = self.job, self.writer, source.plan
+        shards = -(-plan.n_rows // job.rows_per_shard)
+        order = plan.row_order()
+        stop = threading.Event()
+        spill.open_files()  # before the threads share them
+        gathering = [shards]  # shards whose rows are still being read from the spill
+        lock = threading.Lock()
+
+        def gathered() -> None:
+            """The last shard's rows are read: the spill goes while the shards are finished."""
+            with lock:
+                gathering[0] -= 1
+                if gathering[0] == 0:
+                    pause("last-rows-read")
+                    if job.remote is None:
+                        spill.close()
+                        source.reader.close()
+                        self.spill_removal = spilling.start_removal(job.spill_dir)
+
+        def one(index: int) -> tuple[ShardWriter, RowStats]:
+            return self._write_one_shard(source, writer.for_shard(index), order, stop, gathered)
+
+        pool = ThreadPoolExecutor(max_workers=SHARD_THREADS, thread_name_prefix="packcli-shard")
+        futures = [pool.submit(one, i) for i in range(shards)]
+        try:
+            for future in futures:
+                part, stats = future.result()
+                writer.absorb(part)
+                self.outcome.stats.merge(stats)
+                publish(job, writer.hashed_shards())
+                pause("shard-done")
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _write_one_shard(
+        self,
+        source: Gathering,
+        part: ShardWriter,
+        order: RowOrder,
+        stop: threading.Event,
+        gathered: Callable[[], None],
+    ) -> tuple[ShardWriter, RowStats]:
+        job, opts = self.job, self.opts
+        first = part.first_shard * job.rows_per_shard
+        end = min(first + job.rows_per_shard, source.plan.n_rows)
+        stats = RowStats(opts.seq_len)
+        buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
+
+        def stop_here(finished: int) -> None:
+            if stop.is_set():
+                raise PackcliError("stopped")  # the run failed elsewhere; that error is the one shown
+
+        try:
+            rows = self._gather(source, first, end, order, buffers)
+            self._write_rows(rows, part, stats, source.plan, first, stop_here)
+            gathered()
+            outdir.guarded(job.out_dir, part.close)
+        except BaseException:
+            part.abort()
+            raise
+        return part, stats
 
 
-def _cut_windows(chunks: Chunks, size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
+def _cut_windows(
+    batches: Iterable[Segments], size: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
     """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments,
     whatever the batches: windows never depend on how the input was read."""
     held = 0
-    for tokens, lengths, learned in chunks:
+    for tokens, lengths, learned in batches:
         while len(lengths):
             take = min(len(lengths), size - held)
             n = int(lengths[:take].sum())
@@ -477,7 +504,7 @@ def _cut_windows(chunks: Chunks, size: int) -> Iterator[tuple[np.ndarray, np.nda
             yield (*part, closes)
 
 
-def _tail(spill: Spill, plan: Plan, seq_len: int) -> Chunk | None:
+def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)
@@ -495,13 +522,13 @@ def _tail(spill: Spill, plan: Plan, seq_len: int) -> Chunk | None:
     return tokens, lengths, learned
 
 
-def _finish(job: Job, outcome: Outcome, report: Report) -> None:
+def _finish(job: Job, outcome: Outcome, report: Report, removal: threading.Thread | None = None) -> None:
     """Report, then manifest (last: its presence means complete), while the spill goes (it
-    may be going already: `_write_shards_at_once` starts its removal once every row is
+    may be going already, `removal`: the one-plan path starts it once every row is
     gathered). A run that fails from then on has no spill: --resume keeps the finished
     shards and reads the input again."""
     out = job.out_dir
-    removal = job.spill_removal or spilling.start_removal(job.spill_dir)
+    removal = removal or spilling.start_removal(job.spill_dir)
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
         pause("report.json")

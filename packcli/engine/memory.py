@@ -22,12 +22,14 @@ from packcli.core.errors import PackcliError
 from packcli.core.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
 from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.engine.summary import unlearned_section
+from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, group_counts, group_entries
 from packcli.plan.patterns import PatternPlan
-from packcli.plan.planner import Plan, RowPlan, plan_rows, uncapped_rows
+from packcli.plan.planner import RowPlan, plan_rows, uncapped_rows
 from packcli.plan.rows import Rows
 from packcli.plan.settings import PlanSettings
 from packcli.plan.strategy import Strategy, is_custom
+from packcli.plan.stream import StreamPlan
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.write.gather import gather_rows
 from packcli.write.report import RowStats, no_packing_baseline
@@ -157,12 +159,7 @@ def pack_sequences(
     _add_groups_and_cap(report, rows, plan, table, settings, seg_lengths, segment_groups)
     owners = segmenter.owners
     assert owners is not None  # track_owners=True
-    if isinstance(plan, RowPlan):
-        pieces = {"source": plan.source, "row": plan.row, "offset": plan.offset, "length": plan.piece_len}
-    elif isinstance(plan, PatternPlan):
-        pieces = plan.placement(np.cumsum(seg_lengths) - seg_lengths)
-    else:
-        pieces = plan.placement()
+    pieces = _placed_pieces(plan, seg_lengths)
     placement = {
         "sequence": owners[pieces["source"]],
         "row": pieces["row"],
@@ -170,6 +167,19 @@ def pack_sequences(
         "length": pieces["length"],
     }
     return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
+
+
+def _placed_pieces(plan: Plan, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """Every placed piece: its segment (`source`), `row`, `offset` and `length`. The plan's
+    contract gives pieces by row, for gathering; this lists each kind's own way, in the
+    order its kind keeps them. `lengths`: the segments'."""
+    if isinstance(plan, RowPlan):
+        return {"source": plan.source, "row": plan.row, "offset": plan.offset, "length": plan.piece_len}
+    if isinstance(plan, PatternPlan):
+        return plan.placement(np.cumsum(lengths) - lengths)
+    if isinstance(plan, StreamPlan):
+        return plan.placement()
+    raise PackcliError(f"internal: no placement of a {type(plan).__name__}")
 
 
 def _add_groups_and_cap(

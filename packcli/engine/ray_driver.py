@@ -1,8 +1,8 @@
 """The driver of `--engine ray`: hands out spill parts and shards, plans in between.
 
-The driver holds the plan and nothing that grows with the tokens. Where the local engine
-plans from the length histogram (job.from_histogram: bin mode of short sequences), so
-does the driver, from the parts' histograms added up: it holds the patterns and a count
+The driver holds the plan and nothing that grows with the tokens. It runs the local
+engine's plan step (job.PlanStep): where that plans from the length histogram
+(`histogram_suffices`: bin mode of short sequences), so does the driver, from the parts' histograms added up: it holds the patterns and a count
 per part and length, nothing per sequence. Otherwise it reads the parts' lengths and
 holds what the local engine's plan holds (docs/scale-out.md). The tasks are in
 ray_tasks.py.
@@ -24,20 +24,11 @@ from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
-from packcli.engine.job import (
-    Job,
-    Outcome,
-    Progress,
-    by_bucket,
-    check_documents,
-    from_histogram,
-    plan_histogram,
-    plan_segments,
-)
+from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
+from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
-from packcli.plan.patterns import PatternPlan
-from packcli.plan.planner import Plan, plan_window, uncapped_rows
-from packcli.plan.settings import plan_settings
+from packcli.plan.planner import plan_window, uncapped_rows
+from packcli.plan.settings import PlanSettings
 from packcli.plan.strategy import is_custom
 from packcli.read.records import BadRecords
 from packcli.write.columns import ids_dtype
@@ -98,43 +89,44 @@ def execute_ray(job: Job, paths: list[str], timer: Timer, progress: Progress | N
 def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progress | None) -> Outcome:
     opts, spill_dir = job.opts, job.spill_dir
     outcome = Outcome(stats=RowStats(opts.seq_len))
+    step = PlanStep(opts, outcome, timer)
     wall: dict[str, float] = {}
     begin = time.perf_counter()
     parts = tasks.split_inputs(paths, PART_BYTES)
-    metas, reused = _spill_parts(ray, job, parts, progress)
+    metas, reused = _spill_parts(ray, job, parts, progress, step.settings)
     wall["spill"] = time.perf_counter() - begin
-    job.spill_reused = reused == len(parts)
+    outcome.spill_reused = reused == len(parts)
     outcome.counts, outcome.bad = _merged_counts(metas), _merged_bad(metas)
     for meta in metas:
         for stage, seconds in meta.get("timings", {}).items():
             timer.seconds[stage] += seconds
     check_documents(outcome, paths)
-    job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+    outcome.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     tokens, sequences = sum(int(m["tokens"]) for m in metas), sum(int(m["sequences"]) for m in metas)
-    histogram, per_part, flat = None, None, False
-    if by_bucket(opts, tokens, sequences) and opts.group_by is None:
+    histogram, per_part, from_histogram = None, None, False
+    if step.gathers_by_bucket(tokens, sequences) and opts.group_by is None:
         per_part = _part_histograms(spill_dir, len(parts))
         histogram = per_part.sum(axis=0)
-        flat = from_histogram(opts, tokens, sequences, histogram, grouped=False)
-    sorting = _sort_parts(ray, job, metas) if flat else []  # while this process plans
+        from_histogram = step.histogram_suffices(histogram)
+    sorting = _sort_parts(ray, job, metas) if from_histogram else []  # while this process plans
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     part_counts = None
     plan: Plan
-    if flat and histogram is not None and per_part is not None:  # the lengths stay in the parts
-        plan = plan_histogram(job, outcome, timer, histogram)
-        assert isinstance(plan, PatternPlan) and plan.buckets is not None  # plan_histogram's
+    if from_histogram and histogram is not None and per_part is not None:  # the lengths stay in the parts
+        plan = step.plan_histogram(histogram)
+        assert plan.buckets is not None  # plan_histogram's
         part_counts = per_part[:, plan.buckets.length]  # where the shard tasks find the k-th of a length
     else:
         with timer.stage("plan"):
             lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
-            groups = _merged_groups(job, metas, lengths)
-        plan = plan_segments(job, outcome, timer, lengths, groups=groups)
+            groups = _merged_groups(job, outcome, metas, lengths)
+        plan = step.plan_lengths(lengths, groups=groups)
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     if sorting:
         tasks.resolved(ray, sorting)
-        job.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
+        outcome.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
     results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas], part_counts)
     settle(ray, warming)
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
@@ -145,7 +137,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     outcome.group_counts = tasks.merge_group_counts(results)
     attempts = tasks.count_attempts(spill_dir)
     ran = len(parts) - reused + len(sorting) + len(results)
-    job.engine = {
+    outcome.engine = {
         "name": "ray",
         "tasks": ran,
         "retries": max(0, attempts - ran),
@@ -178,12 +170,12 @@ def _sort_parts(ray: Any, job: Job, metas: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
-def _merged_groups(job: Job, metas: list[dict[str, Any]], lengths: np.ndarray) -> np.ndarray | None:
+def _merged_groups(job: Job, outcome: Outcome, metas: list[dict[str, Any]], lengths: np.ndarray) -> np.ndarray | None:
     """--group-by: the parts' tables merged in input order into the one the local engine
-    builds (job.groups), and every segment's id in it, in input order."""
+    builds (outcome.group_table), and every segment's id in it, in input order."""
     if job.opts.group_by is None:
         return None
-    job.groups, remaps = merge_tables([GroupTable.from_dict(meta["groups"]) for meta in metas])
+    outcome.group_table, remaps = merge_tables([GroupTable.from_dict(meta["groups"]) for meta in metas])
     ids = [
         remap[load_group_ids(tasks.part_path(job.spill_dir, i), int(meta["sequences"]))]
         for i, (meta, remap) in enumerate(zip(metas, remaps))
@@ -195,7 +187,7 @@ def _merged_groups(job: Job, metas: list[dict[str, Any]], lengths: np.ndarray) -
 
 
 def _spill_parts(
-    ray: Any, job: Job, parts: list[tasks.Part], progress: Progress | None
+    ray: Any, job: Job, parts: list[tasks.Part], progress: Progress | None, settings: PlanSettings
 ) -> tuple[list[dict[str, Any]], int]:
     """One task per part of the input; a resumed run keeps the complete parts of the same run."""
     spill_dir = job.spill_dir
@@ -213,7 +205,7 @@ def _spill_parts(
         for i, part in enumerate(parts)
         if i not in kept
     }
-    warm_planner(job.opts)
+    warm_planner(settings, job.opts.group_by is not None)
     metas = dict(kept)
     pending = list(refs)
     total = sum(part.bytes for part in parts)
@@ -238,16 +230,16 @@ def _warm_writers(ray: Any, job: Job, parts: int) -> list[Any]:
     return [warm.remote(dtype) for _ in range(count)]
 
 
-def warm_planner(opts: Any) -> None:
+def warm_planner(settings: PlanSettings, grouped: bool) -> None:
     """The planner's kernels loaded (Numba, from its cache) while the tasks read: the plan
-    runs alone between the two rounds of tasks, with every worker idle."""
-    if is_custom(opts.algorithm):
+    runs alone between the two rounds of tasks, with every worker idle. `grouped`: with
+    --group-by."""
+    if is_custom(settings.algorithm):
         return  # a user's strategy is called once, on the real lengths
-    settings = plan_settings(opts)
-    lengths = np.minimum(np.arange(1, 9, dtype=np.int64), opts.seq_len)
-    groups = np.zeros(len(lengths), dtype=np.int32) if opts.group_by is not None else None
+    lengths = np.minimum(np.arange(1, 9, dtype=np.int64), settings.seq_len)
+    groups = np.zeros(len(lengths), dtype=np.int32) if grouped else None
     plan_window(lengths, settings, 0, True, groups)
-    if opts.max_sequences_per_row is not None:
+    if settings.max_per_row is not None:
         uncapped_rows(lengths, settings, groups)
 
 

@@ -37,9 +37,9 @@ import numpy as np
 from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
+from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import group_counts
 from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
-from packcli.plan.planner import Plan, RowOrder
 from packcli.write import outdir
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedSpill, sort_spill
 from packcli.write.columns import shard_name

@@ -169,13 +169,13 @@ def buffer_section(opts: PackOptions, summary: RowSummary, *, windows: int, bfd_
 
 
 def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer, total: float) -> Report:
-
+    """pack's report of one run, from its job's options and its steps' outcome."""
     opts, counts = job.opts, outcome.counts
     summary = outcome.stats.summary()
     buffer = None
     if opts.mode == "bin":
-        one = bfd_rows_from_counts(job.histogram, opts.seq_len) if job.histogram is not None else 0
-        buffer = buffer_section(opts, summary, windows=job.windows, bfd_rows_in_one_window=one)
+        one = bfd_rows_from_counts(outcome.placed, opts.seq_len) if outcome.placed is not None else 0
+        buffer = buffer_section(opts, summary, windows=outcome.windows, bfd_rows_in_one_window=one)
     report = build_report(
         opts,
         job.setup,
@@ -186,36 +186,38 @@ def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer
         workers=workers,
         remainder_tokens=outcome.remainder_tokens,
         buffer=buffer,
-        spill={"bytes": job.spill_bytes, "reused": job.spill_reused, "tmp_dir": opts.tmp_dir},
+        spill={"bytes": outcome.spill_bytes, "reused": outcome.spill_reused, "tmp_dir": opts.tmp_dir},
         timings=timer.seconds,
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
-    report["engine"] = job.engine
-    if "workers" in job.engine:
-        report["workers"] = job.engine["workers"]
+    report["engine"] = outcome.engine
+    if "workers" in outcome.engine:
+        report["workers"] = outcome.engine["workers"]
     return report
 
 
 def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
     """The --group-by table and what --max-sequences-per-row cost, when they were asked for."""
-    if job.groups is not None:
+    if outcome.group_table is not None:
         every_token = job.opts.mode == "bin" or job.opts.remainder == "pad"
-        outcome.groups = group_entries(job.groups, outcome.group_counts, job.opts.seq_len, hashed=every_token)
-        report["groups"] = outcome.groups
+        outcome.group_entries = group_entries(
+            outcome.group_table, outcome.group_counts, job.opts.seq_len, hashed=every_token
+        )
+        report["groups"] = outcome.group_entries
     cap = job.opts.max_sequences_per_row
     if cap is not None:
         custom = ":" in job.opts.algorithm
         report["max_sequences_per_row"] = {
             "cap": cap,
             "rows": report["rows"],
-            "uncapped_rows": None if custom else job.uncapped_rows,
-            "extra_rows": None if custom else report["rows"] - job.uncapped_rows,
+            "uncapped_rows": None if custom else outcome.uncapped_rows,
+            "extra_rows": None if custom else report["rows"] - outcome.uncapped_rows,
         }
 
 
 def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
-
+    """pack's manifest of one run, written last."""
     opts, setup = job.opts, job.setup
     return build_manifest(
         opts,
@@ -225,5 +227,5 @@ def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
         npy_ids_dtype=ids_dtype(setup.vocab_size).name,
         totals={"rows": report["rows"], "sequences": report["sequences_packed"], "real_tokens": report["real_tokens"]},
         shards=[s.to_dict() for s in outcome.shards],
-        groups=outcome.groups if opts.group_by is not None else None,
+        groups=outcome.group_entries if opts.group_by is not None else None,
     )

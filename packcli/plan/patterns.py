@@ -20,12 +20,14 @@ lengths beside them with --pad-to-multiple-of). docs/plan-from-counts.md has the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
+from packcli.plan.contract import Pieces, RowOrder
 from packcli.plan.kernels.pack import (
     IMPROVE_WORK_BASE,
     IMPROVE_WORK_PER_SEQUENCE,
@@ -346,31 +348,62 @@ def _part_positions(bucket, local, first, base, length):
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class SlotMap:
+    """Slots found through the slot map: the first token in the spill of the sequence of
+    each rank (sequences sorted by (group, placed length), input order inside each)."""
+
+    start: np.ndarray  # int64 per rank
+
+
+# Where a PatternPlan's slots are found, the rank of a slot made a place to read its
+# sequence at: through the slot map (in the spill); by bucket in the spill's sorted copy
+# (Buckets, its layout); or by bucket in parts (BucketParts: a spill's chunks written by
+# length, or the Ray engine's sorted copies of its parts).
+SlotLookup = SlotMap | Buckets | BucketParts
+
+
 @dataclass
 class PatternPlan:
     """The plan of one window: patterns (every group's, group 0 first) and the rule that
-    fills their slots (see the module docstring)."""
+    fills their slots (see the module docstring), with where its slots are found
+    (`lookup`)."""
 
     seq_len: int
     patterns: Patterns
     slot_base: np.ndarray  # int64 per slot: rank in the slot map of its row 0's sequence
     slot_step: np.ndarray  # int64 per slot: copies of its length in its pattern
-    slot_start: np.ndarray | None  # int64 per sequence: spill starts sorted by (group, placed length)
-    slot_real: np.ndarray | None  # int64 per sequence beside slot_start: real lengths (--pad-to-multiple-of)
+    lookup: SlotLookup
+    slot_real: np.ndarray | None = None  # int64 per rank: real lengths (--pad-to-multiple-of)
     shuffle: bool = False
     seed: int = 0
     window: int = 0
     row_group: np.ndarray | None = None  # int32 per output row (--group-by)
     remainder_tokens: int = 0
-    buckets: Buckets | None = None  # in place of slot_start: the spill sorted by bucket (write/by_length.py)
-    slot_bucket: np.ndarray | None = None  # int64 per pattern slot, with buckets: the bucket of its ranks
-    parts: BucketParts | None = None  # with buckets: the sorted file's buckets split over parts (in_parts)
 
     @property
     def n_rows(self) -> int:
         return self.patterns.n_rows
 
-    def row_order(self) -> None:
+    @property
+    def buckets(self) -> Buckets | None:
+        """The buckets the slots are found by (None: through a slot map)."""
+        if isinstance(self.lookup, BucketParts):
+            return self.lookup.buckets
+        return self.lookup if isinstance(self.lookup, Buckets) else None
+
+    @functools.cached_property
+    def slot_bucket(self) -> np.ndarray:
+        """The bucket of each pattern slot's ranks (found by bucket): every rank a slot takes,
+        in all its rows, is of one (group, length), so its bucket is found once per slot
+        here, not once per sequence per block."""
+        buckets = self.buckets
+        assert buckets is not None  # slots found by bucket
+        found: np.ndarray = np.searchsorted(buckets.rank, self.slot_base, side="right") - 1
+        return found
+
+    def row_order(self) -> RowOrder:
+        """Nothing to work out: a row's slots come from its pattern."""
         return None
 
     def plan_rows_of(self, output_rows: np.ndarray) -> np.ndarray:
@@ -385,13 +418,11 @@ class PatternPlan:
             return rows.copy()
         return RowPermutation(self.n_rows, self.seed, self.window).forward(rows)
 
-    def pieces(
-        self, first: int, last: int, order: object = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(start, length, row - first, offset) of the sequences of output rows [first, last),
-        the start where `placed` puts it."""
+    def pieces(self, first: int, last: int, order: RowOrder = None) -> Pieces:
+        """The sequences of output rows [first, last), by row then offset, each starting
+        where `lookup` places it (`order` is row_order()'s: None)."""
         start, length, row, offset = self.placed(np.arange(first, last, dtype=np.int64))
-        return start, length, row - first, offset
+        return Pieces(start, length, row - first, offset)
 
     def slots(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(rank in the slot map, placed length, output row, offset) of every slot of these
@@ -413,34 +444,25 @@ class PatternPlan:
 
     def placed(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(start, real length, output row, offset) of every slot of these output rows. The
-        start is in the spill (slot map), the sorted file (buckets) or the parts' joined
-        coordinates (buckets in parts)."""
+        start is where `lookup` places the slot's rank: in the spill (slot map), its sorted
+        copy (buckets) or the parts' joined coordinates (buckets in parts)."""
         slot, rank, row = self._slots_of(out_rows)
         p = self.patterns
         length, offset = p.slot_len[slot], p.slot_pos[slot]
         real = length if self.slot_real is None else self.slot_real[rank]
-        if self.slot_start is not None:
-            return self.slot_start[rank], real, row, offset
-        buckets, slot_bucket = self.buckets, self.slot_bucket
-        assert buckets is not None and slot_bucket is not None  # a plan with its slot map or its buckets
-        b = slot_bucket[slot]
-        local = rank - buckets.rank[b]
-        if self.parts is not None:
-            return self.parts.positions(b, local), real, row, offset
-        return buckets.token[b] + local * buckets.length[b], real, row, offset
-
-    def by_buckets(self, buckets: Buckets) -> None:
-        """Slots placed in the spill sorted by bucket (no slot map): every rank a pattern
-        slot takes, in all its rows, is of one (group, length), so its bucket is found once
-        per slot here, not once per sequence per block."""
-        self.buckets, self.slot_start = buckets, None
-        self.slot_bucket = np.searchsorted(buckets.rank, self.slot_base, side="right") - 1
+        lookup = self.lookup
+        if isinstance(lookup, SlotMap):
+            return lookup.start[rank], real, row, offset
+        b = self.slot_bucket[slot]
+        if isinstance(lookup, BucketParts):
+            return lookup.positions(b, rank - lookup.buckets.rank[b]), real, row, offset
+        return lookup.token[b] + (rank - lookup.rank[b]) * lookup.length[b], real, row, offset
 
     def in_parts(self, parts: BucketParts) -> PatternPlan:
         """This plan with its buckets' sequences found in `parts` (a copy: a plan shipped
         to several readers keeps its own)."""
-        assert self.buckets is not None and parts.buckets is self.buckets
-        return replace(self, parts=parts)
+        assert parts.buckets is self.buckets
+        return replace(self, lookup=parts)
 
     def placement(self, spill_starts: np.ndarray) -> dict[str, np.ndarray]:
         """Every sequence's place, in spill order (as plan.RowPlan lists them): `source`,
@@ -451,7 +473,7 @@ class PatternPlan:
         order = np.argsort(source, kind="stable")
         return {"source": source[order], "row": row[order], "offset": offset[order], "length": length[order]}
 
-    def placed_histogram(self, seq_len: int | None = None, multiple: int = 1) -> np.ndarray:
+    def placed_histogram(self) -> np.ndarray:
         """Sequences per placed length 0..seq_len (what the report's window cost needs);
         the slots' lengths are placed lengths already."""
         p = self.patterns
@@ -473,9 +495,9 @@ def pattern_plan(
     by_bucket: bool = False,
 ) -> PatternPlan:
     """The plan of one window of segments (`lengths`, real, in spill order) from its
-    histogram per group, with its slot map; or, with `by_bucket`, with the layout of the
-    spill sorted by bucket (`buckets`, write/by_length.py) in its place: nothing per
-    sequence then, but the real lengths with `multiple` > 1."""
+    histogram per group, its slots found through the slot map; or, with `by_bucket`, by
+    bucket in the spill's sorted copy (write/by_length.py): nothing per sequence then,
+    but the real lengths with `multiple` > 1."""
     # every length in [1, seq_len] once placed (as pack_lengths checks them): the kernels
     # below index by placed length and trust it
     lengths = _as_lengths(lengths, seq_len // multiple * multiple)
@@ -484,10 +506,10 @@ def pattern_plan(
         histograms = [(0, counts)] if len(lengths) else []
         plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
         if by_bucket:
-            plan.by_buckets(Buckets.from_histograms([counts], seq_len))
             plan.slot_real = slot_map(lengths, multiple, counts)[1] if multiple > 1 else None
         else:
-            plan.slot_start, plan.slot_real = slot_map(lengths, multiple, counts)
+            starts, plan.slot_real = slot_map(lengths, multiple, counts)
+            plan.lookup = SlotMap(starts)
         return plan
     from packcli.plan.grouping import group_slices
 
@@ -504,10 +526,8 @@ def pattern_plan(
         histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window, grouped=True
     )
     order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
-    if by_bucket:
-        plan.by_buckets(Buckets.from_histograms([counts for _, counts in histograms], seq_len))
-    else:
-        plan.slot_start = (np.cumsum(lengths) - lengths)[order]
+    if not by_bucket:
+        plan.lookup = SlotMap((np.cumsum(lengths) - lengths)[order])
     plan.slot_real = None if multiple == 1 else lengths[order]
     return plan
 
@@ -523,17 +543,15 @@ def histogram_plan(
     window: int = 0,
 ) -> PatternPlan:
     """The plan of one window from its histogram alone (sequences per length, no
-    --group-by, no --pad-to-multiple-of), with the buckets of the spill sorted by length
-    in place of a slot map: what pattern_plan makes with `by_bucket`, without the lengths."""
+    --group-by, no --pad-to-multiple-of), its slots found by bucket in the spill's sorted
+    copy: what pattern_plan makes with `by_bucket`, without the lengths."""
     counts = np.zeros(seq_len + 1, dtype=np.int64)
     histogram = np.asarray(histogram, dtype=np.int64)
     if len(histogram) > seq_len + 1 or (len(histogram) and histogram[0]):
         raise PackcliError(f"lengths must be in [1, {seq_len}]")
     counts[: len(histogram)] = histogram
     histograms = [(0, counts)] if counts.sum() else []
-    plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
-    plan.by_buckets(Buckets.from_histograms([counts], seq_len))
-    return plan
+    return plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
 
 
 def slot_map(lengths: np.ndarray, multiple: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -592,9 +610,10 @@ def plan_from_counts(
     grouped: bool = False,
 ) -> PatternPlan:
     """The plan from the histograms alone: (group id, sequences per placed length
-    0..seq_len) for each group, in id order. Its slot map is left to the caller
-    (`slot_start` None): rows come out as ranks in it (PatternPlan.slots). `grouped`:
-    give the plan its `row_group` column (int32 per row)."""
+    0..seq_len) for each group, in id order. Its slots are found by bucket in the sorted
+    copy (its `lookup`, the buckets of these histograms), which a caller with a slot map
+    replaces; rows come out as ranks (PatternPlan.slots) either way. `grouped`: give the
+    plan its `row_group` column (int32 per row)."""
     parts, slot_bases, slot_steps, row_groups = [], [], [], []
     repair = algorithm in REPAIRED and cap is None
     first = 0  # sequences of the groups before this one, in the slot map
@@ -620,8 +639,7 @@ def plan_from_counts(
         patterns=_joined(parts),
         slot_base=np.concatenate(slot_bases) if slot_bases else empty,
         slot_step=np.concatenate(slot_steps) if slot_steps else empty,
-        slot_start=None,
-        slot_real=None,
+        lookup=Buckets.from_histograms([counts for _, counts in histograms], seq_len),
         shuffle=shuffle,
         seed=seed,
         window=window,

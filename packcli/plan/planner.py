@@ -1,8 +1,9 @@
 """The plan: segment lengths in, the rows they make out (write/gather.py gathers them).
 
 A plan is a plain value computed from the lengths alone, so any executor can compute it
-and hand out ranges of rows to gather; every kind answers `pieces(first, last)` (the
-spill start, length, row and offset of what output rows [first, last) hold). Bin mode
+and hand out ranges of rows to gather; every kind holds to contract.Plan, answering
+`pieces(first, last)` (where each piece of output rows [first, last) is read, its
+length, row and offset). Bin mode
 with bfd, spfhp or lpfhp plans from the length histogram (patterns.py: row patterns
 and a slot rule); the packers that decide per sequence keep a RowPlan (arrays per piece);
 concat mode cuts the joined stream at multiples of `seq_len` (stream.py: nothing per
@@ -14,19 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from packcli.plan.contract import Pieces, Plan, RowOrder
 from packcli.plan.grouping import group_slices
 from packcli.plan.kernels.pack import plan_lengths
 from packcli.plan.patterns import PATTERN_ALGORITHMS, PatternPlan, pattern_plan
 from packcli.plan.permute import RowPermutation
 from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import PlanSettings
-from packcli.plan.strategy import is_custom, place_custom
+from packcli.plan.strategy import Strategy, is_custom, place_custom
 from packcli.plan.stream import StreamPlan, grouped_stream_plan, stream_plan
-
-RowOrder = tuple[np.ndarray, np.ndarray] | None  # RowPlan.row_order(); StreamPlan needs none
 
 
 @dataclass
@@ -41,6 +42,8 @@ class RowPlan:
     row: np.ndarray  # int64, the output row (after shuffling)
     offset: np.ndarray  # int64, inside the row
     n_rows: int
+    seq_len: int
+    multiple: int = 1  # --pad-to-multiple-of: each piece takes its length rounded up to it
     remainder_tokens: int = 0  # concat: tokens of the last, partial row (padded or dropped)
     row_group: np.ndarray | None = None  # int32 per output row: its --group-by group id
 
@@ -49,23 +52,24 @@ class RowPlan:
         order = np.argsort(self.row, kind="stable")
         return order, self.row[order]
 
-    def placed_histogram(self, seq_len: int, multiple: int = 1) -> np.ndarray:
+    def placed_histogram(self) -> np.ndarray:
         """Pieces per placed length 0..seq_len: the room each took (what the report's window cost needs)."""
-        return np.bincount(padded_lengths(self.piece_len, multiple), minlength=seq_len + 1)[: seq_len + 1]
+        seq_len = self.seq_len
+        return np.bincount(padded_lengths(self.piece_len, self.multiple), minlength=seq_len + 1)[: seq_len + 1]
 
-    def pieces(
-        self, first: int, last: int, order: RowOrder = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(spill start, length, row - first, offset) of the pieces of output rows [first, last)."""
+    def pieces(self, first: int, last: int, order: RowOrder = None) -> Pieces:
+        """The pieces of output rows [first, last), read from the spill, by row."""
         pieces, sorted_rows = order if order is not None else self.row_order()
         lo, hi = np.searchsorted(sorted_rows, [first, last])
         pick = pieces[lo:hi]
-        return self.piece_start[pick], self.piece_len[pick], self.row[pick] - first, self.offset[pick]
+        return Pieces(self.piece_start[pick], self.piece_len[pick], self.row[pick] - first, self.offset[pick])
 
 
-# bin mode with bfd, spfhp or lpfhp: patterns from the histogram; other bin plans (nf, ff, ffd,
-# a cap on bfd, a user strategy, the library's windows): arrays per piece; concat: stream ranges
-Plan = RowPlan | PatternPlan | StreamPlan
+if TYPE_CHECKING:
+    # The kinds of plan, each held to contract.Plan: bin mode with bfd, spfhp or lpfhp plans
+    # patterns from the histogram; other bin plans (nf, ff, ffd, a cap on bfd, a user
+    # strategy, the library's windows) keep arrays per piece; concat cuts stream ranges.
+    _KINDS: tuple[type[Plan], ...] = (RowPlan, PatternPlan, StreamPlan)
 
 
 def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | None = None) -> Plan:
@@ -123,6 +127,8 @@ def _plan_bin(
         row=np.concatenate(rows) if rows else empty,
         offset=np.concatenate(offsets) if offsets else empty,
         n_rows=base,
+        seq_len=s.seq_len,
+        multiple=s.multiple,
         row_group=None if groups is None else _joined_groups(row_groups),
     )
 
@@ -212,11 +218,16 @@ def plan_window(
 
 
 def from_counts(s: PlanSettings) -> bool:
-    """Whether bin mode plans these settings from the length histogram (patterns.py):
-    bfd, spfhp and lpfhp decide from counts; capped bfd places one sequence at a time."""
-    if is_custom(s.algorithm) or str(s.algorithm) not in PATTERN_ALGORITHMS:
+    """Whether bin mode plans these settings from the length histogram (patterns.py)."""
+    return counts_decide(s.algorithm, s.max_per_row)
+
+
+def counts_decide(algorithm: str | Strategy, max_per_row: int | None) -> bool:
+    """Whether this packer, with this --max-sequences-per-row, decides from the counts of
+    each length alone: bfd, spfhp and lpfhp do; capped bfd places one sequence at a time."""
+    if is_custom(algorithm) or str(algorithm) not in PATTERN_ALGORITHMS:
         return False
-    return s.max_per_row is None or s.algorithm != "bfd"
+    return max_per_row is None or algorithm != "bfd"
 
 
 def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None) -> RowPlan:
@@ -243,6 +254,8 @@ def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarra
         row=column["row"],
         offset=column["offset"],
         n_rows=base,
+        seq_len=s.seq_len,
+        multiple=s.multiple,
         row_group=None if groups is None else _joined_groups(row_groups),
     )
 

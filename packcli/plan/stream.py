@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packcli.plan.contract import Pieces, RowOrder
 from packcli.plan.patterns import within
 from packcli.plan.permute import RowPermutation
 
@@ -47,11 +48,11 @@ class StreamPlan:
     def n_rows(self) -> int:
         return int(self.stream_rows[-1])
 
-    def row_order(self) -> None:
-        """Nothing to precompute: rows are found by search (RowPlan's takes an argsort)."""
+    def row_order(self) -> RowOrder:
+        """Nothing to work out: rows are found by search (RowPlan's takes an argsort)."""
         return None
 
-    def placed_histogram(self, seq_len: int, multiple: int = 1) -> None:
+    def placed_histogram(self) -> None:
         """None: a stream is cut into rows, not packed; it has no placed lengths to count."""
         return None
 
@@ -78,12 +79,11 @@ class StreamPlan:
             begin = end
         return out
 
-    def pieces(
-        self, first: int, last: int, order: object = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(spill start, length, row - first, offset) of the pieces of output rows [first, last)."""
+    def pieces(self, first: int, last: int, order: RowOrder = None) -> Pieces:
+        """The pieces of output rows [first, last), read from the spill, by row then offset
+        (`order` is row_order()'s: None)."""
         _, start, length, row, offset = self.pieces_with_source(first, last)
-        return start, length, row - first, offset
+        return Pieces(start, length, row - first, offset)
 
     def pieces_with_source(self, first: int, last: int) -> tuple[np.ndarray, ...]:
         """(spill segment, spill start, length, output row, offset) of the pieces of output rows

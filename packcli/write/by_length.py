@@ -19,6 +19,9 @@ are chunk 0's, then chunk 1's, ..., and the plan `in_parts` of `chunk_parts` pla
 slots in the spill itself, where `ChunkedSpill` reads them (its `placing` gives the plan
 that). Only when the chunks x lengths table would not be small (CHUNK_TABLE_CELLS) is
 such a spill copied as above.
+
+`open_reader` makes that choice for the write step: the reader of a plan's pieces (the
+spill as it is, its chunks, or its sorted copy) and the plan placed in it.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
-from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
+from packcli.plan.contract import Plan
+from packcli.plan.patterns import BucketParts, Buckets, PatternPlan, SlotMap
 from packcli.write.spill import Block, Ranges, Spill, _read_exactly, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
@@ -42,6 +48,38 @@ CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
 SORT_THREADS = 2  # chunks sorted at the same time
 READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
 CHUNK_TABLE_CELLS = 1 << 20  # chunks x buckets a ChunkedSpill holds (three int64 tables of it)
+
+
+class Reader(Protocol):
+    """Where the write step gathers rows from (gather.BlockReader), closed when it is done."""
+
+    def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block: ...
+
+    def close(self) -> None: ...
+
+
+def open_reader(
+    spill: Spill, plan: Plan, seq_len: int, multiple: int, groups: np.ndarray | None = None
+) -> tuple[Reader, Plan]:
+    """The reader of a plan's pieces and the plan placed in it. A plan whose slots are
+    found by bucket reads the chunks of a spill written by length in place, or else the
+    spill's sorted copy (made here); a plan through a slot map of a spill written by
+    length gets the map in the spill's own order; any other plan reads the spill as it is
+    (closing that reader closes the spill's files, which a later read opens again).
+    `groups`: each segment's --group-by id (the sorted copy's order)."""
+    if isinstance(plan, PatternPlan) and isinstance(plan.lookup, Buckets):
+        parts = chunk_parts(spill, plan.lookup) if spill.chunks is not None else None
+        if parts is not None:  # written by length: no copy to make, the slots placed in the spill
+            chunked = ChunkedSpill(spill, parts)
+            return chunked, chunked.placing(plan)
+        return sort_spill(spill, plan.lookup, seq_len, multiple, groups), plan
+    if spill.chunks is None:
+        return spill, plan
+    # written by length, planned through a slot map (rows of few sequences): the map in
+    # the spill's own order
+    if not isinstance(plan, PatternPlan) or not isinstance(plan.lookup, SlotMap) or plan.slot_real is not None:
+        raise PackcliError(f"internal: a {type(plan).__name__} cannot read a spill written by length")
+    return spill, replace(plan, lookup=SlotMap(file_slot_starts(spill)))
 
 
 def sort_spill(

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from packcli.plan.planner import Plan, RowOrder
+from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.rows import RowBuffers, Rows, fill_rows
 from packcli.write.spill import Block
 
