@@ -64,7 +64,7 @@ def rewrite_manifest(out, change) -> None:
 def test_pack_writes_the_current_format_in_the_documented_key_order(output):
     manifest = json.loads((output / "manifest.json").read_text())
     assert list(manifest) == MANIFEST_KEYS
-    assert manifest["format_version"] == FORMAT_VERSION == 4
+    assert manifest["format_version"] == FORMAT_VERSION == 5
 
 
 @pytest.mark.parametrize("reader", READERS, ids=list(READERS))
@@ -106,6 +106,18 @@ def test_format_3_reads_verifies_and_exports_as_it_is(output):
     """Format 3 differs from 4 only in the shuffled order of its rows."""
     rows = verify_dir(output)["rows"]
     rewrite_manifest(output, lambda m: m.update(format_version=3))
+    assert verify_dir(output)["rows"] == rows
+    assert stats_dir(output)["rows"] == rows
+    assert len(hf.load(output)) == rows
+    assert len(PackedDataset(output)) == rows
+    assert export_megatron(output, output.parent / "mega")["tokens"] == stats_dir(output)["real_tokens"]
+
+
+def test_format_4_reads_verifies_and_exports_as_it_is(output):
+    """Format 5 only added per-segment columns and `sources`, which an output without a
+    mixture does not have: its files are those of format 4."""
+    rows = verify_dir(output)["rows"]
+    rewrite_manifest(output, lambda m: m.update(format_version=4))
     assert verify_dir(output)["rows"] == rows
     assert stats_dir(output)["rows"] == rows
     assert len(hf.load(output)) == rows
