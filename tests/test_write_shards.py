@@ -221,7 +221,7 @@ def test_segment_columns_round_trip(tmp_path_factory, n_rows, fmt, cuts, rows_pe
     back = Rows.concat(blocks)
     assert_same_segments(back, rows)
     assert all(len(b.segment_columns["segment_source"]) == int(b.num_segments.sum()) for b in blocks)
-    check_rows(back, seq_len=16, pad_id=3)
+    check_rows(back, seq_len=16, pad_id=3, sources=5)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "npy"])
