@@ -42,6 +42,10 @@ table.figures td { padding: 2px 14px 2px 0; } table.figures td.v { text-align: r
 .ipad { color: #b05fb5; font: 600 11px system-ui, sans-serif; }
 body.only .t:not(.L) { display: none; }
 .controls { margin: 8px 0 0; color: #555; }
+table.sources { border-collapse: collapse; margin: 4px 0 12px; }
+table.sources th, table.sources td { padding: 2px 10px; border-bottom: 1px solid #e3e3e3; }
+table.sources th { font-weight: 600; text-align: right; } table.sources th.name { text-align: left; }
+table.sources td { text-align: right; font-variant-numeric: tabular-nums; } table.sources td.name { text-align: left; }
 """
 
 SCRIPT = """
@@ -162,13 +166,33 @@ def svg_histogram(title: str, bins: Sequence[Mapping[str, int]], width: int = 36
     )
 
 
+def sources_table(sources: Sequence[Mapping[str, Any]]) -> str:
+    """A mixture's sources, a row each: weights, shares, documents and tokens."""
+    from packcli.cli.render import SOURCE_DOCUMENT_COLUMNS, SOURCE_MIX_COLUMNS, SOURCE_TOKEN_COLUMNS, source_cells
+
+    columns = (*SOURCE_MIX_COLUMNS, *SOURCE_DOCUMENT_COLUMNS, *SOURCE_TOKEN_COLUMNS)
+    headings = {column: f"documents {column}" if column in SOURCE_DOCUMENT_COLUMNS else column for column in columns}
+
+    def cell(tag: str, column: str, text: str) -> str:
+        kind = ' class="name"' if column == "source" else ""
+        return f"<{tag}{kind}>{_e(text)}</{tag}>"
+
+    head = "".join(cell("th", column, headings[column]) for column in columns)
+    rows = "".join(
+        "<tr>" + "".join(cell("td", column, cells[column]) for column in columns) + "</tr>"
+        for cells in map(source_cells, sources)
+    )
+    return f'<table class="sources"><tr>{head}</tr>{rows}</table>'
+
+
 def stats_section(report: Mapping[str, Any]) -> str:
     from packcli.cli.render import CHART_TITLES
 
     charts = "".join(
         svg_histogram(CHART_TITLES.get(name, name), bins) for name, bins in report["distributions"].items() if bins
     )
-    return f'<section id="stats"><h2>stats</h2>{_figures(report)}<div class="charts">{charts}</div></section>'
+    sources = f"<h2>sources</h2>{sources_table(report['sources'])}" if report.get("sources") else ""
+    return f'<section id="stats"><h2>stats</h2>{_figures(report)}{sources}<div class="charts">{charts}</div></section>'
 
 
 # ----------------------------------------------------------------------------- pages
