@@ -2,10 +2,11 @@
 few lines of inline JS, inline SVG charts; nothing fetched from the network).
 
 Each row is a block; each segment a line of tokens in one of two alternating colours,
-opened by a marker with its index and length; learned tokens are highlighted, the others
-grey; each token's tooltip gives its id, position and label. The DOM carries what
-scripts/check_html.py checks: `.seg` elements with data-row/-seg/-start/-end/-real-end and
-`.learn` spans (data-start/-end) whose text is the learned tokens' text.
+opened by a marker with its index, length and (in a mixture) source; learned tokens are
+highlighted, the others grey; each token's tooltip gives its id, position and label. The
+DOM carries what scripts/check_html.py checks: `.seg` elements with
+data-row/-seg/-start/-end/-real-end (and data-source in a mixture) and `.learn` spans
+(data-start/-end) whose text is the learned tokens' text.
 """
 
 from __future__ import annotations
@@ -84,9 +85,13 @@ def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None,
             f'<div class="seg pad" {attrs} data-padding="1">'
             f'<span class="mark">pad × {segment.length:,} (id {pad})</span></div>'
         )
+    from packcli.cli.show_render import segment_mark
+
+    if segment.source is not None:
+        attrs += f' data-source="{_e(segment.source)}"'
     parts = [
         f'<div class="seg s{segment.index % 2}" {attrs}>',
-        f'<span class="mark">seg {segment.index} · {segment.real_end - segment.start:,}</span>',
+        f'<span class="mark">{_e(segment_mark(segment))}</span>',
     ]
     runs = dict(view.learned_runs(segment))
     i = segment.start
