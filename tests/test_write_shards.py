@@ -248,6 +248,15 @@ def test_segment_columns_on_disk(tmp_path, fmt):
     assert seg_offsets.dtype == np.int64 and seg_offsets.tolist() == offsets.tolist()
     assert source.dtype == np.int32 and np.load(shard / "segment_weight.npy").dtype == np.float32
     assert [source[seg_offsets[r] : seg_offsets[r + 1]].tolist() for r in range(12)] == want
+    before = checksum(shard)
+    for name in ("segment_source.npy", "segment_offsets.npy"):  # the checksum covers the new files too
+        data = bytearray((shard / name).read_bytes())
+        data[-1] ^= 1
+        (shard / name).write_bytes(bytes(data))
+        assert checksum(shard) != before
+        data[-1] ^= 1
+        (shard / name).write_bytes(bytes(data))
+    assert checksum(shard) == before
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "npy"])
