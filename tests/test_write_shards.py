@@ -302,12 +302,14 @@ def test_the_page_reader_gives_the_segment_columns_and_leaves_empty_lists_to_pya
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "npy"])
-def test_rows_that_change_segment_columns_inside_a_shard_are_refused(tmp_path, fmt):
+@pytest.mark.parametrize("tagged_first", [True, False])
+def test_rows_that_change_segment_columns_inside_a_shard_are_refused(tmp_path, fmt, tagged_first):
     rows = make_rows(10)
+    first, second = tagged(rows.slice(0, 5)), rows.slice(5, 10)
     writer = ShardWriter(tmp_path, fmt, 16, rows_per_shard=100, vocab_size=70_000)
-    writer.add(tagged(rows.slice(0, 5)))
+    writer.add(first if tagged_first else second)
     with pytest.raises(PackcliError, match="segment columns"):
-        writer.add(rows.slice(5, 10))
+        writer.add(second if tagged_first else first)
         writer.close()
     writer.abort()
 

@@ -193,8 +193,8 @@ class _ParquetShard:
             arrays.append(pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens_unpadded)))
         if group is not None:
             arrays.append(int32_array(group))
+        check_segment_columns(rows, self.segments)
         if self.segments:
-            check_segment_columns(rows, self.segments)
             offsets = int32_array(rows.seg_offsets)
             for name, dtype in self.segments.items():
                 values = segment_array(rows.segment_columns[name], dtype)
@@ -282,8 +282,8 @@ class _NpyShard:
                 raise PackcliError("rows without cu_seqlens_unpadded in a shard that has the column")
             self.files["cu_seqlens_unpadded"].write(rows.cu_seqlens_unpadded)
         self.cu_written += int(rows.cu_offsets[-1])
+        check_segment_columns(rows, self.segments)
         if self.segments:
-            check_segment_columns(rows, self.segments)
             offsets = rows.seg_offsets
             self.seg_offsets.write(offsets[1:] + self.seg_written)
             for name in self.segments:
