@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from helpers import random_texts, write_jsonl
+from mixed import mixed_output
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "console": "sh", "python": "python", "py": "python"}
@@ -176,6 +177,7 @@ def docs_world(tmp_path_factory) -> Path:
         ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out", "packed")
     )
     tiny_model(world / "model", len(load_tokenizer(str(BUNDLED_DIR))))
+    mixed_output(world / "mixed", "npy")  # the shards and manifest of a mixture (docs/training.md)
     bin_dir = world / ".bin"
     bin_dir.mkdir()
     shims = [("packcli", f'"{sys.executable}" -m packcli'), ("python", f'"{sys.executable}"')]

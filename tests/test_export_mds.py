@@ -15,6 +15,7 @@ from helpers import load_rows, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mds_reader import streaming_base
+from mixed import mixed_output
 
 
 def export(cli, source, out, *options):
@@ -311,3 +312,19 @@ def test_spans_refuse_rows_outside_the_block():
     encoded = encode_block(random_block(1, 3, 4, 3), np.dtype(np.uint16))
     with pytest.raises(PackcliError, match="outside the block"):
         encoded.spans(2, 4)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_a_mixed_output_exports_its_rows(tmp_path, cli, fmt):
+    """Per-segment columns (a mixture's segment_source) are not among the MDS columns: every row reads back."""
+    source = mixed_output(tmp_path / "mixed", fmt, multiple=4, seq_len=32).out
+    summary = export(cli, source, tmp_path / "mds")
+    samples = read_back(tmp_path / "mds", tmp_path)
+    assert summary["rows"] == len(samples) and set(samples[0]) == {
+        "input_ids",
+        "labels",
+        "position_ids",
+        "cu_seqlens",
+        "num_segments",
+    }
+    assert_same_rows(samples, source, np.uint16)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import load_rows, random_texts, real_segments, word_ids, write_jsonl
 from megatron_reader import read_megatron
+from mixed import mixed_output
 
 from packcli.export import megatron
 from packcli.export import tokens as export_tokens
@@ -171,3 +172,12 @@ def test_errors(tmp_path, cli):
     assert result.exit_code == 1 and "no manifest.json" in result.stderr
     result = cli("export", "megatron", tmp_path / "empty", tmp_path / "mega", "--dtype", "float16")
     assert result.exit_code == 2 and "dtype must be one of" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_a_mixed_output_exports_its_segments(tmp_path, cli, fmt):
+    """Per-segment columns (a mixture's segment_source) are not Megatron's: the documents are the segments."""
+    source = mixed_output(tmp_path / "mixed", fmt, multiple=4, seq_len=32).out
+    summary, _ = export(cli, source, tmp_path / "mega")
+    segments = real_segments(load_rows(source)[0])
+    assert as_lists(read_megatron(tmp_path / "mega")) == segments and summary["documents"] == len(segments)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from datatrove.utils.dataset import DatatroveFileDataset, DatatroveFolderDataset
 from helpers import load_rows, random_texts, real_segments, write_jsonl
+from mixed import mixed_output
 
 from packcli.plan.rows import real_token_mask
 
@@ -100,3 +101,17 @@ def test_sft_loss_mask_with_a_large_vocabulary(tmp_path, packed, cli, big_tokeni
     loss = np.concatenate([np.fromfile(p, dtype=np.uint8) for p in sorted(out.glob("*.ds.loss"))])
     assert loss.tolist() == (labels != -100).astype(np.uint8).tolist()
     assert 0 < loss.sum() < len(loss)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_a_mixed_output_exports_its_real_tokens(tmp_path, cli, fmt):
+    """Per-segment columns (a mixture's segment_source) are left out: the real tokens and their loss mask read back."""
+    source = mixed_output(tmp_path / "mixed", fmt, multiple=4, seq_len=32).out
+    out = tmp_path / "nano"
+    summary = export(cli, source, out)
+    segments = real_segments(load_rows(source)[0])
+    assert summary["documents"] == len(segments) and summary["real_tokens"] == sum(map(len, segments))
+    check_every_token(out, source, 2)
+    _, labels, _ = real_columns(source)
+    loss = np.concatenate([np.fromfile(p, dtype=np.uint8) for p in sorted(out.glob("*.ds.loss"))])
+    assert loss.tolist() == (labels != -100).astype(np.uint8).tolist()

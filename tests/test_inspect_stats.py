@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
+from mixed import mixed_output
+from test_write_report import naive_per_source
 
 from packcli.cli.render import render_compare, render_stats, render_what_if
 from packcli.engine.local import PackOptions
@@ -475,3 +477,69 @@ def test_every_token_that_leaves_is_counted_by_pack_and_the_what_if(
         assert what["tokens"] == report["tokens_read"]
         assert result["real_tokens"] == report["real_tokens"]
         assert result["overlong"]["tokens_lost"] + result["unlearned"]["tokens"] == tokens_that_left(report)
+
+
+# ----------------------------------------------------------------------------- a mixture's sources
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_stats_of_a_mixture_measure_each_source_again(tmp_path, cli, fmt):
+    out = mixed_output(tmp_path / "o", fmt, multiple=4, seq_len=32).out
+    manifest = json.loads((out / "manifest.json").read_text())
+    listed = [dict(source["tokens"]) for source in manifest["sources"]]
+    for source in manifest["sources"]:  # what the manifest says of tokens is not what stats shows
+        source["tokens"]["out"] = source["tokens"]["learned"] = 0
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    want = naive_per_source([load_rows(out)[0]])
+    report = json.loads(cli("stats", out, "--json").stdout)
+    assert [s["name"] for s in report["sources"]] == ["web", "code", "chat"]
+    assert [s["tokens"]["out"] for s in report["sources"]] == want[:, 1].tolist() == [t["out"] for t in listed]
+    assert [s["tokens"]["learned"] for s in report["sources"]] == want[:, 2].tolist() == [t["learned"] for t in listed]
+    assert [s["tokens"]["in"] for s in report["sources"]] == [t["in"] for t in listed]
+    assert report["sources"][0]["documents"] == manifest["sources"][0]["documents"]
+    assert sum(want[:, 1]) == report["real_tokens"]
+
+
+def test_the_stats_table_of_a_mixture(tmp_path, cli):
+    from rich.console import Console
+
+    out = mixed_output(tmp_path / "o").out
+    report = stats_dir(out)
+    result = cli("stats", out)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100  # COLUMNS=100 (conftest)
+    assert "sources" in result.stdout and "source documents" in result.stdout
+    for source in report["sources"]:
+        row = next(line for line in lines if f"│ {source['name']} " in line and "%" in line)
+        tokens = source["tokens"]
+        for cell in (
+            f"{source['weight']:g}",
+            f"{source['achieved_share']:.1%}",
+            f"{tokens['in']:,}",
+            f"{tokens['out']:,}",
+        ):
+            assert cell in row, (cell, row)
+        docs = next(line for line in lines if f"│ {source['name']} " in line and "%" not in line)
+        assert f"{source['documents']['read']:,}" in docs and f"{source['documents']['taken']:,}" in docs
+    console = Console(width=80, record=True)
+    render_stats(console, str(out), report)
+    assert max(len(line) for line in console.export_text().splitlines()) <= 80
+
+
+def test_the_stats_page_of_a_mixture_shows_its_sources(tmp_path, cli):
+    out = mixed_output(tmp_path / "o", "npy").out
+    page = tmp_path / "stats.html"
+    assert cli("stats", out, "--html", page).exit_code == 0
+    text = page.read_text()
+    report = stats_dir(out)
+    assert '<table class="sources">' in text and "<th>documents taken (repeats)</th>" in text
+    for source in report["sources"]:
+        assert f'<td class="name">{source["name"]}</td>' in text and f"<td>{source['tokens']['learned']:,}</td>" in text
+
+
+def test_an_output_without_sources_has_no_source_table(packed, corpus, word_tokenizer, cli):
+    path, _ = corpus
+    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
+    assert "sources" not in json.loads(cli("stats", out, "--json").stdout)
+    assert "source documents" not in cli("stats", out).stdout

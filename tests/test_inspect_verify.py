@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import random_texts, write_jsonl
+from mixed import mixed_output
 from test_write_shards import make_rows
 
 from packcli.core.errors import PackcliError
@@ -50,6 +51,12 @@ def _fix_checksum(out, shard):
     for entry in manifest["shards"]:
         if entry["path"] == shard:
             entry["checksum"] = checksum(out / shard)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+def rewrite_manifest(out, change) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    change(manifest)
     (out / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -350,7 +357,7 @@ def padded(tmp_path, packed, word_tokenizer):
 def test_padded_output_is_checked(padded):
     out = padded("npy")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["format_version"] == 4 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
+    assert manifest["format_version"] == 5 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
     report = json.loads((out / "report.json").read_text())
     assert manifest["totals"]["real_tokens"] == report["real_tokens"] == report["tokens_read"]
 
@@ -425,3 +432,115 @@ def test_output_rules_give_check_rows_the_multiple_of_an_output(padded, output):
     plain_rows, plain_manifest = load_rows(output("npy"))
     assert output_rules(plain_manifest)["pad_to_multiple_of"] is None
     check_rows(plain_rows, **output_rules(plain_manifest))
+
+
+# ----------------------------------------------------------------------------- per-segment columns
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.parametrize(
+    "plan", [("bin", "bfd", 1), ("bin", "nf", 1), ("bin", "bfd", 4), ("concat", "bfd", 1)], ids=str
+)
+def test_a_mixed_output_passes(tmp_path, fmt, plan):
+    mode, algorithm, multiple = plan
+    mixed_output(
+        tmp_path / "o", fmt, seq_len=24 if multiple == 1 else 32, mode=mode, algorithm=algorithm, multiple=multiple
+    )
+    summary = verify_dir(tmp_path / "o")
+    assert summary["sources"] == 3 and summary["shards"] >= 3
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    return lambda fmt: mixed_output(tmp_path / fmt, fmt).out
+
+
+def first_row_with(out, shard, at_least):
+    """A row of an npy shard with at least `at_least` real segments."""
+    return int(np.argmax(np.load(out / shard / "num_segments.npy") >= at_least))
+
+
+def test_a_row_with_one_segment_entry_too_many_npy(mixed):
+    out = mixed("npy")
+    row = first_row_with(out, "shard-00001", 2)
+
+    def edit(offsets):
+        offsets[row + 1] -= 1  # the row loses an entry to the next
+
+    tamper_npy(out, "shard-00001", "segment_offsets", edit)
+    expect_failure(out, f"shard-00001 row {row}: segment_source has", "num_segments is")
+
+
+def test_a_row_with_one_segment_entry_too_many_parquet(mixed):
+    out = mixed("parquet")
+    tamper_parquet(out, "shard-00000.parquet", "segment_source", lambda lists: lists[2].append(0))
+    expect_failure(out, "shard-00000.parquet row 2: segment_source has", "num_segments is")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.parametrize("value", [3, -1])
+def test_a_source_out_of_range(mixed, fmt, value):
+    out = mixed(fmt)
+    if fmt == "npy":
+        row = first_row_with(out, "shard-00002", 1)
+        start = int(np.load(out / "shard-00002" / "segment_offsets.npy")[row])
+
+        def edit(source):
+            source[start] = value
+
+        tamper_npy(out, "shard-00002", "segment_source", edit)
+        expect_failure(out, f"shard-00002 row {row}: segment_source {value} is not one of the manifest's 3 sources")
+    else:
+        tamper_parquet(out, "shard-00002.parquet", "segment_source", lambda lists: lists[1].__setitem__(0, value))
+        expect_failure(out, f"shard-00002.parquet row 1: segment_source {value} is not one of the manifest's 3 sources")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_per_source_totals_that_disagree_with_the_manifest(mixed, fmt):
+    out = mixed(fmt)
+
+    def change(manifest):
+        manifest["sources"][1]["tokens"]["out"] += 1
+
+    rewrite_manifest(out, change)
+    expect_failure(out, "manifest.json: source 1 ('code') lists", "tokens out, its segments in the shards hold")
+
+
+def test_segments_moved_to_another_source_keep_the_count_but_not_the_totals(mixed):
+    out = mixed("npy")
+
+    def edit(source):
+        source[source == 0] = 2
+
+    tamper_npy(out, "shard-00000", "segment_source", edit)
+    expect_failure(out, "manifest.json: source 0 ('web') lists")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_a_shard_without_the_column_the_manifest_lists(mixed, fmt):
+    out = mixed(fmt)
+    shard = "shard-00001.parquet" if fmt == "parquet" else "shard-00001"
+    if fmt == "parquet":
+        pq.write_table(pq.read_table(out / shard).drop_columns(["segment_source"]), out / shard)
+    else:
+        (out / shard / "segment_source.npy").unlink()
+    _fix_checksum(out, shard)
+    expect_failure(out, f"{shard}: no segment_source column, but the manifest lists it")
+
+
+def test_a_removed_segment_file_is_named_as_missing(mixed):
+    out = mixed("npy")
+    (out / "shard-00000" / "segment_offsets.npy").unlink()
+    expect_failure(out, "shard-00000: segment_offsets.npy missing")
+
+
+def test_check_rows_knows_the_number_of_sources():
+    rows = make_rows(6, seed=1, vocab=300)
+    count = int(rows.num_segments.sum())
+    rows.segment_columns = {"segment_source": np.full(count, 2, dtype=np.int32)}
+    check_rows(rows, seq_len=16, pad_id=3, sources=3)
+    with pytest.raises(PackcliError, match="segment_source 2 is not one of the manifest's 2 sources"):
+        check_rows(rows, seq_len=16, pad_id=3, sources=2)
+    rows.segment_columns = {"segment_source": np.zeros(count + 1, dtype=np.int32)}
+    with pytest.raises(PackcliError, match="entries for"):
+        check_rows(rows, seq_len=16, pad_id=3)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
+from mixed import mixed_output
 
 import packcli
 from packcli.core.errors import PackcliError
@@ -117,3 +118,22 @@ def test_padded_output_loads_with_its_boundary_columns(tmp_path, packed, word_to
         batch = collate_rows([dataset[i] for i in range(len(dataset))])
         assert int(batch.attention_mask.sum()) == report["real_tokens"]
         assert batch.max_seqlen == max(dataset["max_seqlen"])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_load_keeps_the_segment_source_column(tmp_path, fmt):
+    from packcli.load.torch import collate_rows
+
+    out = mixed_output(tmp_path / "o", fmt).out
+    rows, _ = load_rows(out)
+    offsets = rows.seg_offsets
+    want = [rows.segment_columns["segment_source"][offsets[r] : offsets[r + 1]].tolist() for r in range(len(rows))]
+    for cu_seqlens in (False, True):
+        ds = hf.load(out, cu_seqlens=cu_seqlens, cache_dir=str(tmp_path / "cache"))
+        assert "segment_source" in ds.column_names and ds["segment_source"] == want
+        assert str(ds.data.schema.field("segment_source").type) == "list<item: int32>"
+    ds = hf.load(out, cache_dir=str(tmp_path / "cache"))  # no num_segments: each row's list gives the count
+    batch = collate_rows([ds[i] for i in range(len(ds))])
+    assert batch.segment_source.tolist() == rows.segment_columns["segment_source"].tolist()
+    assert int((batch.token_source >= 0).sum()) == int(rows.real_lengths().sum())
+    assert "segment_source" not in hf.collator([ds[0], ds[1]])  # the model's inputs only

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from helpers import load_rows, random_texts, write_jsonl
+from mixed import mixed_output
 
 import packcli
 from packcli.core.errors import PackcliError
@@ -357,3 +358,74 @@ def test_fixed_length_cu_seqlens_pad_with_minus_one(tmp_path, packed, word_token
     )
     with pytest.raises(PackcliError, match="more than cu_seqlens_len 2"):
         PackedDataset(out, cu_seqlens_len=2)[0]
+
+
+# ----------------------------------------------------------------------------- a mixture's sources
+
+
+def naive_token_source(rows: Rows) -> np.ndarray:
+    """Each token's segment_source, -1 on the padding segment and the pads after a segment."""
+    out = np.full(rows.input_ids.shape, -1, dtype=np.int64)
+    unpadded = rows.cu_seqlens if rows.cu_seqlens_unpadded is None else rows.cu_seqlens_unpadded
+    source = rows.segment_columns["segment_source"].tolist()
+    k = 0
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        real = np.diff(unpadded[rows.cu_offsets[r] : rows.cu_offsets[r + 1]])
+        for j in range(int(rows.num_segments[r])):
+            out[r, cu[j] : cu[j] + real[j]] = source[k]
+            k += 1
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_items_and_batches_carry_each_segments_source(tmp_path, fmt):
+    out = mixed_output(tmp_path / "o", fmt, multiple=4, seq_len=32).out
+    rows, manifest = load_rows(out)
+    offsets = rows.seg_offsets
+    dataset = PackedDataset(out)
+    for r in range(len(rows)):
+        item = dataset[r]
+        want = rows.segment_columns["segment_source"][offsets[r] : offsets[r + 1]]
+        assert item["segment_source"].dtype == torch.int32 and item["segment_source"].tolist() == want.tolist()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=5, collate_fn=collate_rows)
+    batches = list(loader)
+    token_source = torch.cat([batch.token_source for batch in batches]).numpy()
+    assert (token_source == naive_token_source(rows)).all()
+    assert torch.cat([b.segment_source for b in batches]).tolist() == rows.segment_columns["segment_source"].tolist()
+    assert ((token_source >= 0) == (torch.cat([b.attention_mask for b in batches]).numpy() == 1)).all()
+    from_rows = PackedBatch.from_rows(rows)
+    assert (from_rows.token_source.numpy() == naive_token_source(rows)).all()
+    learned = rows.labels != -100  # every learned token belongs to a source: a loss per source sums to the whole
+    per_source = np.bincount(token_source[learned], minlength=len(manifest["sources"]))
+    assert per_source.tolist() == [s["tokens"]["learned"] for s in manifest["sources"]]
+    moved = batches[0].to("cpu")
+    assert moved.segment_source.tolist() == batches[0].segment_source.tolist()
+    assert moved.num_segments.tolist() == batches[0].num_segments.tolist()
+
+
+def test_fixed_shapes_pad_per_segment_columns_and_collate_strips_them(tmp_path):
+    out = mixed_output(tmp_path / "o", "npy").out
+    plain, fixed = PackedDataset(out), PackedDataset(out, cu_seqlens_len=6)
+    for i in range(len(plain)):
+        n = plain[i]["num_segments"]
+        assert fixed[i]["segment_source"].shape == (5,) and (fixed[i]["segment_source"][n:] == -1).all()
+        assert fixed[i]["segment_source"][:n].tolist() == plain[i]["segment_source"].tolist()
+    a, b = collate_rows([fixed[i] for i in range(6)]), collate_rows([plain[i] for i in range(6)])
+    assert a.segment_source.tolist() == b.segment_source.tolist()
+    assert a.token_source.tolist() == b.token_source.tolist()
+
+
+def test_per_token_of_a_batch_without_the_column_is_refused(outputs):
+    batch = collate_rows([PackedDataset(outputs["npy"])[0]])
+    assert batch.segment_source is None and batch.segment_columns == {}
+    with pytest.raises(PackcliError, match="no 'segment_source' in this batch"):
+        batch.per_token("segment_source")
+
+
+def test_a_row_with_fewer_source_entries_than_segments_is_refused():
+    row = {"input_ids": [5, 6, 7, 8], "labels": [-100, 6, -100, 8], "position_ids": [0, 1, 0, 1]}
+    with pytest.raises(PackcliError, match="row 0: segment_source has 1 entries for 2 segments"):
+        collate_rows([{**row, "num_segments": 2, "segment_source": [1]}])
+    batch = collate_rows([{**row, "segment_source": [1, 0]}])  # the column's length gives the count
+    assert batch.token_source.tolist() == [[1, 1, 0, 0]] and batch.num_segments.tolist() == [2]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_layout import naive_cut_pieces, naive_rows
 
+from packcli.core.errors import PackcliError
 from packcli.inspect.verify import check_rows
 from packcli.plan.kernels.pack import pack_lengths
 from packcli.plan.rows import RowBuffers, Rows, build_rows, cut_pieces, fill_rows
@@ -199,3 +201,48 @@ def test_slice_take_and_concat_agree():
         b = reversed_rows.cu_seqlens[reversed_rows.cu_offsets[b_index] : reversed_rows.cu_offsets[b_index + 1]].tolist()
         assert a == b
     check_rows(reversed_rows, seq_len=6, pad_id=0)
+
+
+def per_row(rows: Rows, name: str) -> list[list]:
+    """A per-segment column as one list per row."""
+    offsets = rows.seg_offsets
+    return [rows.segment_columns[name][offsets[r] : offsets[r + 1]].tolist() for r in range(len(rows))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(placed_sequences(), st.randoms(use_true_random=False))
+def test_segment_columns_follow_their_rows_through_slice_take_and_concat(case, rng):
+    seq_len, lengths, tokens, labels = case
+    starts = np.cumsum([0] + lengths[:-1]) if lengths else np.zeros(0, dtype=np.int64)
+    row_of, offset_of, n_rows = place_in_order(lengths, seq_len)
+    rows = build_rows(tokens, labels, starts, lengths, row_of, offset_of, n_rows, seq_len, 0)
+    # each sequence's index, in row then offset order (place_in_order's order): one per real segment
+    rows.segment_columns = {"segment_source": np.arange(len(lengths), dtype=np.int32) % 3}
+    rows.segment_columns["segment_index"] = np.arange(len(lengths), dtype=np.int32)
+    want = [[i for i in range(len(lengths)) if row_of[i] == r] for r in range(n_rows)]
+    assert rows.seg_offsets.tolist() == [0, *np.cumsum(rows.num_segments).tolist()]
+    assert per_row(rows, "segment_index") == want
+    cut = rng.randint(0, n_rows)
+    assert per_row(rows.slice(cut, n_rows), "segment_index") == want[cut:]
+    joined = Rows.concat([rows.slice(0, cut), rows.slice(cut, n_rows)])
+    assert per_row(joined, "segment_index") == want and per_row(joined, "segment_source") == per_row(
+        rows, "segment_source"
+    )
+    repeats = rng.choices(range(n_rows), k=2) if n_rows else []  # a selection may repeat rows
+    order = np.asarray(rng.sample(range(n_rows), n_rows) + repeats, dtype=np.int64)
+    assert per_row(rows.take(order), "segment_index") == [want[r] for r in order]
+
+
+def test_rows_without_segment_columns_stay_without():
+    rows = _sample_rows()
+    assert rows.segment_columns == {}
+    for got in (rows.slice(1, 3), rows.take(np.array([2, 0])), Rows.concat([rows.slice(0, 1), rows.slice(1, 2)])):
+        assert got.segment_columns == {}
+
+
+def test_blocks_with_different_segment_columns_are_not_joined():
+    rows = _sample_rows()
+    tagged = rows.slice(0, 2)
+    tagged.segment_columns = {"segment_source": np.zeros(int(tagged.num_segments.sum()), dtype=np.int32)}
+    with pytest.raises(PackcliError, match="different segment columns"):
+        Rows.concat([tagged, rows.slice(2, 3)])

@@ -447,3 +447,45 @@ def test_a_tokenizer_other_than_the_outputs_is_named(tmp_path, packed, cli, word
     result = cli("show", out, "--json")
     assert result.exit_code == 0 and "cannot be loaded here" in result.stderr
     assert json.loads(result.stdout)[0]["pieces"] is None
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_each_segment_is_named_by_its_source(tmp_path, cli, show_json, fmt):
+    from mixed import SOURCES, mixed_output
+
+    mixed = mixed_output(tmp_path / "o", fmt, multiple=4, seq_len=32)  # ids shown: markers start their lines
+    names = [name for name, _, _ in SOURCES]
+    came_from: dict[tuple, set] = {}
+    for index, sequences in enumerate(mixed.sequences):
+        for tokens in sequences:
+            came_from.setdefault(tuple(tokens), set()).add(names[index])
+    shown = show_json(mixed.out, "--rows", "0:")
+    text = cli("show", mixed.out, "--rows", "0:", "--color", "never").stdout
+    blocks = text.split("\nrow ")
+    page = tmp_path / "rows.html"
+    assert cli("show", mixed.out, "--rows", "0:", "--html", page).exit_code == 0
+    html = page.read_text()
+    seen = set()
+    for row, block in zip(shown, blocks, strict=True):
+        real = [s for s in row["segments"] if not s["padding"]]
+        for segment in real:
+            assert segment["source"] in came_from[tuple(row["input_ids"][segment["start"] : segment["real_end"]])]
+            seen.add(segment["source"])
+            attrs = f'data-row="{row["row"]}" data-seg="{segment["index"]}" data-start="{segment["start"]}"'
+            assert (
+                f'{attrs} data-end="{segment["end"]}" data-real-end="{segment["real_end"]}" data-source="{segment["source"]}"'
+                in html
+            )
+        assert all(s["source"] is None for s in row["segments"] if s["padding"])
+        markers = re.findall(r"\[seg \d+ · [\d,]+ · (\w+)\]", block)
+        assert markers == [s["source"] for s in real]
+    assert seen == set(names)
+    tokens = cli("show", mixed.out, "--row", 0, "--tokens").stdout
+    first = next(s for s in shown[0]["segments"] if not s["padding"])
+    assert f"{first['real_end'] - first['start']:,} tokens · {first['source']}" in tokens
+
+
+def test_segments_of_an_output_without_sources_have_no_source_key(tmp_path, packed, show_json):
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": list(range(5, 5 + n))} for n in (3, 9, 4)])
+    out = packed(path, "--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", 16)
+    assert all("source" not in s for row in show_json(out, "--rows", "0:") for s in row["segments"])

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from helpers import random_texts, write_jsonl
+from mixed import mixed_output
 
 from packcli.core.errors import PackcliError
 from packcli.export.megatron import export_megatron
@@ -64,7 +65,7 @@ def rewrite_manifest(out, change) -> None:
 def test_pack_writes_the_current_format_in_the_documented_key_order(output):
     manifest = json.loads((output / "manifest.json").read_text())
     assert list(manifest) == MANIFEST_KEYS
-    assert manifest["format_version"] == FORMAT_VERSION == 4
+    assert manifest["format_version"] == FORMAT_VERSION == 5
 
 
 @pytest.mark.parametrize("reader", READERS, ids=list(READERS))
@@ -111,6 +112,32 @@ def test_format_3_reads_verifies_and_exports_as_it_is(output):
     assert len(hf.load(output)) == rows
     assert len(PackedDataset(output)) == rows
     assert export_megatron(output, output.parent / "mega")["tokens"] == stats_dir(output)["real_tokens"]
+
+
+def test_format_4_reads_verifies_and_exports_as_it_is(output):
+    """Format 5 only added per-segment columns and `sources`, which an output without a
+    mixture does not have: its files are those of format 4."""
+    rows = verify_dir(output)["rows"]
+    rewrite_manifest(output, lambda m: m.update(format_version=4))
+    assert verify_dir(output)["rows"] == rows
+    assert stats_dir(output)["rows"] == rows
+    assert len(hf.load(output)) == rows
+    assert len(PackedDataset(output)) == rows
+    assert export_megatron(output, output.parent / "mega")["tokens"] == stats_dir(output)["real_tokens"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.parametrize("reader", READERS, ids=list(READERS))
+def test_every_reader_reads_a_mixture(tmp_path, fmt, reader):
+    """Format 5's per-segment columns and `sources`, read by every reader of an output."""
+    out = mixed_output(tmp_path / "mixed", fmt).out
+    manifest = load_manifest(out)
+    assert manifest["format_version"] == FORMAT_VERSION and [s["name"] for s in manifest["sources"]] == [
+        "web",
+        "code",
+        "chat",
+    ]
+    assert READERS[reader](out)
 
 
 def test_format_2_without_max_seqlen_reads_as_it_is(output):

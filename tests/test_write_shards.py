@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from packcli.core.errors import PackcliError
 from packcli.inspect.verify import check_rows
 from packcli.plan.rows import Rows, build_rows
+from packcli.write.columns import NPY_FILES
 from packcli.write.shard_reader import read_shard
 from packcli.write.shards import ShardWriter, checksum
 
@@ -167,3 +171,157 @@ def test_map_npy_refuses_object_arrays(tmp_path):
     np.save(path, np.array([1, "x"], dtype=object), allow_pickle=True)
     with pytest.raises(PackcliError, match="object arrays"):
         map_npy(path)
+
+
+# ----------------------------------------------------------------------------- per-segment columns
+
+
+def tagged(rows: Rows, seed: int = 0, weight: bool = False) -> Rows:
+    """The rows with a segment_source (and, with `weight`, a float segment_weight) per real segment."""
+    rng = np.random.default_rng(seed)
+    count = int(rows.num_segments.sum())
+    rows.segment_columns = {"segment_source": rng.integers(0, 5, size=count).astype(np.int32)}
+    if weight:
+        rows.segment_columns["segment_weight"] = rng.random(count).astype(np.float32)
+    return rows
+
+
+def write_cut(out, rows: Rows, fmt: str, cuts: list[int], rows_per_shard: int) -> list:
+    writer = ShardWriter(out, fmt, rows.seq_len, rows_per_shard=rows_per_shard, vocab_size=70_000)
+    start = 0
+    for stop in [*cuts, len(rows)]:
+        writer.add(rows.slice(start, stop))
+        start = stop
+    return writer.close()
+
+
+def assert_same_segments(got: Rows, want: Rows) -> None:
+    for name in ("input_ids", "cu_seqlens", "cu_offsets", "num_segments"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert sorted(got.segment_columns) == sorted(want.segment_columns)
+    for name, values in want.segment_columns.items():
+        assert got.segment_columns[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(got.segment_columns[name], values, err_msg=name)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 60),
+    st.sampled_from(["parquet", "npy"]),
+    st.lists(st.integers(0, 60), max_size=4),
+    st.integers(1, 25),
+    st.integers(1, 9),
+    st.integers(0, 1000),
+)
+def test_segment_columns_round_trip(tmp_path_factory, n_rows, fmt, cuts, rows_per_shard, block_rows, seed):
+    out = tmp_path_factory.mktemp("shards")
+    rows = tagged(make_rows(n_rows, seed=seed), seed, weight=seed % 2 == 1)
+    shards = write_cut(out, rows, fmt, sorted(c for c in cuts if c < n_rows), rows_per_shard)
+    blocks = [block for s in shards for block in read_shard(out / s.path, fmt, 16, block_rows=block_rows)]
+    back = Rows.concat(blocks)
+    assert_same_segments(back, rows)
+    assert all(len(b.segment_columns["segment_source"]) == int(b.num_segments.sum()) for b in blocks)
+    check_rows(back, seq_len=16, pad_id=3, sources=5)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_segment_columns_on_disk(tmp_path, fmt):
+    """Parquet: one list per row; npy: flat values and one shared segment_offsets.npy (CSR)."""
+    rows = tagged(make_rows(12, seed=3), weight=True)
+    shard = tmp_path / write_cut(tmp_path, rows, fmt, [5], 100)[0].path
+    offsets = rows.seg_offsets
+    want = [rows.segment_columns["segment_source"][offsets[r] : offsets[r + 1]].tolist() for r in range(12)]
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(shard)
+        assert table.schema.field("segment_source").type == pa.list_(pa.int32())
+        assert table.schema.field("segment_weight").type == pa.list_(pa.float32())
+        assert table.column("segment_source").to_pylist() == want
+        return
+    assert sorted(p.name for p in shard.iterdir()) == sorted(
+        [*NPY_FILES, "max_seqlen.npy", "segment_offsets.npy", "segment_source.npy", "segment_weight.npy"]
+    )
+    seg_offsets = np.load(shard / "segment_offsets.npy", mmap_mode="r")
+    source = np.load(shard / "segment_source.npy", mmap_mode="r")
+    assert seg_offsets.dtype == np.int64 and seg_offsets.tolist() == offsets.tolist()
+    assert source.dtype == np.int32 and np.load(shard / "segment_weight.npy").dtype == np.float32
+    assert [source[seg_offsets[r] : seg_offsets[r + 1]].tolist() for r in range(12)] == want
+    before = checksum(shard)
+    for name in ("segment_source.npy", "segment_offsets.npy"):  # the checksum covers the new files too
+        data = bytearray((shard / name).read_bytes())
+        data[-1] ^= 1
+        (shard / name).write_bytes(bytes(data))
+        assert checksum(shard) != before
+        data[-1] ^= 1
+        (shard / name).write_bytes(bytes(data))
+    assert checksum(shard) == before
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_shards_without_segment_columns_hold_no_new_file_or_column(tmp_path, fmt):
+    shard = tmp_path / write_cut(tmp_path, make_rows(9), fmt, [], 100)[0].path
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(shard).names
+        assert names == ["input_ids", "labels", "position_ids", "cu_seqlens", "num_segments", "max_seqlen"]
+    else:
+        assert sorted(p.name for p in shard.iterdir()) == sorted([*NPY_FILES, "max_seqlen.npy"])
+    assert all(block.segment_columns == {} for block in read_shard(shard, fmt, 16))
+
+
+def test_a_parquet_shard_with_segment_columns_loads_with_datasets(tmp_path):
+    import datasets
+
+    rows = tagged(make_rows(8, seed=4, vocab=300))
+    shard = tmp_path / write_cut(tmp_path, rows, "parquet", [], 100)[0].path
+    ds = datasets.load_dataset("parquet", data_files=str(shard), split="train", cache_dir=str(tmp_path / "cache"))
+    offsets = rows.seg_offsets
+    assert ds["segment_source"] == [
+        rows.segment_columns["segment_source"][offsets[r] : offsets[r + 1]].tolist() for r in range(8)
+    ]
+    assert ds["num_segments"] == rows.num_segments.tolist()
+
+
+def test_the_page_reader_gives_the_segment_columns_and_leaves_empty_lists_to_pyarrow(tmp_path):
+    from packcli.write.shard_pages import ShardPages
+
+    full = tagged(make_rows(30, seed=5))
+    every = np.flatnonzero(full.num_segments > 0)
+    rows = tagged(full.take(every), 5)  # every row with a segment: no empty list
+    for name, sample, readable in (("full", rows, True), ("empty", full, False)):
+        out = tmp_path / name
+        out.mkdir()
+        shard = out / write_cut(out, sample, "parquet", [], 100)[0].path
+        pages = ShardPages.of(shard)
+        assert (pages is not None) == readable and (full.num_segments == 0).any()
+        if pages is not None:
+            assert_same_segments(Rows.concat(list(pages.rows(16))), sample)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+@pytest.mark.parametrize("tagged_first", [True, False])
+def test_rows_that_change_segment_columns_inside_a_shard_are_refused(tmp_path, fmt, tagged_first):
+    rows = make_rows(10)
+    first, second = tagged(rows.slice(0, 5)), rows.slice(5, 10)
+    writer = ShardWriter(tmp_path, fmt, 16, rows_per_shard=100, vocab_size=70_000)
+    writer.add(first if tagged_first else second)
+    with pytest.raises(PackcliError, match="segment columns"):
+        writer.add(second if tagged_first else first)
+        writer.close()
+    writer.abort()
+
+
+def test_an_npy_segment_offsets_file_that_does_not_fit_is_named(tmp_path):
+    rows = tagged(make_rows(6, seed=2))
+    shard = tmp_path / write_cut(tmp_path, rows, "npy", [], 100)[0].path
+    offsets = np.load(shard / "segment_offsets.npy")
+    offsets[3] += 1
+    np.save(shard / "segment_offsets.npy", offsets)
+    with pytest.raises(PackcliError, match=r"shard-00000 row 2: segment_source has \d+ entries, num_segments is"):
+        list(read_shard(shard, "npy", 16))
+    (shard / "segment_offsets.npy").unlink()
+    with pytest.raises(PackcliError, match="without segment_offsets.npy"):
+        list(read_shard(shard, "npy", 16))

@@ -93,9 +93,63 @@ def render_table(report: Mapping[str, Any], title: str) -> Table | Group:
             lines.append(("", ", ".join(by_stage[3:])))
     for name, value in lines:
         table.add_row(name, value)
+    parts: list[Any] = [table]
     if notes:
-        return Group(table, Text("\n".join(notes)))
-    return table
+        parts.append(Text("\n".join(notes)))
+    if report.get("sources"):
+        parts += render_sources(report["sources"])
+    return Group(*parts) if len(parts) > 1 else table
+
+
+# A mixture's sources: (heading, cell) per column, in the terminal's two tables and the HTML page's one
+SOURCE_MIX_COLUMNS = ("source", "weight", "target share", "achieved share", "epochs")
+SOURCE_TOKEN_COLUMNS = ("tokens in", "tokens out", "learned")
+SOURCE_DOCUMENT_COLUMNS = ("read", "skipped", "dropped", "held out", "taken (repeats)")
+
+
+def source_cells(source: Mapping[str, Any]) -> dict[str, str]:
+    """One source of a mixture as the cells of its row, by column heading."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    docs, tokens = source["documents"], source["tokens"]
+    repeats = f" ({docs['repeated']:,})" if docs["repeated"] else ""
+    return {
+        "source": str(source["name"]),
+        "weight": "-" if source["weight"] is None else f"{source['weight']:g}",
+        "target share": share(source["target_share"]),
+        "achieved share": share(source["achieved_share"]),
+        "epochs": f"{source['epochs']:g}",
+        "tokens in": f"{tokens['in']:,}",
+        "tokens out": f"{tokens['out']:,}",
+        "learned": f"{tokens['learned']:,}",
+        "read": f"{docs['read']:,}",
+        "skipped": f"{docs['skipped']:,}",
+        "dropped": f"{docs['dropped']:,}",
+        "held out": f"{docs['held_out']:,}",
+        "taken (repeats)": f"{docs['taken']:,}{repeats}",
+    }
+
+
+def render_sources(sources: Sequence[Mapping[str, Any]]) -> list[Table]:
+    """A mixture's sources, a row each: their weights, shares and tokens, then their documents
+    (two tables, so each fits 80 columns)."""
+    cells = [source_cells(source) for source in sources]
+    tables = []
+    for title, columns in (
+        ("sources", (*SOURCE_MIX_COLUMNS, *SOURCE_TOKEN_COLUMNS)),
+        ("source documents", ("source", *SOURCE_DOCUMENT_COLUMNS)),
+    ):
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(
+                column, justify="left" if column == "source" else "right", style="bold" if column == "source" else None
+            )
+        for row in cells:
+            table.add_row(*(row[column] for column in columns))
+        tables.append(table)
+    return tables
 
 
 UNLEARNED_CAUSES = {"no_labels": "no labels", "split_pieces": "split pieces", "truncated": "truncated"}

@@ -2,10 +2,11 @@
 few lines of inline JS, inline SVG charts; nothing fetched from the network).
 
 Each row is a block; each segment a line of tokens in one of two alternating colours,
-opened by a marker with its index and length; learned tokens are highlighted, the others
-grey; each token's tooltip gives its id, position and label. The DOM carries what
-scripts/check_html.py checks: `.seg` elements with data-row/-seg/-start/-end/-real-end and
-`.learn` spans (data-start/-end) whose text is the learned tokens' text.
+opened by a marker with its index, length and (in a mixture) source; learned tokens are
+highlighted, the others grey; each token's tooltip gives its id, position and label. The
+DOM carries what scripts/check_html.py checks: `.seg` elements with
+data-row/-seg/-start/-end/-real-end (and data-source in a mixture) and `.learn` spans
+(data-start/-end) whose text is the learned tokens' text.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ table.figures td { padding: 2px 14px 2px 0; } table.figures td.v { text-align: r
 .ipad { color: #b05fb5; font: 600 11px system-ui, sans-serif; }
 body.only .t:not(.L) { display: none; }
 .controls { margin: 8px 0 0; color: #555; }
+table.sources { border-collapse: collapse; margin: 4px 0 12px; }
+table.sources th, table.sources td { padding: 2px 10px; border-bottom: 1px solid #e3e3e3; }
+table.sources th { font-weight: 600; text-align: right; } table.sources th.name { text-align: left; }
+table.sources td { text-align: right; font-variant-numeric: tabular-nums; } table.sources td.name { text-align: left; }
 """
 
 SCRIPT = """
@@ -80,9 +85,13 @@ def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None,
             f'<div class="seg pad" {attrs} data-padding="1">'
             f'<span class="mark">pad × {segment.length:,} (id {pad})</span></div>'
         )
+    from packcli.cli.show_render import segment_mark
+
+    if segment.source is not None:
+        attrs += f' data-source="{_e(segment.source)}"'
     parts = [
         f'<div class="seg s{segment.index % 2}" {attrs}>',
-        f'<span class="mark">seg {segment.index} · {segment.real_end - segment.start:,}</span>',
+        f'<span class="mark">{_e(segment_mark(segment))}</span>',
     ]
     runs = dict(view.learned_runs(segment))
     i = segment.start
@@ -162,13 +171,33 @@ def svg_histogram(title: str, bins: Sequence[Mapping[str, int]], width: int = 36
     )
 
 
+def sources_table(sources: Sequence[Mapping[str, Any]]) -> str:
+    """A mixture's sources, a row each: weights, shares, documents and tokens."""
+    from packcli.cli.render import SOURCE_DOCUMENT_COLUMNS, SOURCE_MIX_COLUMNS, SOURCE_TOKEN_COLUMNS, source_cells
+
+    columns = (*SOURCE_MIX_COLUMNS, *SOURCE_DOCUMENT_COLUMNS, *SOURCE_TOKEN_COLUMNS)
+    headings = {column: f"documents {column}" if column in SOURCE_DOCUMENT_COLUMNS else column for column in columns}
+
+    def cell(tag: str, column: str, text: str) -> str:
+        kind = ' class="name"' if column == "source" else ""
+        return f"<{tag}{kind}>{_e(text)}</{tag}>"
+
+    head = "".join(cell("th", column, headings[column]) for column in columns)
+    rows = "".join(
+        "<tr>" + "".join(cell("td", column, cells[column]) for column in columns) + "</tr>"
+        for cells in map(source_cells, sources)
+    )
+    return f'<table class="sources"><tr>{head}</tr>{rows}</table>'
+
+
 def stats_section(report: Mapping[str, Any]) -> str:
     from packcli.cli.render import CHART_TITLES
 
     charts = "".join(
         svg_histogram(CHART_TITLES.get(name, name), bins) for name, bins in report["distributions"].items() if bins
     )
-    return f'<section id="stats"><h2>stats</h2>{_figures(report)}<div class="charts">{charts}</div></section>'
+    sources = f"<h2>sources</h2>{sources_table(report['sources'])}" if report.get("sources") else ""
+    return f'<section id="stats"><h2>stats</h2>{_figures(report)}{sources}<div class="charts">{charts}</div></section>'
 
 
 # ----------------------------------------------------------------------------- pages

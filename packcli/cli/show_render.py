@@ -1,7 +1,8 @@
 """`packcli show` in the terminal: rows as Rich text (or one token per table line with --tokens).
 
-Segments alternate between two colours, each opened by a marker with its index and length;
-learned tokens are bright, tokens with label -100 dim; padding is one compact marker.
+Segments alternate between two colours, each opened by a marker with its index, length
+and, in a mixture, its source; learned tokens are bright, tokens with label -100 dim;
+padding is one compact marker.
 Without colour (a pipe, --color never) learned text is set between « and », so the
 difference survives in plain text.
 """
@@ -90,6 +91,12 @@ def header_line(view: View) -> Text:
     return text
 
 
+def segment_mark(segment: Segment) -> str:
+    """A real segment's marker text: its index, real length and, in a mixture, its source."""
+    mark = f"seg {segment.index} · {segment.real_end - segment.start:,}"
+    return mark if segment.source is None else f"{mark} · {segment.source}"
+
+
 def render_view(view: View, decoder: Decoder | None, plain: bool, learned_only: bool = False) -> Group:
     """The header, any notes, then the row's text segment by segment (`learned_only`: only
     the learned tokens, each run of others as one "…")."""
@@ -120,7 +127,7 @@ def _segment_text(
         pad = int(view.input_ids[segment.start]) if segment.length else 0
         body.append(f"[pad ×{segment.length:,} (id {pad})]", style=PAD_STYLE)
         return
-    body.append(f"[seg {segment.index} · {segment.real_end - segment.start:,}]", style=marker_style)
+    body.append(f"[{segment_mark(segment)}]", style=marker_style)
     at_line_start = False
     open_run = False
     for i in range(segment.start, segment.real_end):
@@ -160,9 +167,8 @@ def render_tokens(view: View, decoder: Decoder | None) -> Group:
             table.add_row("", str(pad), f"pad ×{segment.length:,}", "-100", style=PAD_STYLE)
             continue
         length = segment.real_end - segment.start
-        table.add_row(
-            Text(f"seg {segment.index}", style=marker_style), "", Text(f"{length:,} tokens", style=marker_style), ""
-        )
+        about = f"{length:,} tokens" + ("" if segment.source is None else f" · {segment.source}")
+        table.add_row(Text(f"seg {segment.index}", style=marker_style), "", Text(about, style=marker_style), "")
         for i in range(segment.start, segment.real_end):
             token = int(view.input_ids[i])
             label = int(view.labels[i])

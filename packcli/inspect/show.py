@@ -16,7 +16,7 @@ import codecs
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import numpy as np
 from packcli.core import storage
 from packcli.core.errors import PackcliError
 from packcli.tokenize.tokenizer import bytes_to_unicode
+from packcli.write.columns import SEGMENT_OFFSETS_FILE, SOURCE_COLUMN, is_segment_column
 from packcli.write.manifest import Manifest
 
 IGNORE_INDEX = -100
@@ -35,13 +36,16 @@ DEFAULT_RECORDS = 5  # raw input: records shown when no --row/--rows is given
 @dataclass
 class Segment:
     """A segment of a row: tokens [start, end); real tokens end at real_end (before the
-    pads of --pad-to-multiple-of); `padding`: the row's last, all-padding segment."""
+    pads of --pad-to-multiple-of); `padding`: the row's last, all-padding segment;
+    `source`: the mixture source it came from (its name in the manifest, else its index),
+    None without one."""
 
     index: int
     start: int
     end: int
     real_end: int
     padding: bool = False
+    source: str | int | None = None
 
     @property
     def length(self) -> int:
@@ -274,6 +278,8 @@ def read_views(source: OutputSource, indices: list[int]) -> Iterator[View]:
     """The rows at these global indices, each read alone from its shard."""
     manifest = source.manifest
     groups = {int(g["id"]): g["value"] for g in manifest.get("groups") or []}
+    names = [entry["name"] for entry in manifest.get("sources") or []]
+    segment_columns = [name for name in manifest.get("columns", {}) if is_segment_column(name)]
     for index in indices:
         shard_number, inner = source.locate(index)
         shard = manifest["shards"][shard_number]
@@ -281,7 +287,7 @@ def read_views(source: OutputSource, indices: list[int]) -> Iterator[View]:
             if manifest["format"] == "parquet":
                 columns = _parquet_row(source, shard["path"], inner)
             else:
-                columns = _npy_row(source, shard["path"], inner)
+                columns = _npy_row(source, shard["path"], inner, segment_columns)
         except PackcliError:
             raise
         except Exception as exc:
@@ -289,7 +295,7 @@ def read_views(source: OutputSource, indices: list[int]) -> Iterator[View]:
         header = {"row": index, "shard": shard["path"], "shard_row": inner}
         if "group" in columns:
             header["group"] = groups.get(int(columns["group"]), int(columns["group"]))
-        yield row_view(columns, manifest["seq_len"], header)
+        yield row_view(columns, manifest["seq_len"], header, names)
 
 
 ROW_FIELDS = ("input_ids", "labels", "position_ids", "cu_seqlens", "num_segments", "max_seqlen", "cu_seqlens_unpadded")
@@ -301,7 +307,7 @@ def _parquet_row(source: OutputSource, name: str, row: int) -> dict[str, Any]:
     with source.open(name) as handle:
         parquet = pq.ParquetFile(handle)
         names = parquet.schema_arrow.names
-        columns = [c for c in (*ROW_FIELDS, "group") if c in names]
+        columns = [c for c in names if c in (*ROW_FIELDS, "group") or is_segment_column(c)]
         meta = parquet.metadata
         first = 0
         for group in range(meta.num_row_groups):
@@ -313,7 +319,8 @@ def _parquet_row(source: OutputSource, name: str, row: int) -> dict[str, Any]:
     raise PackcliError(f"{name}: has no row {row}")
 
 
-def _npy_row(source: OutputSource, name: str, row: int) -> dict[str, Any]:
+def _npy_row(source: OutputSource, name: str, row: int, segment_columns: Sequence[str] = ()) -> dict[str, Any]:
+    """One row's columns from an npy shard; `segment_columns`: the per-segment columns the manifest lists."""
     out: dict[str, Any] = {}
     offsets = _npy_slice(source, f"{name}/cu_seqlens_offsets.npy", row, row + 2)
     lo, hi = int(offsets[0]), int(offsets[1])
@@ -331,6 +338,10 @@ def _npy_row(source: OutputSource, name: str, row: int) -> dict[str, Any]:
         except FileNotFoundError:
             continue
         out[optional] = values if optional == "cu_seqlens_unpadded" else int(values[0])
+    if segment_columns:
+        bounds = _npy_slice(source, f"{name}/{SEGMENT_OFFSETS_FILE}", row, row + 2)
+        for column in segment_columns:
+            out[column] = _npy_slice(source, f"{name}/{column}.npy", int(bounds[0]), int(bounds[1]))
     return out
 
 
@@ -354,20 +365,29 @@ def _npy_slice(source: OutputSource, name: str, start: int, stop: int) -> np.nda
     return np.frombuffer(data, dtype=dtype).reshape((stop - start, *shape[1:]))
 
 
-def row_view(columns: dict[str, Any], seq_len: int, header: dict[str, Any]) -> View:
-    """A View of one packed row from its columns (lists or arrays)."""
+def row_view(
+    columns: dict[str, Any], seq_len: int, header: dict[str, Any], source_names: list[str] | None = None
+) -> View:
+    """A View of one packed row from its columns (lists or arrays). `source_names`: the
+    manifest's source names, which `segment_source` values index."""
     ids = np.asarray(columns["input_ids"], dtype=np.int64)
     labels = np.asarray(columns["labels"], dtype=np.int64)
     positions = np.asarray(columns["position_ids"], dtype=np.int64)
     cu = [int(c) for c in columns["cu_seqlens"]]
     unpadded = columns.get("cu_seqlens_unpadded")
     num_segments = int(columns["num_segments"])
+    sources = columns.get(SOURCE_COLUMN)
+    names = source_names or []
     segments = []
     for k in range(len(cu) - 1):
         start, end = cu[k], cu[k + 1]
         real = end - start if unpadded is None else int(unpadded[k + 1]) - int(unpadded[k])
         padding = k >= num_segments
-        segments.append(Segment(k, start, end, start if padding else start + real, padding))
+        named: str | int | None = None
+        if sources is not None and not padding and k < len(sources):
+            value = int(sources[k])
+            named = names[value] if 0 <= value < len(names) else value
+        segments.append(Segment(k, start, end, start if padding else start + real, padding, named))
     real_tokens = sum(s.real_end - s.start for s in segments)
     lengths = np.diff(cu)
     max_seqlen = columns.get("max_seqlen")
@@ -389,6 +409,7 @@ def row_view(columns: dict[str, Any], seq_len: int, header: dict[str, Any]) -> V
 def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
     """A view for scripts: the columns, each token's piece, the segments with their learned text."""
     ids = view.input_ids.tolist()
+    sourced = any(s.source is not None for s in view.segments)
     out: dict[str, Any] = {
         "kind": view.kind,
         **view.header,
@@ -404,6 +425,7 @@ def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
                 "end": s.end,
                 "real_end": s.real_end,
                 "padding": s.padding,
+                **({"source": s.source} if sourced else {}),
                 "learned": [
                     {
                         "start": a,

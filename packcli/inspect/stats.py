@@ -2,7 +2,9 @@
 
 Every figure of the rows is measured again from them, so stats also checks what pack
 claimed; only what left before the rows (the `unlearned` count, which no row can show) is
-taken from report.json. Raw input goes to what_if.py.
+taken from report.json, and of a mixture's sources what the manifest says of their weights
+and documents (their tokens out and learned are counted again by `segment_source`). Raw
+input goes to what_if.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import NotRequired, cast
 import numpy as np
 
 from packcli.plan.grouping import group_counts
-from packcli.write.manifest import Manifest, NoPacking, RowSummary, Unlearned, load_manifest
+from packcli.write.manifest import Manifest, NoPacking, RowSummary, SourceEntry, Unlearned, load_manifest
 from packcli.write.report import RowStats, no_packing_baseline
 from packcli.write.shard_reader import iter_output_rows, read_group_column, read_shard
 
@@ -41,6 +43,7 @@ class OutputStats(RowSummary):
     distributions: dict[str, list[dict[str, int]]]
     groups: NotRequired[list[dict]]  # a --group-by output: per group, measured from its rows
     unlearned: NotRequired[Unlearned]  # from report.json: segments dropped before the rows
+    sources: NotRequired[list[SourceEntry]]  # a mixture: the manifest's, tokens out and learned measured
 
 
 def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
@@ -65,10 +68,24 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
     }
     if groups is not None:
         report["groups"] = groups
+    if "sources" in manifest:
+        report["sources"] = measured_sources(manifest["sources"], stats)
     unlearned = _reported_unlearned(out_dir)
     if unlearned is not None:
         report["unlearned"] = unlearned
     return report, histograms
+
+
+def measured_sources(table: list[SourceEntry], stats: RowStats) -> list[SourceEntry]:
+    """A mixture's sources as the manifest lists them, with the real and learned tokens of
+    their segments in the rows (counted by `segment_source`) as `tokens.out` and `.learned`."""
+    figures = stats.per_source(len(table))
+    out: list[SourceEntry] = []
+    for entry, (_, real, learned) in zip(table, figures.tolist()):
+        measured = cast(SourceEntry, json.loads(json.dumps(entry)))  # a copy: the manifest stays as read
+        measured["tokens"] = {**entry["tokens"], "out": real, "learned": learned}
+        out.append(measured)
+    return out
 
 
 def _reported_unlearned(out_dir: Path) -> Unlearned | None:

@@ -29,10 +29,22 @@ from packcli.core.errors import PackcliError
 from packcli.core.jit import njit
 from packcli.plan.grouping import group_counts, row_token_hashes
 from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
-from packcli.write.columns import NPY_FILES, OPTIONAL_NPY_FILES, npy_shard_files
+from packcli.write.columns import (
+    NPY_FILES,
+    OPTIONAL_NPY_FILES,
+    SOURCE_COLUMN,
+    is_segment_column,
+    npy_shard_files,
+)
 from packcli.write.manifest import Manifest, ShardEntry, load_manifest
 from packcli.write.shard_pages import ShardPages
-from packcli.write.shard_reader import map_npy, read_group_column, read_shard
+from packcli.write.shard_reader import (
+    check_segment_counts,
+    map_npy,
+    npy_segment_maps,
+    read_group_column,
+    read_shard,
+)
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -47,6 +59,7 @@ def check_rows(
     vocab_size: int | None = None,
     labels_follow_ids: bool = True,
     pad_to_multiple_of: int | None = None,
+    sources: int | None = None,
     where: str = "row",
     first_row: int = 0,
 ) -> None:
@@ -56,20 +69,36 @@ def check_rows(
     must equal its input id (in SFT data prompt tokens are masked too, so only
     "label is the id or -100" can be checked). pad_to_multiple_of: rows of
     --pad-to-multiple-of, whose segments must each be real tokens then fewer than that
-    many pads, as `cu_seqlens_unpadded` says. `output_rules(manifest)` gives all of these
-    for the rows of a packed output.
+    many pads, as `cu_seqlens_unpadded` says. Per-segment columns (`rows.segment_columns`)
+    hold one entry per real segment; `sources`: the number of the manifest's sources,
+    which `segment_source` values must be below. `output_rules(manifest)` gives all of
+    these for the rows of a packed output.
     """
     block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
     rules = {"seq_len": seq_len, "pad_id": pad_id, "vocab_size": vocab_size, "labels_follow_ids": labels_follow_ids}
     multiple = pad_to_multiple_of or 0
-    _check_block(block, (rows.max_seqlen, rows.cu_seqlens_unpadded), rules, True, multiple, where, first_row)
+    segments = (rows.seg_offsets, rows.segment_columns) if rows.segment_columns else None
+    extra = (rows.max_seqlen, rows.cu_seqlens_unpadded)
+    _check_block(block, extra, rules, True, multiple, where, first_row, segments, sources)
+
+
+Segments = tuple[np.ndarray, dict[str, np.ndarray]] | None  # (offsets [rows + 1], {column: values}) of a block
 
 
 def _check_block(
-    block: tuple, extra: tuple, rules: dict[str, Any], has_max: bool, multiple: int, where: str, first_row: int
-) -> tuple[int, int]:
+    block: tuple,
+    extra: tuple,
+    rules: dict[str, Any],
+    has_max: bool,
+    multiple: int,
+    where: str,
+    first_row: int,
+    segments: Segments = None,
+    sources: int | None = None,
+) -> tuple[int, int, np.ndarray | None]:
     """Every rule on one block of rows: (ids, labels, positions, cu, offsets, num_segments),
-    (max_seqlen, cu_seqlens_unpadded). Returns (sequences, real tokens)."""
+    (max_seqlen, cu_seqlens_unpadded), the per-segment columns. Returns (sequences, real
+    tokens, real tokens per segment_source value or None)."""
     follow = rules["labels_follow_ids"]
     # Inner pads carry -100 inside a segment: the row kernel checks such rows with loose
     # labels and check_padded_segments checks the labels of the real tokens.
@@ -83,7 +112,45 @@ def _check_block(
         real = check_padded_segments(
             ids, labels, positions, cu, offsets, num_segments, extra[1], **padded, where=where, first_row=first_row
         )
-    return sequences, real
+    per_source = None
+    if segments is not None:
+        per_source = check_segment_columns(
+            block[3], block[4], block[5], extra[1], segments, sources, where=where, first_row=first_row
+        )
+    return sequences, real, per_source
+
+
+def check_segment_columns(
+    cu, offsets, num_segments, unpadded, segments: tuple, sources: int | None, *, where: str, first_row: int
+) -> np.ndarray | None:
+    """The per-segment columns of rows whose cu_seqlens are checked: each row holds
+    num_segments entries of each, and `segment_source` values name a source (0 to
+    `sources` - 1; any value from 0 without a source table). Returns the real tokens per
+    segment_source value (padding excluded), or None without the column."""
+    seg_offsets, columns = segments
+    seg_offsets = np.asarray(seg_offsets, dtype=np.int64)
+    counts = np.diff(seg_offsets)
+    for name, values in columns.items():
+        check_segment_counts(where, name, counts, num_segments, first_row)
+        if len(values) != int(seg_offsets[-1] - seg_offsets[0]):
+            raise PackcliError(
+                f"{where} {first_row}: {name} has {len(values)} entries for {int(counts.sum())} segments"
+            )
+    if SOURCE_COLUMN not in columns:
+        return None
+    source = np.asarray(columns[SOURCE_COLUMN], dtype=np.int64)
+    top = sources if sources is not None else np.iinfo(np.int64).max
+    bad = np.flatnonzero((source < 0) | (source >= top))
+    if len(bad):
+        i = int(bad[0])
+        row = int(np.searchsorted(seg_offsets - seg_offsets[0], i, side="right")) - 1
+        named = f"the manifest's {sources} sources (0 to {sources - 1})" if sources is not None else "a source"
+        raise PackcliError(f"{where} {first_row + row}: segment_source {int(source[i])} is not one of {named}")
+    _, _, segment, is_real = segment_table(offsets, num_segments)  # offsets may be global over a sliced cu
+    cu = np.asarray(cu if unpadded is None else unpadded, dtype=np.int64)
+    real = (cu[segment + 1] - cu[segment])[is_real]
+    n = sources if sources is not None else (int(source.max()) + 1 if len(source) else 0)
+    return np.bincount(source, weights=real, minlength=n).astype(np.int64)
 
 
 def _check_arrays(
@@ -268,15 +335,39 @@ def verify_dir(out_dir: Path | str) -> dict[str, Any]:
     strays = sorted(p.name for p in out_dir.glob("shard-*") if p.name not in listed)
     if strays:
         raise PackcliError(f"{strays[0]}: shard file not listed in the manifest")
-    totals, size = _check_shards(out_dir, manifest)
+    totals, size, per_source = _check_shards(out_dir, manifest)
     for key, value in manifest.get("totals", {}).items():
         if totals.get(key) != value:
             raise PackcliError(
                 f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
             )
+    mixed = verify_sources(manifest, per_source)
     grouped = verify_groups(out_dir, manifest)
     seconds = time.perf_counter() - started
-    return {"shards": len(manifest["shards"]), **totals, **grouped, "bytes": size, "seconds": seconds}
+    return {"shards": len(manifest["shards"]), **totals, **mixed, **grouped, "bytes": size, "seconds": seconds}
+
+
+def verify_sources(manifest: Manifest, per_source: np.ndarray | None) -> dict[str, int]:
+    """A mixture's output: each source's real tokens in the shards (by `segment_source`)
+    are the `tokens.out` its manifest entry lists. Returns {"sources": number of sources}
+    ({} for an output without a source table)."""
+    table = manifest.get("sources")
+    if table is None:
+        return {}
+    if [entry.get("index") for entry in table] != list(range(len(table))):
+        raise PackcliError("manifest.json: a source table not numbered 0, 1, ...")
+    if per_source is None:
+        if manifest["shards"] and any(entry.get("tokens", {}).get("out") for entry in table):
+            raise PackcliError(f"manifest.json: lists {len(table)} sources, the shards have no {SOURCE_COLUMN} column")
+        per_source = np.zeros(len(table), dtype=np.int64)
+    for entry, value in zip(table, per_source.tolist()):
+        listed = entry.get("tokens", {}).get("out")
+        if listed is not None and listed != value:
+            raise PackcliError(
+                f"manifest.json: source {entry['index']} ({entry.get('name')!r}) lists {listed:,} tokens out, "
+                f"its segments in the shards hold {value:,} real tokens"
+            )
+    return {"sources": len(table)}
 
 
 def output_rules(manifest: Manifest) -> dict[str, Any]:
@@ -288,6 +379,7 @@ def output_rules(manifest: Manifest) -> dict[str, Any]:
         "vocab_size": tokenizer.get("vocab_size"),
         "labels_follow_ids": manifest.get("labels", "text") == "text",
         "pad_to_multiple_of": _pad_multiple(manifest) or None,
+        "sources": len(manifest["sources"]) if "sources" in manifest else None,
     }
 
 
@@ -299,21 +391,23 @@ def _pad_multiple(manifest: Manifest) -> int:
     return int(manifest.get("options", {}).get("pad_to_multiple_of") or 1)
 
 
-def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], int]:
-    """(rows, sequences, real tokens summed over the shards, their bytes), each shard
-    checked against its manifest entry.
+def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], int, np.ndarray | None]:
+    """(rows, sequences, real tokens summed over the shards, their bytes, real tokens per
+    segment_source value or None), each shard checked against its manifest entry.
 
     Shards are hashed and checked as separate tasks, a few shards ahead, one thread per
     core (sha256, numba and pyarrow all release the GIL); results are taken in manifest
     order, so the error reported is the first one in that order whatever finishes first."""
     shards, fmt, rules = manifest["shards"], manifest["format"], output_rules(manifest)
     rules["max_seqlen_column"] = "max_seqlen" in manifest.get("columns", {})
+    rules["segment_columns"] = segment_columns_of(manifest)
     totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
+    per_source: np.ndarray | None = None
     size = 0
     workers = max(1, os.cpu_count() or 1)
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcli-verify")
-    tasks: dict[int, tuple[Future[tuple[str | None, int]], Future[dict[str, int]]]] = {}
+    tasks: dict[int, tuple[Future[tuple[str | None, int]], Future[dict[str, Any]]]] = {}
 
     def submit(index: int) -> None:
         path = out_dir / shards[index]["path"]
@@ -336,12 +430,30 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
                 if missing:
                     raise PackcliError(f"{shard['path']}: {', '.join(missing)} missing (removed since it was written)")
                 raise PackcliError(f"{shard['path']}: checksum does not match the manifest (file altered or truncated)")
-            _add_counts(totals, shard, checking.result())
+            counted = checking.result()
+            _add_counts(totals, shard, counted)
+            per_source = _sum_sources(per_source, counted["sources"])
             size += shard_bytes
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
-    return totals, size
+    return totals, size, per_source
+
+
+def _sum_sources(total: np.ndarray | None, more: np.ndarray | None) -> np.ndarray | None:
+    """Real tokens per source, summed (either may be None: no segment_source column, or no rows)."""
+    if more is None or total is None:
+        return more if total is None else total
+    n = max(len(total), len(more))
+    out = np.zeros(n, dtype=np.int64)
+    out[: len(total)] += total
+    out[: len(more)] += more
+    return out
+
+
+def segment_columns_of(manifest: Manifest) -> tuple[str, ...]:
+    """The per-segment columns the manifest lists (format 5), which every shard holds."""
+    return tuple(name for name in manifest.get("columns", {}) if is_segment_column(name))
 
 
 def missing_npy_files(path: Path, manifest: Manifest) -> list[str]:
@@ -350,12 +462,15 @@ def missing_npy_files(path: Path, manifest: Manifest) -> list[str]:
         return []
     columns = manifest.get("columns", {})
     expected = npy_shard_files(
-        "cu_seqlens_unpadded" in columns, manifest.get("groups") is not None, "max_seqlen" in columns
+        "cu_seqlens_unpadded" in columns,
+        manifest.get("groups") is not None,
+        "max_seqlen" in columns,
+        segment_columns_of(manifest),
     )
     return [name for name in expected if not (path / name).is_file()]
 
 
-def _add_counts(totals: dict[str, int], shard: ShardEntry, counted: dict[str, int]) -> None:
+def _add_counts(totals: dict[str, int], shard: ShardEntry, counted: dict[str, Any]) -> None:
     """Add one shard's counts to the totals, once they equal its manifest entry."""
     for key, listed in (
         ("rows", shard["rows"]),
@@ -391,33 +506,48 @@ def _sha256(path: Path, stop: threading.Event) -> tuple[str | None, int]:
 
 
 def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading.Event | None = None) -> dict:
-    """Rows, sequences and real tokens of one shard, checking every row on the way.
-    `options`: output_rules, and whether the shards hold a max_seqlen column."""
-    counted = {"rows": 0, "sequences": 0, "real_tokens": 0}
+    """Rows, sequences and real tokens of one shard (and real tokens per segment_source
+    value, or None), checking every row on the way. `options`: output_rules, whether the
+    shards hold a max_seqlen column, and the per-segment columns the manifest lists."""
+    counted: dict[str, Any] = {"rows": 0, "sequences": 0, "real_tokens": 0, "sources": None}
     options = dict(options)
     has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_to_multiple_of", None) or 0
+    sources, listed = options.pop("sources", None), options.pop("segment_columns", ())
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
-    for block, extra in _shard_blocks(path, fmt, seq_len, block_rows):
+    for block, extra, segments in _shard_blocks(path, fmt, seq_len, block_rows):
         if stop is not None and stop.is_set():
             break
-        sequences, real = _check_block(block, extra, options, has_max, multiple, f"{name} row", counted["rows"])
+        missing = [column for column in listed if segments is None or column not in segments[1]]
+        if missing:
+            raise PackcliError(f"{name}: no {', '.join(missing)} column, but the manifest lists it")
+        where, first = f"{name} row", counted["rows"]
+        sequences, real, per_source = _check_block(
+            block, extra, options, has_max, multiple, where, first, segments, sources
+        )
         counted["rows"] += len(block[0])
         counted["sequences"] += sequences
         counted["real_tokens"] += real
+        counted["sources"] = _sum_sources(counted["sources"], per_source)
     return counted
 
 
-def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[tuple[tuple, tuple]]:
-    """((ids, labels, positions, cu, offsets, num_segments), (max_seqlen, cu_seqlens_unpadded))
-    per block of rows; an extra column a shard lacks is None."""
+def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[tuple[tuple, tuple, Segments]]:
+    """((ids, labels, positions, cu, offsets, num_segments), (max_seqlen, cu_seqlens_unpadded),
+    the per-segment columns) per block of rows; an extra column a shard lacks is None, the
+    per-segment columns None for a shard without them."""
     if fmt == "npy":
         arrays = _npy_shard_maps(path, seq_len)
         n = len(arrays["input_ids"])
         offsets = arrays["cu_seqlens_offsets"]
+        seg_offsets, columns = npy_segment_maps(path, n)
         for start in range(0, n, block_rows):
             stop = min(start + block_rows, n)
             lo, hi = offsets[start], offsets[stop]
+            segments = None
+            if seg_offsets is not None:
+                seg = np.asarray(seg_offsets[start : stop + 1], dtype=np.int64)
+                segments = (seg, {name: values[seg[0] : seg[-1]] for name, values in columns.items()})
             yield (
                 (
                     arrays["input_ids"][start:stop],
@@ -431,13 +561,15 @@ def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterat
                     arrays["max_seqlen"][start:stop] if "max_seqlen" in arrays else None,
                     arrays["cu_seqlens_unpadded"][lo:hi] if "cu_seqlens_unpadded" in arrays else None,
                 ),
+                segments,
             )
         return
     pages = ShardPages.of(path)  # without pyarrow's list decoding, most of its read
     names = _parquet_columns(path) if pages is None else pages.columns
     for rows in read_shard(path, fmt, seq_len, block_rows=block_rows) if pages is None else pages.rows(seq_len):
         block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
-        yield block, (rows.max_seqlen if "max_seqlen" in names else None, rows.cu_seqlens_unpadded)
+        segments = (rows.seg_offsets, rows.segment_columns) if rows.segment_columns else None
+        yield block, (rows.max_seqlen if "max_seqlen" in names else None, rows.cu_seqlens_unpadded), segments
 
 
 def _parquet_columns(path: Path) -> list[str]:

@@ -16,6 +16,9 @@ boundaries of its row. That is why the column is opt-in (`attention_mask=True`, 
 real tokens, 0 for padding: it marks padding, never boundaries) and `collator` leaves
 it out. `collator` also passes `use_cache=False`: with a cache, transformers skips the
 packed mask (sdpa/eager), even in training mode. See docs/training.md.
+
+A mixture's rows (`packcli pack --mix`) keep their `segment_source` column: one entry per
+real segment, the index of its source in the manifest's `sources`.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import pyarrow as pa
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.engine.memory import pack_sequences
 from packcli.plan.rows import Rows, real_token_mask
+from packcli.write.columns import is_segment_column, segment_dtype
 from packcli.write.manifest import load_manifest
 from packcli.write.shard_reader import iter_output_rows
-from packcli.write.shards import int32_array
+from packcli.write.shards import int32_array, segment_array
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
 EXTRA_COLUMNS = ("cu_seqlens", "num_segments")
@@ -77,6 +81,7 @@ def pack_dataset(
 
 def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_dir: str | None = None):
     """The rows of a `packcli pack` output directory as a `datasets.Dataset`, in order.
+    Per-segment columns (`segment_source` in a mixture) are kept, a list per row.
 
     Parquet shards go through `datasets.load_dataset("parquet")` (Arrow cache files,
     memory-mapped, in `cache_dir`). npy shards are wrapped in memory: labels and
@@ -111,6 +116,7 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
                 desc="attention_mask",
             )
             keep.append("attention_mask")
+        keep += [name for name in dataset.column_names if is_segment_column(name)]
         return dataset.select_columns(keep)
     blocks = [rows for _, rows in iter_output_rows(path, manifest)]
     rows = Rows.concat(blocks) if blocks else _no_rows(manifest["seq_len"])
@@ -118,7 +124,8 @@ def load(path, *, attention_mask: bool = False, cu_seqlens: bool = False, cache_
 
 
 def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: bool = False):
-    """A `datasets.Dataset` over packed rows (int32 list columns, as the Parquet shards)."""
+    """A `datasets.Dataset` over packed rows (int32 list columns, as the Parquet shards),
+    with their per-segment columns, a list per row."""
     with needs_extra("hf", "packcli.load.hf needs datasets"):  # lazy: datasets is an optional extra
         import datasets
         from datasets.table import InMemoryTable
@@ -145,6 +152,9 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
             if part.cu_seqlens_unpadded is not None:
                 unpadded = int32_array(part.cu_seqlens_unpadded)
                 arrays["cu_seqlens_unpadded"] = pa.ListArray.from_arrays(int32_array(part.cu_offsets), unpadded)
+        for name, values in part.segment_columns.items():
+            dtype = segment_dtype(values)
+            arrays[name] = pa.ListArray.from_arrays(int32_array(part.seg_offsets), segment_array(values, dtype))
         tables.append(pa.table(arrays))
     return datasets.Dataset(InMemoryTable(pa.concat_tables(tables)))
 

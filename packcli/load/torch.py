@@ -13,13 +13,16 @@ after the shift nothing is ever predicted across a boundary.
 Boundaries live in `position_ids` (restarting at 0 in every segment) and `cu_seqlens`,
 never in `attention_mask`, which only marks padding. Requires PyTorch (the `torch`
 extra); flash-attn is used when installed and the tensors are on a GPU.
+
+A mixture's rows (`packcli pack --mix`) carry `segment_source`, one entry per real segment;
+`batch.token_source` gives each token its source (-1 on padding) for a loss per source.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +33,14 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
     import torch
 
 from packcli.engine.memory import pack_sequences
-from packcli.plan.rows import Rows, real_token_mask
+from packcli.plan.rows import Rows, real_token_mask, segment_offsets
+from packcli.write.columns import SEGMENT_OFFSETS_FILE, SOURCE_COLUMN, is_segment_column
 from packcli.write.manifest import load_manifest
 from packcli.write.shard_reader import read_shard
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
 OPTIONAL_COLUMNS = ("max_seqlen", "cu_seqlens_unpadded")  # format 3; the second with --pad-to-multiple-of
+SEGMENT_OFFSETS = SEGMENT_OFFSETS_FILE[:-4]  # format 5: the per-segment columns' row offsets (CSR)
 
 
 @dataclass
@@ -49,6 +54,9 @@ class PackedBatch:
     `attention_mask` 0; it is a segment in `cu_seqlens` too, so it only attends to itself.
     With `--pad-to-multiple-of`, `cu_seqlens_unpadded` holds the cumulative real lengths
     over the batch (the pads after each segment have `attention_mask` 0 too).
+    `segment_columns` (a mixture: `segment_source`) hold one entry per real segment of
+    the batch, rows in order (`num_segments` of each row); `token_source` spreads
+    `segment_source` over the tokens.
     """
 
     input_ids: torch.Tensor  # int64 [rows, seq_len]
@@ -59,6 +67,8 @@ class PackedBatch:
     max_seqlen: int
     row_cu_seqlens: list[torch.Tensor]  # int32, one per row
     cu_seqlens_unpadded: torch.Tensor | None = None  # int32, cumulative real lengths (--pad-to-multiple-of)
+    segment_columns: dict[str, torch.Tensor] = field(default_factory=dict)  # flat, one entry per real segment
+    num_segments: torch.Tensor | None = None  # int64 [rows]: real segments per row
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -71,16 +81,49 @@ class PackedBatch:
                 value = value.to(device, non_blocking=non_blocking)
             elif f.name == "row_cu_seqlens":
                 value = [t.to(device, non_blocking=non_blocking) for t in value]
+            elif f.name == "segment_columns":
+                value = {name: t.to(device, non_blocking=non_blocking) for name, t in value.items()}
             moved[f.name] = value
         return PackedBatch(**moved)
 
     def pin_memory(self) -> PackedBatch:
         """Lets DataLoader(pin_memory=True) pin a PackedBatch."""
         pinned = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens", "cu_seqlens_unpadded"):
+        names = ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens", "cu_seqlens_unpadded")
+        for name in (*names, "num_segments"):
             if pinned[name] is not None:
                 pinned[name] = pinned[name].pin_memory()
+        pinned["segment_columns"] = {name: t.pin_memory() for name, t in self.segment_columns.items()}
         return PackedBatch(**pinned)
+
+    @property
+    def segment_source(self) -> torch.Tensor | None:
+        """int64, one entry per real segment of the batch (rows in order): the index of the
+        mixture source it came from in the manifest's `sources`; None outside a mixture."""
+        return self.segment_columns.get(SOURCE_COLUMN)
+
+    @property
+    def token_source(self) -> torch.Tensor:
+        """int64 [rows, seq_len]: the source of each token's segment, -1 on every pad (the
+        padding segment and the pads of --pad-to-multiple-of). With unshifted labels the
+        token predicted at position i is i + 1: its source is `token_source[:, 1:]`."""
+        return self.per_token(SOURCE_COLUMN)
+
+    def per_token(self, name: str, fill: float = -1) -> torch.Tensor:
+        """A per-segment column spread over the tokens, [rows, seq_len]: each token gets its
+        segment's value, every pad `fill`."""
+        if name not in self.segment_columns or self.num_segments is None:
+            raise PackcliError(
+                f"no {name!r} in this batch (per-segment columns: {', '.join(self.segment_columns) or 'none'})"
+            )
+        values = self.segment_columns[name]
+        segment = self.segment_ids.long()
+        if not values.numel():
+            return torch.full(segment.shape, fill, dtype=values.dtype, device=segment.device)
+        counts = self.num_segments.to(segment.device)
+        first = torch.cumsum(counts, 0) - counts
+        index = (segment + first[:, None]).clamp(0, values.numel() - 1)
+        return values.to(segment.device)[index].masked_fill(segment < 0, fill)
 
     @property
     def seq_idx(self) -> torch.Tensor:
@@ -161,6 +204,7 @@ class PackedBatch:
             torch.as_tensor(np.asarray(rows.num_segments, dtype=np.int64)),
             unpadded,
             torch.from_numpy(real_token_mask(rows)).long(),
+            {name: _segment_tensor(values) for name, values in rows.segment_columns.items()},
         )
 
 
@@ -169,8 +213,11 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
 
     Each example needs `input_ids`, `labels` and `position_ids` of the same length.
     `cu_seqlens` is taken from the example if present, else from where `position_ids`
-    restart at 0. The padding segment is known from `num_segments` (or an
-    `attention_mask`); without either, every token counts as real in `attention_mask`.
+    restart at 0. The padding segment is known from `num_segments` (or the length of a
+    per-segment column such as `segment_source`, or an `attention_mask`); without any,
+    every token counts as real in `attention_mask`. Per-segment columns (`segment_*`)
+    become the batch's `segment_columns`, each row's first `num_segments` entries (the -1
+    that `cu_seqlens_len` pads them with dropped).
     """
     if not examples:
         raise PackcliError("cannot collate an empty batch")
@@ -185,7 +232,9 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
     if stacked["input_ids"].dim() != 2:
         raise PackcliError("each example must be one row: input_ids of shape [seq_len]")
     seq_len = stacked["input_ids"].shape[1]
+    names = [name for name in examples[0] if is_segment_column(name)]
     row_cu, counts, unpadded = [], [], []
+    per_segment: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     for r, example in enumerate(examples):
         if "cu_seqlens" in example:
             cu = _entries(example, "cu_seqlens")
@@ -197,13 +246,20 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
         row_cu.append(cu)
         if "cu_seqlens_unpadded" in example:
             unpadded.append(_entries(example, "cu_seqlens_unpadded"))
+        values = {name: _segment_values(example, name, r) for name in names}
         if "num_segments" in example:
             counts.append(int(example["num_segments"]))
+        elif values:
+            counts.append(len(next(iter(values.values()))))
         elif "attention_mask" in example:  # padding is the row's tail: the segments that end before it are real
             real = int(_long(example["attention_mask"]).sum())
             counts.append(int((cu[1:] <= real).sum()))
         else:
             counts.append(cu.numel() - 1)
+        for name, row_values in values.items():
+            if len(row_values) < counts[-1]:
+                raise PackcliError(f"row {r}: {name} has {len(row_values)} entries for {counts[-1]} segments")
+            per_segment[name].append(row_values[: counts[-1]])
     if unpadded and len(unpadded) != len(examples):
         raise PackcliError("some rows have cu_seqlens_unpadded and others not")
     return _batch(
@@ -213,7 +269,22 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
         row_cu,
         torch.tensor(counts),
         unpadded or None,
+        segments={name: torch.cat(parts) for name, parts in per_segment.items()},
     )
+
+
+def _segment_values(example: Mapping, name: str, r: int) -> torch.Tensor:
+    """A row's entries of a per-segment column, as int64 (float32 for a float column)."""
+    if name not in example:
+        raise PackcliError(f"row {r} has no {name!r}, the first row has")
+    return _segment_tensor(example[name])
+
+
+def _segment_tensor(values) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.to(torch.float32 if values.is_floating_point() else torch.int64).reshape(-1)
+    array = np.asarray(values).reshape(-1)
+    return torch.from_numpy(array.astype(np.float32 if array.dtype.kind == "f" else np.int64))
 
 
 def _entries(example: Mapping, name: str) -> torch.Tensor:
@@ -265,15 +336,18 @@ class PackedDataset(torch.utils.data.Dataset):
     stacks the batch, the one copy). Parquet shards are compressed, so each is decoded
     into memory when first touched (per DataLoader worker); use `--format npy` for
     corpora larger than memory. Items are dicts of `input_ids`, `labels`,
-    `position_ids`, `cu_seqlens` (this row's, int32), `num_segments`, `max_seqlen` (int)
-    and, with --pad-to-multiple-of, `cu_seqlens_unpadded`.
+    `position_ids`, `cu_seqlens` (this row's, int32), `num_segments`, `max_seqlen` (int),
+    with --pad-to-multiple-of `cu_seqlens_unpadded`, and in a mixture `segment_source`
+    (this row's, int32: one entry per real segment, the index of its source in
+    `manifest["sources"]`).
 
     `cu_seqlens_len=K` gives every row's cu_seqlens (and cu_seqlens_unpadded) exactly K
     entries, so batches have one shape (CUDA graphs, torch.compile): the real entries,
     then -1, as Megatron-Bridge / NeMo pad them, with `cu_seqlens_argmin` (and
     `cu_seqlens_unpadded_argmin`) the number of real entries, so `cu[:argmin]` needs no
     device sync. A row with more than K entries is an error naming it; `collate_rows` strips
-    the -1 again.
+    the -1 again. Per-segment columns get K - 1 entries then, padded with -1 the same way
+    (`num_segments` says how many are real).
     """
 
     def __init__(self, path, *, cu_seqlens_len: int | None = None):
@@ -311,7 +385,20 @@ class PackedDataset(torch.utils.data.Dataset):
         item.update(self._boundaries("cu_seqlens", cu, index))
         if "cu_seqlens_unpadded" in arrays:
             item.update(self._boundaries("cu_seqlens_unpadded", arrays["cu_seqlens_unpadded"][lo:hi], index))
+        if SEGMENT_OFFSETS in arrays:
+            first, end = int(arrays[SEGMENT_OFFSETS][r]), int(arrays[SEGMENT_OFFSETS][r + 1])
+            for name in arrays:
+                if is_segment_column(name):
+                    item[name] = self._per_segment(arrays[name][first:end])
         return item
+
+    def _per_segment(self, values: np.ndarray) -> torch.Tensor:
+        """A row's entries of a per-segment column or, with cu_seqlens_len, those padded with -1 to K - 1."""
+        if self.cu_seqlens_len is None:
+            return torch.from_numpy(values)
+        fixed = np.full(self.cu_seqlens_len - 1, -1, dtype=values.dtype)
+        fixed[: len(values)] = values  # a row has fewer real segments than cu_seqlens entries
+        return torch.from_numpy(fixed)
 
     def _boundaries(self, name: str, values: np.ndarray, index: int) -> dict:
         """{name: the row's entries} or, with cu_seqlens_len, padded with -1 and their count."""
@@ -416,10 +503,12 @@ def _batch(
     counts: torch.Tensor,
     row_unpadded: list | None = None,
     attention_mask: torch.Tensor | None = None,
+    segments: dict[str, torch.Tensor] | None = None,
 ):
     """A PackedBatch; `counts`: the real segments of each row; `row_unpadded`: each row's
     cu_seqlens_unpadded, or None; `attention_mask`: given when the rows are NumPy rows
-    (`real_token_mask`), else built here row by row from the tensors."""
+    (`real_token_mask`), else built here row by row from the tensors; `segments`: the
+    per-segment columns, flat over the batch."""
     seq_len = input_ids.shape[1]
     pieces = [torch.zeros(1, dtype=torch.int32)]
     for r, cu in enumerate(row_cu):
@@ -435,7 +524,19 @@ def _batch(
         flat_unpadded = torch.cat(parts).to(torch.int32)
     if attention_mask is None:
         attention_mask = _attention_mask(input_ids, position_ids, row_cu, counts, row_unpadded)
-    return PackedBatch(input_ids, labels, position_ids, attention_mask, flat, max_seqlen, list(row_cu), flat_unpadded)
+    counts = counts.to(torch.int64)
+    return PackedBatch(
+        input_ids,
+        labels,
+        position_ids,
+        attention_mask,
+        flat,
+        max_seqlen,
+        list(row_cu),
+        flat_unpadded,
+        segments or {},
+        counts,
+    )
 
 
 def _attention_mask(input_ids, position_ids, row_cu: list, counts: torch.Tensor, row_unpadded: list | None):
@@ -470,6 +571,9 @@ def _npy_shard_private_maps(path: Path) -> dict:
     if missing:
         raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
     names = [*NPY_COLUMNS, *(name for name in OPTIONAL_COLUMNS if (path / f"{name}.npy").is_file())]
+    segments = sorted(p.name[:-4] for p in path.glob("*.npy") if is_segment_column(p.name[:-4]))
+    if segments:  # format 5: per-segment columns and their row offsets
+        names += [*segments, SEGMENT_OFFSETS]
     try:
         return {name: np.load(path / f"{name}.npy", mmap_mode="c") for name in names}
     except Exception as exc:
@@ -505,6 +609,8 @@ def _decode_parquet(path: Path, seq_len: int) -> dict:
         "num_segments": rows.num_segments,
         "max_seqlen": rows.max_seqlen,
         **({} if rows.cu_seqlens_unpadded is None else {"cu_seqlens_unpadded": own(rows.cu_seqlens_unpadded)}),
+        **({SEGMENT_OFFSETS: segment_offsets(rows.num_segments)} if rows.segment_columns else {}),
+        **{name: own(values) for name, values in rows.segment_columns.items()},
     }
 
 

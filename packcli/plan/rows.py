@@ -8,7 +8,7 @@ writes the columns so the conventions of a row live in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,10 @@ class Rows:
     computed from cu_seqlens when not given (outputs of format 2 and before).
     `cu_seqlens_unpadded` (with --pad-to-multiple-of) has the entries of cu_seqlens, at the
     offsets of cu_offsets, counting only real tokens; the row's final padding segment
-    counts as its own length, so the last entry is the padded tail after the real tokens."""
+    counts as its own length, so the last entry is the padded tail after the real tokens.
+    `segment_columns` (e.g. `segment_source`): per-segment values, each a flat array with
+    one entry per real segment (padding excluded), rows in order and each row's segments
+    in order: row r's entries are [seg_offsets[r], seg_offsets[r + 1])."""
 
     input_ids: np.ndarray  # int32 [rows, seq_len]
     labels: np.ndarray  # int32 [rows, seq_len]
@@ -37,6 +40,7 @@ class Rows:
     num_segments: np.ndarray  # int32 [rows]: real segments, padding excluded
     max_seqlen: np.ndarray | None = None  # int32 [rows]
     cu_seqlens_unpadded: np.ndarray | None = None  # int32, flat, CSR with cu_offsets
+    segment_columns: dict[str, np.ndarray] = field(default_factory=dict)  # flat, CSR with seg_offsets
 
     def __post_init__(self) -> None:
         if self.max_seqlen is None:
@@ -49,8 +53,17 @@ class Rows:
     def seq_len(self) -> int:
         return self.input_ids.shape[1]
 
+    @property
+    def seg_offsets(self) -> np.ndarray:
+        """int64 [rows + 1]: where each row's entries of the segment columns begin
+        (cumulative num_segments, from 0)."""
+        return segment_offsets(self.num_segments)
+
     def _unpadded(self, pick) -> np.ndarray | None:
         return None if self.cu_seqlens_unpadded is None else self.cu_seqlens_unpadded[pick]
+
+    def _segments(self, pick) -> dict[str, np.ndarray]:
+        return {name: values[pick] for name, values in self.segment_columns.items()}
 
     def slice(self, start: int, stop: int) -> Rows:
         lo, hi = self.cu_offsets[start], self.cu_offsets[stop]
@@ -64,6 +77,7 @@ class Rows:
             self.num_segments[start:stop],
             self.max_seqlen[start:stop],
             self._unpadded(slice(lo, hi)),
+            self._segments(slice(*self.seg_offsets[[start, stop]].tolist())) if self.segment_columns else {},
         )
 
     def take(self, order: np.ndarray) -> Rows:
@@ -73,6 +87,12 @@ class Rows:
         np.cumsum(counts, out=offsets[1:])
         gather = np.repeat(self.cu_offsets[:-1][order] - offsets[:-1], counts) + np.arange(offsets[-1])
         assert self.max_seqlen is not None  # filled by __post_init__
+        segments = {}
+        if self.segment_columns:
+            seg = self.seg_offsets
+            taken = self.num_segments[order].astype(np.int64)
+            firsts = np.cumsum(taken) - taken
+            segments = self._segments(np.repeat(seg[:-1][order] - firsts, taken) + np.arange(int(taken.sum())))
         return Rows(
             self.input_ids[order],
             self.labels[order],
@@ -82,6 +102,7 @@ class Rows:
             self.num_segments[order],
             self.max_seqlen[order],
             self._unpadded(gather),
+            segments,
         )
 
     @staticmethod
@@ -94,6 +115,9 @@ class Rows:
             offsets.append(block.cu_offsets[1:] + base)
             base += int(block.cu_offsets[-1])
         unpadded = [b.cu_seqlens_unpadded for b in blocks]
+        names = list(blocks[0].segment_columns)
+        if any(list(b.segment_columns) != names for b in blocks):
+            raise PackcliError("internal: blocks of rows with different segment columns joined")
         return Rows(
             np.concatenate([b.input_ids for b in blocks]),
             np.concatenate([b.labels for b in blocks]),
@@ -103,6 +127,7 @@ class Rows:
             np.concatenate([b.num_segments for b in blocks]),
             np.concatenate([b.max_seqlen for b in blocks]),
             np.concatenate([u for u in unpadded if u is not None]) if all(u is not None for u in unpadded) else None,
+            {name: np.concatenate([b.segment_columns[name] for b in blocks]) for name in names},
         )
 
     def real_lengths(self) -> np.ndarray:
@@ -112,6 +137,14 @@ class Rows:
         cu = self.cu_seqlens if self.cu_seqlens_unpadded is None else self.cu_seqlens_unpadded
         last_real_end = np.where(has_pad, cu[ends - 1], cu[ends])
         return last_real_end.astype(np.int64)
+
+
+def segment_offsets(num_segments: np.ndarray) -> np.ndarray:
+    """int64 [rows + 1]: the cumulative real segments of each row, from 0 (the CSR offsets
+    of the per-segment columns)."""
+    offsets = np.zeros(len(num_segments) + 1, dtype=np.int64)
+    np.cumsum(num_segments, out=offsets[1:])
+    return offsets
 
 
 def longest_segments(cu_seqlens: np.ndarray, cu_offsets: np.ndarray) -> np.ndarray:

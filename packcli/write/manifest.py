@@ -23,7 +23,10 @@ from packcli.plan.grouping import GroupEntry
 # compute max_seqlen for older outputs.
 # 4 changed the shuffled row order (a seeded Feistel bijection, permute.py); the files,
 # columns and keys are those of 3.
-FORMAT_VERSION = 4
+# 5 added per-segment columns (`segment_source` of --mix outputs: Parquet list columns, npy
+# files with one shared segment_offsets.npy) and the manifest's `sources`; an output
+# without them has the files and columns of 4.
+FORMAT_VERSION = 5
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 
@@ -50,6 +53,7 @@ class Columns(TypedDict, total=False):
     max_seqlen: str  # format 3
     cu_seqlens_unpadded: str  # with --pad-to-multiple-of
     group: str  # with --group-by
+    segment_source: str  # format 5, with --mix: one entry per real segment
 
 
 class Totals(TypedDict):
@@ -64,6 +68,44 @@ class ShardEntry(TypedDict):
     sequences: int
     real_tokens: int
     checksum: str
+
+
+class SourceDocuments(TypedDict):
+    """A source's documents: read, skipped (bad records) and dropped (by pack's rules), by
+    reason; held out (--holdout), available to the training output, taken into it, and
+    how many of those taken were repeats (epochs above 1)."""
+
+    read: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    dropped: int
+    dropped_by_reason: dict[str, int]
+    held_out: int
+    available: int
+    taken: int
+    repeated: int
+
+
+# A source's tokens: tokenized from the documents it took (`in`), real tokens in the rows
+# (`out`, padding excluded) and of those the learned ones (label not -100). The functional
+# form, since `in` is a keyword.
+SourceTokens = TypedDict("SourceTokens", {"in": int, "out": int, "learned": int})
+
+
+class SourceEntry(TypedDict):
+    """One source of a mixture (--mix), in the manifest's and the report's `sources`, at
+    its index (the value of `segment_source` for its segments)."""
+
+    name: str
+    index: int
+    paths: list[str]
+    input: str  # text, prompt, chat or ids
+    weight: float | None
+    epochs: float
+    target_share: float | None
+    achieved_share: float
+    documents: SourceDocuments
+    tokens: SourceTokens
 
 
 class Manifest(TypedDict):
@@ -82,6 +124,7 @@ class Manifest(TypedDict):
     shards: list[ShardEntry]
     group_by: NotRequired[str | None]  # format 3
     groups: NotRequired[list[GroupEntry]]  # format 3, with --group-by
+    sources: NotRequired[list[SourceEntry]]  # format 5, with --mix: one entry per source, in index order
 
 
 def load_manifest(out_dir: Path | str) -> Manifest:
@@ -244,6 +287,7 @@ class Report(RowSummary, total=False):
     groups: list[GroupEntry]
     max_sequences_per_row: SequenceCap
     engine: dict[str, Any]  # local or ray; for ray: tasks, retries, workers, seconds per stage
+    sources: list[SourceEntry]  # --mix: as the manifest's
 
 
 class SequenceCap(TypedDict):

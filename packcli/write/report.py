@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from packcli.plan.rows import IGNORE_INDEX, Rows
+from packcli.core.errors import PackcliError
+from packcli.plan.rows import IGNORE_INDEX, Rows, segment_table
+from packcli.write.columns import SOURCE_COLUMN
 from packcli.write.manifest import NoPacking, RowSummary
+
+SOURCE_FIGURES = ("segments", "real_tokens", "learned_tokens")  # the columns of RowStats.per_source()
 
 
 class RowStats:
@@ -23,13 +27,24 @@ class RowStats:
         self.segments_per_row = np.zeros(seq_len + 1, dtype=np.int64)
         self.segment_lengths = np.zeros(seq_len + 1, dtype=np.int64)
         self.label_tokens = 0
+        self.sources = np.zeros((0, len(SOURCE_FIGURES)), dtype=np.int64)  # per source: SOURCE_FIGURES
 
     def add(self, rows: Rows) -> None:
         real = rows.real_lengths()
         self.fill += np.bincount(real, minlength=self.seq_len + 1)
         self.segments_per_row += np.bincount(rows.num_segments, minlength=self.seq_len + 1)
         self.segment_lengths += np.bincount(_real_segment_lengths(rows), minlength=self.seq_len + 1)
-        self.label_tokens += int((rows.labels != IGNORE_INDEX).sum())
+        learned = rows.labels != IGNORE_INDEX
+        self.label_tokens += int(np.count_nonzero(learned))
+        if SOURCE_COLUMN in rows.segment_columns:
+            self._add_sources(source_figures(rows, rows.segment_columns[SOURCE_COLUMN], learned))
+
+    def _add_sources(self, counts: np.ndarray) -> None:
+        if len(counts) > len(self.sources):
+            grown = np.zeros((len(counts), len(SOURCE_FIGURES)), dtype=np.int64)
+            grown[: len(self.sources)] = self.sources
+            self.sources = grown
+        self.sources[: len(counts)] += counts
 
     def merge(self, other: RowStats) -> None:
         """Add the figures of rows counted elsewhere (a shard written on another thread)."""
@@ -37,6 +52,19 @@ class RowStats:
         self.segments_per_row += other.segments_per_row
         self.segment_lengths += other.segment_lengths
         self.label_tokens += other.label_tokens
+        self._add_sources(other.sources)
+
+    def per_source(self, sources: int | None = None) -> np.ndarray:
+        """int64 [sources, 3]: per `segment_source` value, its segments, real tokens (padding
+        and the pads of --pad-to-multiple-of excluded) and learned tokens (label not -100):
+        the `tokens.out` and `tokens.learned` of a mixture's sources. `sources`: the number of
+        sources (those with no segment get zeros); default: up to the largest seen."""
+        n = len(self.sources) if sources is None else sources
+        if n < len(self.sources):
+            raise PackcliError(f"segment_source {len(self.sources) - 1} is outside the {n} sources")
+        out = np.zeros((n, len(SOURCE_FIGURES)), dtype=np.int64)
+        out[: len(self.sources)] = self.sources
+        return out
 
     @property
     def rows(self) -> int:
@@ -86,14 +114,46 @@ class RowStats:
         }
 
     @classmethod
-    def from_histograms(cls, seq_len: int, histograms: dict[str, Any], label_tokens: int) -> RowStats:
-        """The figures `histograms()` and `label_tokens` gave, back (sent from another process)."""
+    def from_histograms(
+        cls, seq_len: int, histograms: dict[str, Any], label_tokens: int, sources: Any = None
+    ) -> RowStats:
+        """The figures `histograms()`, `label_tokens` and `per_source()` gave, back (sent
+        from another process)."""
         stats = cls(seq_len)
         stats.fill = np.asarray(histograms["fill_per_row"], dtype=np.int64)
         stats.segments_per_row = np.asarray(histograms["sequences_per_row"], dtype=np.int64)
         stats.segment_lengths = np.asarray(histograms["sequence_length"], dtype=np.int64)
         stats.label_tokens = int(label_tokens)
+        if sources is not None:
+            stats._add_sources(np.asarray(sources, dtype=np.int64).reshape(-1, len(SOURCE_FIGURES)))
         return stats
+
+
+def source_figures(rows: Rows, source: np.ndarray, learned: np.ndarray | None = None) -> np.ndarray:
+    """int64 [max source + 1, 3]: segments, real tokens and learned tokens per value of a
+    per-segment source column (one entry per real segment, as Rows keeps it). `learned`:
+    the rows' labels != -100, when the caller has it."""
+    source = np.asarray(source, dtype=np.int64)
+    entry_row, _, segment, is_real = segment_table(rows.cu_offsets, rows.num_segments)
+    if len(source) != int(np.count_nonzero(is_real)):
+        raise PackcliError(f"internal: {len(source)} sources for {int(np.count_nonzero(is_real))} segments")
+    if not len(source):
+        return np.zeros((0, len(SOURCE_FIGURES)), dtype=np.int64)
+    if int(source.min()) < 0:
+        raise PackcliError(f"segment_source {int(source.min())} is negative")
+    if learned is None:
+        learned = rows.labels != IGNORE_INDEX
+    cu = np.asarray(rows.cu_seqlens, dtype=np.int64)
+    unpadded = cu if rows.cu_seqlens_unpadded is None else np.asarray(rows.cu_seqlens_unpadded, dtype=np.int64)
+    starts = entry_row[segment] * rows.seq_len + cu[segment]  # every segment, padding too: they tile the rows
+    per_segment = np.add.reduceat(learned.reshape(-1), starts, dtype=np.int64)
+    real = unpadded[segment + 1] - unpadded[segment]
+    n = int(source.max()) + 1
+    out = np.empty((n, len(SOURCE_FIGURES)), dtype=np.int64)
+    out[:, 0] = np.bincount(source, minlength=n)
+    out[:, 1] = np.bincount(source, weights=real[is_real], minlength=n)
+    out[:, 2] = np.bincount(source, weights=per_segment[is_real], minlength=n)
+    return out
 
 
 def _real_segment_lengths(rows: Rows) -> np.ndarray:

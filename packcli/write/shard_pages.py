@@ -13,7 +13,8 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.plan.rows import Rows
 from packcli.read.parquet_pages import Column, PageError, column_leaves, plain_layout, read_row_groups
-from packcli.write.columns import ROW_COLUMNS
+from packcli.write.columns import ROW_COLUMNS, is_segment_column
+from packcli.write.shard_reader import check_segment_counts
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,14 @@ class ShardPages:
         except Exception:
             return None
 
-        names = set(column_leaves(metadata.schema))
+        leaves = column_leaves(metadata.schema)
+        names = set(leaves)
         columns = [*ROW_COLUMNS, "cu_seqlens", "num_segments"]
         columns += [name for name in ("max_seqlen", "cu_seqlens_unpadded") if name in names]
-        leaves = column_leaves(metadata.schema)
+        segments = [name for name in leaves if is_segment_column(name)]
+        if segments and not _every_row_has_segments(metadata, leaves):
+            return None  # an empty list decodes only through pyarrow
+        columns += segments
         if any(metadata.schema.column(leaves[name]).physical_type != "INT32" for name in columns if name in leaves):
             return None  # packcli writes int32; verify leaves anything else to pyarrow's casts
         return cls(path, metadata, columns) if plain_layout(metadata, columns) else None
@@ -50,6 +55,18 @@ class ShardPages:
             yield from _rows_of_groups(self.path, seq_len, read_row_groups(self.path, self.metadata, self.columns))
         except PageError as exc:
             raise PackcliError(f"{self.path.name}: cannot read shard ({exc})") from exc
+
+
+def _every_row_has_segments(metadata: Any, leaves: dict[str, int]) -> bool:
+    """Whether num_segments' statistics show at least one segment in every row: then no
+    per-segment list is empty (which this module's decoder refuses as a null)."""
+    if "num_segments" not in leaves:
+        return False
+    for g in range(metadata.num_row_groups):
+        stats = metadata.row_group(g).column(leaves["num_segments"]).statistics
+        if stats is None or not stats.has_min_max or stats.min < 1:
+            return False
+    return True
 
 
 def _rows_of_groups(path: Path, seq_len: int, groups: Iterator[tuple[int, dict[str, Column]]]) -> Iterator[Rows]:
@@ -72,14 +89,21 @@ def _rows_of_groups(path: Path, seq_len: int, groups: Iterator[tuple[int, dict[s
                 f"{path.name} row {first_row + bad}: cu_seqlens_unpadded and cu_seqlens differ in length"
             )
         longest = decoded.get("max_seqlen")
+        num_segments = decoded["num_segments"].values
+        segments = {}
+        for name, column in decoded.items():
+            if is_segment_column(name):
+                check_segment_counts(f"{path.name} row", name, np.diff(column.rows), num_segments, first_row)
+                segments[name] = column.values
         yield Rows(
             fixed["input_ids"],
             fixed["labels"],
             fixed["position_ids"],
             cu.values,
             cu.rows,
-            decoded["num_segments"].values,
+            num_segments,
             None if longest is None else longest.values,
             None if unpadded is None else unpadded.values,
+            segments,
         )
         first_row += n

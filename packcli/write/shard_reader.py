@@ -21,6 +21,8 @@ from packcli.write.columns import (
     OPTIONAL_NPY_FILES,
     READ_BLOCK_ROWS,
     ROW_COLUMNS,
+    SEGMENT_OFFSETS_FILE,
+    is_segment_column,
 )
 from packcli.write.manifest import Manifest, ShardEntry
 
@@ -50,6 +52,7 @@ def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_RO
     if missing:
         raise PackcliError(f"{path.name}: missing column(s) {', '.join(missing)}")
     columns += [c for c in ("max_seqlen", "cu_seqlens_unpadded") if c in parquet.schema_arrow.names]
+    columns += [c for c in parquet.schema_arrow.names if is_segment_column(c)]
     first_row = 0
     for batch in parquet.iter_batches(batch_size=block_rows, columns=columns):
         n = batch.num_rows
@@ -68,19 +71,23 @@ def read_shard_parquet(path: Path, seq_len: int, block_rows: int = READ_BLOCK_RO
         cu = batch.column("cu_seqlens")
         cu_offsets = cu.offsets.to_numpy().astype(np.int64)
         cu_values = cu.values.to_numpy(zero_copy_only=False)[cu_offsets[0] : cu_offsets[-1]]
+        num_segments = batch.column("num_segments").to_numpy(zero_copy_only=False).astype(np.int32)
         yield Rows(
             fixed["input_ids"],
             fixed["labels"],
             fixed["position_ids"],
             cu_values.astype(np.int32, copy=False),
             cu_offsets - cu_offsets[0],
-            batch.column("num_segments").to_numpy(zero_copy_only=False).astype(np.int32),
+            num_segments,
             *_parquet_extras(batch, path, first_row, cu_offsets),
+            _parquet_segments(batch, path, first_row, num_segments),
         )
         first_row += n
 
 
-def _parquet_extras(batch, path: Path, first_row: int, cu_offsets: np.ndarray) -> tuple:
+def _parquet_extras(
+    batch, path: Path, first_row: int, cu_offsets: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(max_seqlen, cu_seqlens_unpadded) of a batch, each None when the shard lacks it."""
     names = batch.schema.names
     longest = None
@@ -97,6 +104,51 @@ def _parquet_extras(batch, path: Path, first_row: int, cu_offsets: np.ndarray) -
             )
         unpadded = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]].astype(np.int32, copy=False)
     return longest, unpadded
+
+
+def _parquet_segments(batch, path: Path, first_row: int, num_segments: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-segment columns of a batch, flat, each row's list checked to hold num_segments entries."""
+    out = {}
+    for name in batch.schema.names:
+        if not is_segment_column(name):
+            continue
+        column = batch.column(name)
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        check_segment_counts(f"{path.name} row", name, np.diff(offsets), num_segments, first_row)
+        out[name] = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return out
+
+
+def check_segment_counts(where: str, name: str, counts: np.ndarray, num_segments: np.ndarray, first_row: int) -> None:
+    """Every row holds one entry of a per-segment column per real segment, or an error
+    names the first row that does not (`where`: "shard-00000.parquet row")."""
+    wrong = np.flatnonzero(np.asarray(counts) != np.asarray(num_segments))
+    if len(wrong):
+        r = int(wrong[0])
+        raise PackcliError(
+            f"{where} {first_row + r}: {name} has {int(counts[r])} entries, num_segments is {int(num_segments[r])}"
+        )
+
+
+def npy_segment_maps(path: Path, rows: int) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """(segment_offsets, {column: values}) of an npy shard's per-segment columns, memory
+    mapped ((None, {}) for a shard without them), the offsets checked against the values."""
+    names = sorted(p.name[:-4] for p in path.glob("*.npy") if is_segment_column(p.name[:-4]))
+    offsets_file = path / SEGMENT_OFFSETS_FILE
+    if not names and not offsets_file.is_file():
+        return None, {}
+    if not offsets_file.is_file():
+        raise PackcliError(f"{path.name}: {', '.join(n + '.npy' for n in names)} without {SEGMENT_OFFSETS_FILE}")
+    offsets = map_npy(offsets_file)
+    values = {name: map_npy(path / f"{name}.npy") for name in names}
+    if offsets.shape != (rows + 1,) or offsets[0] != 0:
+        raise PackcliError(f"{path.name}: {SEGMENT_OFFSETS_FILE} does not match {rows} rows")
+    for name, array in values.items():
+        if array.ndim != 1 or len(array) != offsets[-1]:
+            raise PackcliError(
+                f"{path.name}: {name}.npy has {array.shape}, {SEGMENT_OFFSETS_FILE} says {int(offsets[-1])} entries"
+            )
+    return offsets, values
 
 
 def map_npy(path: Path) -> np.ndarray:
@@ -143,18 +195,27 @@ def read_shard_npy(path: Path, seq_len: int, block_rows: int = READ_BLOCK_ROWS, 
         arrays.get("cu_seqlens_unpadded", arrays["cu_seqlens"])
     ) != len(arrays["cu_seqlens"]):
         raise PackcliError(f"{path.name}: max_seqlen or cu_seqlens_unpadded do not match {n} rows")
+    seg_offsets, segments = npy_segment_maps(path, n)
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
         lo, hi = int(offsets[start]), int(offsets[stop])
+        num_segments = np.asarray(arrays["num_segments"][start:stop])
+        columns = {}
+        if seg_offsets is not None:
+            seg = np.asarray(seg_offsets[start : stop + 1], dtype=np.int64)
+            for name, values in segments.items():
+                check_segment_counts(f"{path.name} row", name, np.diff(seg), num_segments, start)
+                columns[name] = np.asarray(values[seg[0] : seg[-1]])
         yield Rows(
             np.asarray(arrays["input_ids"][start:stop], dtype=np.int32 if widen else None),
             np.asarray(arrays["labels"][start:stop]),
             np.asarray(arrays["position_ids"][start:stop]),
             np.asarray(arrays["cu_seqlens"][lo:hi]),
             np.asarray(offsets[start : stop + 1], dtype=np.int64) - lo,
-            np.asarray(arrays["num_segments"][start:stop]),
+            num_segments,
             np.asarray(arrays["max_seqlen"][start:stop]) if "max_seqlen" in arrays else None,
             np.asarray(arrays["cu_seqlens_unpadded"][lo:hi]) if "cu_seqlens_unpadded" in arrays else None,
+            columns,
         )
 
 

@@ -28,7 +28,9 @@ from packcli.write.columns import (
     GROUP_FILE,
     NPY_HEADER_BYTES,
     ROW_COLUMNS,
+    SEGMENT_OFFSETS_FILE,
     ids_dtype,
+    segment_dtype,
     shard_name,
 )
 from packcli.write.manifest import ShardEntry
@@ -64,6 +66,35 @@ def int32_array(values: np.ndarray):
     return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
 
 
+def segment_array(values: np.ndarray, dtype: np.dtype):
+    """An Arrow array of a per-segment column: int32 (as int32_array) or float32."""
+    if dtype == np.int32:
+        return int32_array(values)
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), len(values), [None, pa.py_buffer(values)])
+
+
+SegmentTypes = dict[str, np.dtype]  # a shard's per-segment columns and their stored dtypes, by name
+
+
+def segment_types(rows: Rows) -> SegmentTypes:
+    """The per-segment columns a shard opened on these rows holds, in name order."""
+    return {name: segment_dtype(rows.segment_columns[name]) for name in sorted(rows.segment_columns)}
+
+
+def check_segment_columns(rows: Rows, types: SegmentTypes) -> None:
+    """Rows written to a shard carry its per-segment columns, one entry per real segment."""
+    if sorted(rows.segment_columns) != list(types):
+        raise PackcliError(
+            f"internal: rows with segment columns {sorted(rows.segment_columns)} in a shard of {list(types)}"
+        )
+    if types:
+        count = int(rows.num_segments.sum())
+        for name, values in rows.segment_columns.items():
+            if len(values) != count:
+                raise PackcliError(f"internal: {name} has {len(values)} entries for {count} segments")
+
+
 def checksum(path: Path) -> str:
     """sha256 of a shard file, or of a shard directory's files in name order. Files are
     hashed through memory maps of a window at a time: read() would copy every byte out
@@ -83,7 +114,14 @@ def checksum(path: Path) -> str:
 
 
 class _ParquetShard:
-    def __init__(self, tmp_path: Path, seq_len: int, unpadded: bool = False, grouped: bool = False):
+    def __init__(
+        self,
+        tmp_path: Path,
+        seq_len: int,
+        unpadded: bool = False,
+        grouped: bool = False,
+        segments: SegmentTypes | None = None,
+    ):
         self._pa = pa
         self.seq_len = seq_len
         self.group_rows = max(1, ROW_GROUP_TOKENS // seq_len)
@@ -93,11 +131,13 @@ class _ParquetShard:
         self.grouped = grouped
         ints = pa.list_(pa.int32())
         self.unpadded = unpadded
+        self.segments = segments or {}
         self.schema = pa.schema(
             [(name, ints) for name in (*ROW_COLUMNS, "cu_seqlens")]
             + [("num_segments", pa.int32()), ("max_seqlen", pa.int32())]
             + ([("cu_seqlens_unpadded", ints)] if unpadded else [])
             + ([(GROUP_COLUMN, pa.int32())] if grouped else [])
+            + [(name, pa.list_(pa.from_numpy_dtype(dtype))) for name, dtype in self.segments.items()]
         )
         # zstd without dictionaries: a third of the default's bytes (snappy, dictionaries) in
         # two thirds of its time on packed token rows; statistics (min/max) only for the
@@ -153,6 +193,12 @@ class _ParquetShard:
             arrays.append(pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens_unpadded)))
         if group is not None:
             arrays.append(int32_array(group))
+        check_segment_columns(rows, self.segments)
+        if self.segments:
+            offsets = int32_array(rows.seg_offsets)
+            for name, dtype in self.segments.items():
+                values = segment_array(rows.segment_columns[name], dtype)
+                arrays.append(pa.ListArray.from_arrays(offsets, values))
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
 
     def finish(self) -> None:
@@ -188,7 +234,15 @@ class _NpyFile:
 
 
 class _NpyShard:
-    def __init__(self, tmp_dir: Path, seq_len: int, id_dtype: np.dtype, unpadded: bool = False, grouped: bool = False):
+    def __init__(
+        self,
+        tmp_dir: Path,
+        seq_len: int,
+        id_dtype: np.dtype,
+        unpadded: bool = False,
+        grouped: bool = False,
+        segments: SegmentTypes | None = None,
+    ):
         tmp_dir.mkdir()
         self.files = {
             "input_ids": _NpyFile(tmp_dir / "input_ids.npy", id_dtype, (seq_len,)),
@@ -205,6 +259,13 @@ class _NpyShard:
             self.files["cu_seqlens_unpadded"] = _NpyFile(tmp_dir / "cu_seqlens_unpadded.npy", np.dtype(np.int32), ())
         self.files["cu_seqlens_offsets"].write(np.zeros(1, dtype=np.int64))
         self.cu_written = 0
+        self.segments = segments or {}
+        if self.segments:  # one CSR offsets file shared by the per-segment columns
+            self.seg_offsets = _NpyFile(tmp_dir / SEGMENT_OFFSETS_FILE, np.dtype(np.int64), ())
+            self.seg_offsets.write(np.zeros(1, dtype=np.int64))
+            self.files.update({name: _NpyFile(tmp_dir / f"{name}.npy", t, ()) for name, t in self.segments.items()})
+            self.files["segment_offsets"] = self.seg_offsets
+        self.seg_written = 0
 
     def write(self, rows: Rows, group: np.ndarray | None = None) -> None:
         if group is not None:
@@ -221,6 +282,13 @@ class _NpyShard:
                 raise PackcliError("rows without cu_seqlens_unpadded in a shard that has the column")
             self.files["cu_seqlens_unpadded"].write(rows.cu_seqlens_unpadded)
         self.cu_written += int(rows.cu_offsets[-1])
+        check_segment_columns(rows, self.segments)
+        if self.segments:
+            offsets = rows.seg_offsets
+            self.seg_offsets.write(offsets[1:] + self.seg_written)
+            for name in self.segments:
+                self.files[name].write(rows.segment_columns[name])
+            self.seg_written += int(offsets[-1])
 
     def finish(self) -> None:
         for f in self.files.values():
@@ -322,7 +390,7 @@ class ShardWriter:
             block = rows.slice(start, start + take)
             part = None if group is None else np.asarray(group[start : start + take], dtype=np.int32)
             if not skipping:
-                self._open_shard(block.cu_seqlens_unpadded is not None).write(block, part)
+                self._open_shard(block.cu_seqlens_unpadded is not None, segment_types(block)).write(block, part)
             self._rows += take
             self._sequences += int(block.num_segments.sum())
             real = block.real_lengths()
@@ -341,15 +409,15 @@ class ShardWriter:
             self.group_counts = grown
         self.group_counts += group_counts(group, num_segments, real, n_groups)
 
-    def _open_shard(self, unpadded: bool) -> _ParquetShard | _NpyShard:
+    def _open_shard(self, unpadded: bool, segments: SegmentTypes) -> _ParquetShard | _NpyShard:
         """The shard being written, opened on its first rows (which say whether the rows
-        have cu_seqlens_unpadded)."""
+        have cu_seqlens_unpadded, and their per-segment columns)."""
         if self._current is None:
             tmp = self._tmp_path(self._index())
             if self.fmt == "parquet":
-                self._current = _ParquetShard(tmp, self.seq_len, unpadded, self.grouped)
+                self._current = _ParquetShard(tmp, self.seq_len, unpadded, self.grouped, segments)
             else:
-                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype, unpadded, self.grouped)
+                self._current = _NpyShard(tmp, self.seq_len, self.id_dtype, unpadded, self.grouped, segments)
         return self._current
 
     def _close_shard(self) -> None:
