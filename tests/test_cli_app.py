@@ -64,6 +64,12 @@ PACK_ONLY = {
     "ray_address",
     "json_output",
     "debug",
+    "mix",
+    "source",
+    "weight",
+    "epochs",
+    "holdout",
+    "holdout_key",
 }
 
 
