@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import check_rows
+from packcli.plan.contract import Pieces
 from packcli.plan.planner import plan_rows
 from packcli.plan.rows import Rows
 from packcli.plan.settings import PlanSettings
@@ -90,12 +91,12 @@ def test_a_tagger_sees_the_pieces_of_each_block_as_the_plan_gives_them(monkeypat
     plan = plan_rows(lengths, PlanSettings(8, shuffle=True, seed=1))
     seen = []
 
-    def tags(plan_, first_row, starts, lengths_, row_of, offset):
-        assert plan_ is plan
-        want = plan.pieces(first_row, min(first_row + 2, plan.n_rows))
-        assert all(np.array_equal(a, b) for a, b in zip((starts, lengths_, row_of, offset), want))
+    def tags(plan_, first_row, last_row, pieces):
+        assert plan_ is plan and last_row == min(first_row + 2, plan.n_rows)
+        want = plan.pieces(first_row, last_row)
+        assert all(np.array_equal(a, b) for a, b in zip(pieces, want))
         seen.append(first_row)
-        return {"segment_start": starts}  # the spill start of each segment, laid out by row then offset
+        return {"segment_start": pieces.start}  # the spill start of each segment, laid out by row then offset
 
     rows = Rows.concat(list(gather_rows(spill, plan, 8, 0, tags=tags)))
     assert seen == list(range(0, plan.n_rows, 2))
@@ -111,7 +112,7 @@ def test_a_tagger_sees_the_pieces_of_each_block_as_the_plan_gives_them(monkeypat
 
 def test_spill_ranges_values():
     tags = SpillRanges("segment_source", np.array([0, 10, 10, 25]))
-    got = tags(None, 0, np.array([0, 9, 10, 24, 25, 99]), None, None, None)  # type: ignore[arg-type]
+    got = tags(None, 0, 1, Pieces(np.array([0, 9, 10, 24, 25, 99]), None, None, None))  # type: ignore[arg-type]
     assert got["segment_source"].tolist() == [0, 0, 2, 2, 3, 3]  # source 1 is empty: never given
     assert got["segment_source"].dtype == np.int32
 
@@ -124,4 +125,4 @@ def test_spill_ranges_refuse_bounds_that_are_no_ranges(bounds):
 
 def test_spill_ranges_refuse_a_start_before_the_first_range():
     with pytest.raises(PackcliError, match="before the first range"):
-        SpillRanges("segment_source", np.array([5, 9]))(None, 0, np.array([7, 4]), None, None, None)  # type: ignore[arg-type]
+        SpillRanges("segment_source", np.array([5, 9]))(None, 0, 1, Pieces(np.array([7, 4]), None, None, None))  # type: ignore[arg-type]

@@ -69,6 +69,7 @@ class PackOptions:
     mix: MixSpec | None = None  # --mix FILE or --source NAME=PATH: the sources, in place of INPUT
     holdout: float | None = None  # --holdout: the fraction of each source's documents held out for validation
     holdout_key: str | None = None  # --holdout-key: the field hashed to choose a document's side (default: its content)
+    split: str | None = None  # with --holdout, the side an output holds: "train" or "validation" (set by the engine)
 
     @property
     def input_kind(self) -> str:

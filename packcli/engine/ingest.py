@@ -25,6 +25,7 @@ from packcli.core.options import PackOptions
 from packcli.plan.grouping import GroupIds, GroupTable
 from packcli.plan.rows import cut_pieces, learned_bits
 from packcli.read.batches import read_batches
+from packcli.read.checks import FieldKind
 from packcli.read.records import BadRecords
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.tokenize.setup import TokenSetup, choose_backend
@@ -94,6 +95,7 @@ class Segmenter:
         self.owners: np.ndarray | None = np.zeros(0, dtype=np.int64) if track_owners else None
         self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
         self.group_ids = GroupIds()
+        self.batch_owners = np.zeros(0, dtype=np.int64)
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> Segments:
         """(tokens, segment lengths, learned flags or None) of one batch, in input order.
@@ -121,9 +123,10 @@ class Segmenter:
                 same = lengths is sequences  # no sequence was cut: its segments are the sequences
                 tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns, same, location)
             self.counts.unpacked_rows += len(lengths)
+        # per segment, the sequence of this batch it comes from (a mixture's document ordinals)
+        self.batch_owners = np.arange(len(lengths), dtype=np.int64) if kept is None else kept
         if self.owners is not None:
-            owner = first + (np.arange(len(lengths), dtype=np.int64) if kept is None else kept)
-            self.owners = np.concatenate([self.owners, owner])
+            self.owners = np.concatenate([self.owners, first + self.batch_owners])
         if self.groups is not None:
             segment_groups = self._add_groups(group_values, len(seqs.lengths), kept)
             self.groups.add_tokens(tokens, lengths, segment_groups)
@@ -315,8 +318,10 @@ class TokenStream:
         bad: BadRecords,
         timer: Timer,
         sections: dict[str, tuple[int, ...]] | None = None,
+        extra_fields: dict[str, FieldKind] | None = None,
     ):
-        """sections: read only this part of a path (read_batches)."""
+        """sections: read only this part of a path (read_batches); extra_fields: more
+        fields to read, with their kinds (a mixture's --holdout-key)."""
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
@@ -324,6 +329,8 @@ class TokenStream:
             fields = dict(setup.builder.fields)
             if opts.group_by is not None:
                 fields[opts.group_by] = "scalar"
+            for name, kind in (extra_fields or {}).items():
+                fields.setdefault(name, kind)
             self.records = read_batches(
                 paths,
                 fields,

@@ -28,7 +28,7 @@ from packcli.tokenize.setup import TokenSetup
 from packcli.write import outdir
 from packcli.write import remote as remote_output
 from packcli.write.columns import npy_shard_files, shard_name
-from packcli.write.manifest import FORMAT_VERSION, BadRecordCounts
+from packcli.write.manifest import FORMAT_VERSION, BadRecordCounts, SourceEntry
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
 
@@ -84,6 +84,8 @@ class Outcome:
     spill_bytes: int = 0  # the spill's size on disk at its largest
     spill_reused: bool = False  # --resume took a complete spill: nothing was read again
     engine: dict[str, Any] = field(default_factory=lambda: {"name": "local"})
+    sources: list[SourceEntry] | None = None  # a mixture: the row per source of the report and the manifest
+    mixture: dict[str, Any] | None = None  # a mixture: its seed, target and split, for the report
 
 
 def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:

@@ -52,7 +52,7 @@ from packcli.write import remote as remote_output
 from packcli.write import spill as spilling
 from packcli.write.by_length import Reader, open_reader
 from packcli.write.columns import ids_dtype
-from packcli.write.gather import gather_rows
+from packcli.write.gather import PieceTags, gather_rows
 from packcli.write.manifest import Report
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardWriter
@@ -66,6 +66,10 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     opts.validate()
     use_workers(opts.workers)
     started = time.perf_counter()
+    if opts.mixed:
+        from packcli.engine.mixture import run_mixture  # lazy: the mixture imports this module
+
+        return run_mixture(opts, started, progress)
     paths = expand_inputs(opts.inputs)
     if opts.engine != "ray":
         return _run_pack(opts, paths, started, progress)
@@ -88,7 +92,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
     try:
         if job.finished:
             stream.close()
-            return _finished_report(job)
+            return finished_report(job)
         with signals_raise():
             pause("claimed")
             removal = None
@@ -102,13 +106,13 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
                 run.execute(_input_source(job, stream, bad, paths, progress), paths)
                 outcome, removal = run.outcome, run.spill_removal
             report = run_report(job, outcome, stream.workers, timer, time.perf_counter() - started)
-            _finish(job, outcome, report, removal)
+            finish_output(job, outcome, report, removal)
         return report
     except KeyboardInterrupt as stop:  # SIGINT stays a KeyboardInterrupt for callers; it tells whether it came late
-        stop.output_complete = _output_complete(job)  # type: ignore[attr-defined]
+        stop.output_complete = output_complete(job)  # type: ignore[attr-defined]
         raise
     except Interrupted as stop:
-        if _output_complete(job):  # it came after the manifest: the output is whole
+        if output_complete(job):  # it came after the manifest: the output is whole
             raise stop.completed() from None
         raise
     finally:
@@ -134,16 +138,23 @@ def _complete(job: Job) -> bool:
     return (job.out_dir / "manifest.json").is_file()
 
 
-def _output_complete(job: Job) -> bool:
+def output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
     return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
 
 
 class Gathering(NamedTuple):
-    """What the write step gathers rows from: a reader and the plan placed in it."""
+    """What the write step gathers rows from: a reader and the plan placed in it, with the
+    rows' per-segment columns (None: none)."""
 
     reader: Reader
     plan: Plan
+    tags: PieceTags | None = None
+
+
+# What gives an output's rows their per-segment columns, from the plan placed in its reader,
+# the spill and the --group-by ids (a mixture's segment_source)
+Tagging = Callable[[Plan, Spill, "np.ndarray | None"], PieceTags]
 
 
 SPARSE_ENDS = 256  # concat of one whole input: one segment end in this many held in memory (0: all)
@@ -157,8 +168,9 @@ class Run:
     (PlanStep's, with the choices of the local engine) and `write` (rows gathered from the
     spill and written into shards)."""
 
-    def __init__(self, job: Job, timer: Timer):
+    def __init__(self, job: Job, timer: Timer, tagging: Tagging | None = None):
         self.job, self.opts, self.timer = job, job.opts, timer
+        self.tagging = tagging
         self.outcome = Outcome(stats=RowStats(job.opts.seq_len))
         self.planner = PlanStep(job.opts, self.outcome, timer)
         self.writer = ShardWriter(
@@ -346,7 +358,7 @@ class Run:
         with self.timer.stage("write"):
             reader, plan = open_reader(spill, plan, self.opts.seq_len, self.opts.pad_multiple, groups)
         self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
-        source = Gathering(reader, plan)
+        source = Gathering(reader, plan, None if self.tagging is None else self.tagging(plan, spill, groups))
         try:
             if SHARD_THREADS > 1 and final and not self.writer.started and plan.n_rows > self.job.rows_per_shard:
                 with self.timer.stage("write"):
@@ -367,7 +379,9 @@ class Run:
         """The plan's rows [first, end), read from the reader a block at a time."""
         opts, pad_id = self.opts, self.job.setup.pad_id
         plan = source.plan
-        return gather_rows(source.reader, plan, opts.seq_len, pad_id, first, opts.pad_multiple, end, order, buffers)
+        return gather_rows(
+            source.reader, plan, opts.seq_len, pad_id, first, opts.pad_multiple, end, order, buffers, source.tags
+        )
 
     def _write_rows(
         self,
@@ -522,7 +536,7 @@ def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
     return tokens, lengths, learned
 
 
-def _finish(job: Job, outcome: Outcome, report: Report, removal: threading.Thread | None = None) -> None:
+def finish_output(job: Job, outcome: Outcome, report: Report, removal: threading.Thread | None = None) -> None:
     """Report, then manifest (last: its presence means complete), while the spill goes (it
     may be going already, `removal`: the one-plan path starts it once every row is
     gathered). A run that fails from then on has no spill: --resume keeps the finished
@@ -541,7 +555,7 @@ def _finish(job: Job, outcome: Outcome, report: Report, removal: threading.Threa
         removal.join()
 
 
-def _finished_report(job: Job) -> Report:
+def finished_report(job: Job) -> Report:
     """--resume on a run that had finished: nothing to do, the same report again."""
     where = str(job.remote) if job.remote is not None else str(job.out_dir)
     sys.stderr.write(f"{where} is already complete; nothing to resume\n")

@@ -191,6 +191,9 @@ def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
+    if outcome.sources is not None:
+        report["mixture"] = outcome.mixture or {}
+        report["sources"] = outcome.sources
     report["engine"] = outcome.engine
     if "workers" in outcome.engine:
         report["workers"] = outcome.engine["workers"]
@@ -219,7 +222,7 @@ def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
 def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     """pack's manifest of one run, written last."""
     opts, setup = job.opts, job.setup
-    return build_manifest(
+    manifest = build_manifest(
         opts,
         setup,
         labels=setup.builder.labels,
@@ -229,3 +232,7 @@ def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
         shards=[s.to_dict() for s in outcome.shards],
         groups=outcome.group_entries if opts.group_by is not None else None,
     )
+    if outcome.sources is not None:
+        manifest["columns"]["segment_source"] = "int32"
+        manifest["sources"] = outcome.sources
+    return manifest

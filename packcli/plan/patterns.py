@@ -431,6 +431,13 @@ class PatternPlan:
         p = self.patterns
         return rank, p.slot_len[slot], row, p.slot_pos[slot]
 
+    def ranks(self, first: int, last: int) -> np.ndarray:
+        """The slot-map rank of each piece of output rows [first, last), in the order
+        `pieces` gives them: which sequence of its (group, placed length) each slot takes,
+        whatever reader it is then read from."""
+        _, rank, _ = self._slots_of(np.arange(first, last, dtype=np.int64))
+        return rank
+
     def _slots_of(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(pattern slot, rank, output row) of every slot of these output rows."""
         p = self.patterns

@@ -287,7 +287,9 @@ class Report(RowSummary, total=False):
     groups: list[GroupEntry]
     max_sequences_per_row: SequenceCap
     engine: dict[str, Any]  # local or ray; for ray: tasks, retries, workers, seconds per stage
-    sources: list[SourceEntry]  # --mix: as the manifest's
+    mixture: dict[str, Any]  # --mix or --holdout: the seed, target_tokens, max_epochs, holdout and split
+    sources: list[SourceEntry]  # --mix or --holdout: as the manifest's
+    splits: dict[str, Any]  # --holdout: what `pack` returns, the report of each output by its split
 
 
 class SequenceCap(TypedDict):
