@@ -177,7 +177,7 @@ def docs_world(tmp_path_factory) -> Path:
         ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out", "packed")
     )
     tiny_model(world / "model", len(load_tokenizer(str(BUNDLED_DIR))))
-    mixed_output(world / "mixed", "npy")  # the shards and manifest of a mixture (docs/training.md)
+    mixed_output(world / "mixture", "npy")  # the shards and manifest of a mixture (docs/training.md)
     bin_dir = world / ".bin"
     bin_dir.mkdir()
     shims = [("packcli", f'"{sys.executable}" -m packcli'), ("python", f'"{sys.executable}"')]
