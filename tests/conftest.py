@@ -88,7 +88,10 @@ def packed(cli, tmp_path):
         inputs = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         result = cli("pack", *inputs, "-o", out, *options)
         assert result.exit_code == 0, result.output + result.stderr
-        verify_dir(out)
+        from packcli.write.manifest import split_outputs
+
+        for output in split_outputs(out) or [out]:  # --holdout: DIR/train and DIR/validation
+            verify_dir(output)
         return out
 
     return run

@@ -288,7 +288,12 @@ def pack(
             with _progress() as progress:
                 report = run_pack(options, progress=progress)
             pause("done")
-            _show_report(report, f"packed into {output}", json_output)
+            splits = report.get("splits")
+            if splits is not None and not json_output:  # --holdout: train, then validation
+                for side, part in splits.items():
+                    _show_report(part, f"packed into {output.rstrip('/')}/{side}", False)
+            else:
+                _show_report(report, f"packed into {output}", json_output)
 
 
 @contextmanager
@@ -406,6 +411,7 @@ def stats(
     On raw input, the input options read and tokenize exactly as for pack."""
     with _errors(debug):
         arguments = locals()
+        paths = _with_splits(paths)
         given = [name for name in ("seq_len", "pad_to_multiple_of", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
         if not _is_raw_input(paths, given):
             _stats_dirs(paths, plot, json_output, html)
@@ -427,6 +433,22 @@ def stats(
             batch_size,
         )
         _stats_raw(options, plot, json_output)
+
+
+def _with_splits(paths: list[str]) -> list[str]:
+    """The paths, a --holdout's DIR standing for its outputs (train, validation) side by side."""
+    from pathlib import Path
+
+    out: list[str] = []
+    for path in paths:
+        local = Path(path)
+        if local.is_dir() and not (local / "manifest.json").is_file():
+            splits = [local / name for name in ("train", "validation") if (local / name / "manifest.json").is_file()]
+            if splits:
+                out.extend(str(split) for split in splits)
+                continue
+        out.append(path)
+    return out
 
 
 def _on_command_line(ctx: typer.Context, name: str) -> bool:
@@ -740,13 +762,25 @@ def verify(
         from packcli.cli import render
         from packcli.core.storage import fetched_output
         from packcli.inspect.verify import verify_dir
+        from packcli.write.manifest import split_outputs
 
         with fetched_output(path) as local:
-            summary = verify_dir(local)
-        if json_output:
-            sys.stdout.write(render.to_json(summary))
+            splits = split_outputs(local)
+            if not splits:
+                summary = verify_dir(local)
+            else:  # --holdout's DIR: each of its outputs, train first
+                summaries = {split.name: verify_dir(split) for split in splits}
+        if not splits:
+            if json_output:
+                sys.stdout.write(render.to_json(summary))
+                return
+            print(render.verify_line(path, summary))
             return
-        print(render.verify_line(path, summary))
+        if json_output:
+            sys.stdout.write(render.to_json({"splits": summaries}))
+            return
+        for name, summary in summaries.items():
+            print(render.verify_line(f"{path.rstrip('/')}/{name}", summary))
 
 
 export_app = typer.Typer(

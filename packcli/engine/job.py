@@ -126,7 +126,10 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
             job.finished = remote.exists("manifest.json")
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
-                files = npy_shard_files(opts.pad_to_multiple_of is not None, opts.group_by is not None)
+                segment_columns = ("segment_source",) if opts.mixed else ()
+                files = npy_shard_files(
+                    opts.pad_to_multiple_of is not None, opts.group_by is not None, segment_columns=segment_columns
+                )
                 job.done_shards = remote_output.completed_shards(remote, staging, opts.format, name, files)
         else:
             remote_output.prepare(remote, staging, identity, opts.overwrite)
@@ -288,6 +291,7 @@ def resolved_options(opts: PackOptions, setup: TokenSetup, rows_per_shard: int) 
         truncation_side=opts.resolved_truncation_side,
         pad_id=setup.pad_id,
         rows_per_shard=rows_per_shard,
+        mix=None if opts.mix is None else opts.mix.to_dict(),
     )
     for name in (
         "workers",

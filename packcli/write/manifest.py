@@ -127,6 +127,18 @@ class Manifest(TypedDict):
     sources: NotRequired[list[SourceEntry]]  # format 5, with --mix: one entry per source, in index order
 
 
+SPLITS = ("train", "validation")  # the outputs `pack --holdout` writes inside DIR
+
+
+def split_outputs(out_dir: Path | str) -> list[Path]:
+    """The outputs of `pack --holdout` in `out_dir` (DIR/train, DIR/validation, those that
+    exist), or [] for a directory that is not a --holdout's."""
+    out_dir = Path(out_dir)
+    if (out_dir / "manifest.json").is_file():
+        return []
+    return [out_dir / name for name in SPLITS if (out_dir / name).is_dir()]
+
+
 def load_manifest(out_dir: Path | str) -> Manifest:
     """The manifest of a finished output, refused with what to do when this packcli cannot read it.
 
@@ -138,6 +150,10 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     if not out_dir.is_dir():
         raise PackcliError(f"{out_dir}: no such directory")
     if not path.is_file():
+        splits = split_outputs(out_dir)
+        if splits:
+            names = " and ".join(f"{p}" for p in splits)
+            raise PackcliError(f"{out_dir} holds the outputs of --holdout, not one output: name {names}")
         raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
