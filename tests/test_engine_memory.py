@@ -192,3 +192,61 @@ def test_cap_cost_is_measured_on_the_padded_lengths_the_plan_packs():
     packed = packcli.pack_sequences(sequences, 64, pad_to_multiple_of=8, max_sequences_per_row=64)
     cap = packed.report["max_sequences_per_row"]
     assert cap["extra_rows"] == 0 and cap["uncapped_rows"] == packed.num_rows
+
+
+# ----------------------------------------------------------------------------- mixtures
+
+
+def test_a_mixture_in_memory_gives_the_rows_pack_gives(cli, tmp_path):
+    """pack_sequences of sources by name, with weights, makes the rows `packcli pack --mix`
+    makes of the same token ids, each segment tagged with its source."""
+    import json
+
+    from helpers import load_rows, write_jsonl
+
+    from packcli import pack_sequences
+
+    rng = np.random.default_rng(3)
+    sources = {
+        "web": [rng.integers(100, 199, size=int(rng.integers(3, 40))).tolist() for _ in range(600)],
+        "code": [rng.integers(200, 299, size=int(rng.integers(3, 40))).tolist() for _ in range(50)],
+    }
+    for name, sequences in sources.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", [{"ids": s} for s in sequences])
+    mix = tmp_path / "mix.toml"
+    mix.write_text(
+        'seed = 4\ntarget_tokens = 20000\n[[source]]\nname = "web"\npaths = ["web.jsonl"]\nweight = 0.6\n'
+        '[[source]]\nname = "code"\npaths = ["code.jsonl"]\nweight = 0.4\n'
+    )
+    out = tmp_path / "out"
+    args = ("--ids-field", "ids", "--no-eos", "--pad-id", "0", "--seq-len", "128", "--seed", "4")
+    assert cli("pack", "--mix", mix, "-o", out, *args).exit_code == 0
+    rows, manifest = load_rows(out)
+    packed = pack_sequences(
+        sources, seq_len=128, pad_id=0, weights={"web": 0.6, "code": 0.4}, target_tokens=20000, seed=4
+    )
+    assert np.array_equal(packed.input_ids, rows.input_ids)
+    assert np.array_equal(packed.labels, rows.labels)
+    assert np.array_equal(packed.segment_source, rows.segment_columns["segment_source"])
+    report = json.loads((out / "report.json").read_text())
+    assert [s["tokens"]["out"] for s in packed.report["sources"]] == [s["tokens"]["out"] for s in report["sources"]]
+    assert [s["documents"]["taken"] for s in packed.report["sources"]] == [
+        s["documents"]["taken"] for s in report["sources"]
+    ]
+    placement = packed.placement
+    first_ids = packed.input_ids[placement["row"], placement["offset"]]
+    for source, sequence, first in zip(placement["source"].tolist(), placement["sequence"].tolist(), first_ids):
+        assert sources[("web", "code")[source]][sequence][0] == first
+
+
+def test_mixture_arguments_are_checked():
+    from packcli import pack_sequences
+
+    with pytest.raises(PackcliError, match="go with a mixture"):
+        pack_sequences([[1, 2]], seq_len=8, weights={"a": 1})
+    with pytest.raises(PackcliError, match="'b', which is not a source"):
+        pack_sequences({"a": [[1, 2]]}, seq_len=8, weights={"b": 1})
+    with pytest.raises(PackcliError, match="weight must be a number at least 0"):
+        pack_sequences({"a": [[1, 2]]}, seq_len=8, weights={"a": -1})
+    with pytest.raises(PackcliError, match="exclude each other"):
+        pack_sequences({"a": [[1, 2]]}, seq_len=8, weights={"a": 1}, epochs={"a": 2})

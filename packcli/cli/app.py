@@ -260,7 +260,7 @@ def pack(
 
         arrow_from_system()
         from packcli.core.pause import pause
-        from packcli.engine.local import run_pack
+        from packcli.engine.pack import run_pack
 
         options = pack_options(
             inputs,

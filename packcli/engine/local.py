@@ -67,9 +67,7 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
     use_workers(opts.workers)
     started = time.perf_counter()
     if opts.mixed:
-        from packcli.engine.mixture import run_mixture  # lazy: the mixture imports this module
-
-        return run_mixture(opts, started, progress)
+        raise PackcliError("internal: a mixture runs through engine.pack.run_pack")
     paths = expand_inputs(opts.inputs)
     if opts.engine != "ray":
         return _run_pack(opts, paths, started, progress)

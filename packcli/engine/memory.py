@@ -11,6 +11,7 @@ boundary.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,12 @@ class PackedSequences:
         return [self.rows.cu_seqlens[offsets[r] : offsets[r + 1]] for r in range(len(self.rows))]
 
     @property
+    def segment_source(self) -> np.ndarray | None:
+        """A mixture's: each real segment's source (an index into report["sources"]),
+        rows in order, CSR by rows.num_segments; None for a list of sequences."""
+        return self.rows.segment_columns.get("segment_source")
+
+    @property
     def efficiency(self) -> float:
         return float(self.report["efficiency"])
 
@@ -98,8 +105,20 @@ def pack_sequences(
     keep_unlearned: bool = False,
     truncation_side: str | None = None,
     pad_to_multiple_of: int | None = None,
+    weights: Mapping[str, float] | None = None,
+    epochs: Mapping[str, float] | None = None,
+    target_tokens: int | None = None,
+    max_epochs: float | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
+
+    `sequences` may also be a mixture: a mapping of source names to their sequences (and
+    `labels` the same mapping of their labels), taken as `packcli pack --mix` takes
+    sources: `weights` (shares of the weighted sources' tokens) or `epochs` per name
+    (neither: every sequence once), `target_tokens` and `max_epochs` as in a mixture
+    file, sampled by `seed`. Each row's segments then carry their source
+    (`segment_source`, indices into `report["sources"]`), and `placement` the source of
+    every piece.
 
     `labels`, if given, holds one label per token: the token itself, or -100 where nothing
     is learned; without it every token is learned. `buffer_size` packs windows of that many
@@ -118,6 +137,15 @@ def pack_sequences(
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
+    if isinstance(sequences, Mapping):
+        if groups is not None:
+            raise PackcliError("groups apply to a list of sequences, not to a mixture", usage=True)
+        mixture = Mixture(weights, epochs, target_tokens, max_epochs)
+        return _pack_mixture(sequences, labels, seq_len, mixture, locals())
+    if weights is not None or epochs is not None or target_tokens is not None or max_epochs is not None:
+        raise PackcliError(
+            "weights, epochs, target_tokens and max_epochs go with a mixture (a mapping of sources)", usage=True
+        )
     if truncation_side is not None:
         check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
     check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
@@ -167,6 +195,80 @@ def pack_sequences(
         "length": pieces["length"],
     }
     return PackedSequences(rows=rows, placement=placement, report=report, row_group=plan.row_group)
+
+
+@dataclass
+class Mixture:
+    """What pack_sequences takes of a mixture besides its sources."""
+
+    weights: Mapping[str, float] | None
+    epochs: Mapping[str, float] | None
+    target_tokens: int | None
+    max_epochs: float | None
+
+
+def _pack_mixture(
+    sequences: Mapping[str, Sequence[Sequence[int]]],
+    labels: Any,
+    seq_len: int,
+    mixture: Mixture,
+    arguments: dict[str, Any],
+) -> PackedSequences:
+    """pack_sequences of a mixture (see there)."""
+    from packcli.engine.memory_mixture import SourceSegments, mixture_spec, pack_mixture
+
+    if labels is not None and not isinstance(labels, Mapping):
+        raise PackcliError("labels of a mixture are a mapping of source names to labels, as its sequences are")
+    a = arguments
+    side = a["truncation_side"] or ("left" if labels is not None else "right")
+    segmented = []
+    for name, own in sequences.items():
+        own_labels = None if labels is None else labels.get(name)
+        tokens, lengths, flat_labels = _flatten(own, own_labels)
+        counts = IngestCounts()
+        segmenter = Segmenter(
+            seq_len, a["mode"], a["overlong"], None, counts, keep_unlearned=a["keep_unlearned"], truncation_side=side
+        )
+        seg = segmenter(SequenceBatch(tokens, lengths, flat_labels), functools.partial(_sequence_of, str(name)))
+        segmented.append(SourceSegments(str(name), *seg, segmenter.batch_owners.copy(), len(lengths), counts))
+    spec = mixture_spec(
+        [s.name for s in segmented],
+        mixture.weights,
+        mixture.epochs,
+        mixture.target_tokens,
+        mixture.max_epochs,
+        a["seed"],
+    )
+    multiple = a["pad_to_multiple_of"] or 1
+    settings = PlanSettings(
+        seq_len, a["mode"], a["algorithm"], a["remainder"], a["buffer_size"], a["shuffle"], a["seed"],
+        a["max_sequences_per_row"], multiple,
+    )  # fmt: skip
+    packed = pack_mixture(segmented, spec, settings, a["pad_id"])
+    counts = IngestCounts()
+    for source in segmented:
+        counts.tokens_in += source.counts.tokens_in
+        counts.overlong += source.counts.overlong
+        counts.overlong_tokens_lost += source.counts.overlong_tokens_lost
+    counts.unpacked_rows = len(packed.lengths) if a["mode"] == "bin" else int((-(-packed.lengths // seq_len)).sum())
+    report = _report(packed.stats.summary(), counts, seq_len, a["mode"], a["overlong"])
+    report["tokens_read"] = counts.tokens_in
+    report["sources"] = packed.table
+    if a["mode"] == "concat":
+        report["remainder"] = {"policy": a["remainder"], "tokens": packed.plan.remainder_tokens}
+    pieces = _placed_pieces(packed.plan, packed.lengths)
+    placement = {
+        "source": packed.source[pieces["source"]],
+        "sequence": packed.sequence[pieces["source"]],
+        "row": pieces["row"],
+        "offset": pieces["offset"],
+        "length": pieces["length"],
+    }
+    return PackedSequences(rows=packed.rows, placement=placement, report=report)
+
+
+def _sequence_of(source: str, i: int) -> str:
+    return f"{source} sequence {i}"
 
 
 def _placed_pieces(plan: Plan, lengths: np.ndarray) -> dict[str, np.ndarray]:

@@ -447,10 +447,12 @@ class Layout:
     unpacked_rows: int
 
 
-def layout(sides: list[Side], takes: list[Take], opts: PackOptions) -> Layout:
-    """The Layout of one output (see there)."""
-    seq_len, multiple = opts.seq_len, opts.pad_multiple
-    n = len(sides)
+def layout(
+    streams: list[SegmentStream], takes: list[Take], seq_len: int, multiple: int = 1, concat: bool = False
+) -> Layout:
+    """The Layout of one output (see there): `streams[i]`, source i's (document, length)
+    per segment, read once per round."""
+    n = len(streams)
     out = Layout(
         np.zeros(n + 1, dtype=np.int64),
         np.zeros(n + 1, dtype=np.int64),
@@ -460,12 +462,12 @@ def layout(sides: list[Side], takes: list[Take], opts: PackOptions) -> Layout:
         0,
     )
     tokens, segments = 0, 0
-    for i, (side, take) in enumerate(zip(sides, takes)):
+    for i, (stream, take) in enumerate(zip(streams, takes)):
         out.token_bounds[i], out.segment_bounds[i] = tokens, segments
         for epoch in range(take.rounds):
             last = -1  # the document of the round's last segment taken so far: documents are contiguous
             count = 0
-            for documents, lengths in segment_stream(side.spill):
+            for documents, lengths in stream():
                 keep = take.taken(documents, epoch)
                 documents, lengths = documents[keep], lengths[keep]
                 if not len(lengths):
@@ -474,7 +476,7 @@ def layout(sides: list[Side], takes: list[Take], opts: PackOptions) -> Layout:
                 last = int(documents[-1])
                 placed = np.minimum(-(-lengths // multiple) * multiple, seq_len)
                 out.histograms[i] += np.bincount(placed, minlength=seq_len + 1)[: seq_len + 1]
-                rows = -(-lengths // seq_len) if opts.mode == "concat" else np.ones(len(lengths), dtype=np.int64)
+                rows = -(-lengths // seq_len) if concat else np.ones(len(lengths), dtype=np.int64)
                 out.unpacked_rows += int(rows.sum())
                 tokens += int(lengths.sum())
                 segments += len(lengths)
@@ -553,7 +555,8 @@ def _write_output(
     """One output of the mixture, written by the local engine's Run; its report."""
     opts = job.opts
     sides = [read.sides[side] for read in reads]
-    placed = layout(sides, takes, opts)
+    streams: list[SegmentStream] = [functools.partial(segment_stream, side.spill) for side in sides]
+    placed = layout(streams, takes, opts.seq_len, opts.pad_multiple, opts.mode == "concat")
     counts = _output_counts(sides)
     counts.unpacked_rows = placed.unpacked_rows
     table, ids = None, None
@@ -561,7 +564,8 @@ def _write_output(
         table = GroupTable.from_dict(reads[-1].sides[side].spill.meta["groups"])
         table.hashes = np.zeros(0, dtype=np.uint64)  # this output's own tokens, copies included
         ids = GroupIds()
-    run = Run(job, timer, tagging=functools.partial(_source_tags, placed, opts=opts))
+    tagging = functools.partial(source_tags, placed, seq_len=opts.seq_len, multiple=opts.pad_multiple)
+    run = Run(job, timer, tagging=tagging)
     masked = job.setup.builder.labels != "text"
     batches = mixed_batches(sides, takes, masked, table, ids)
     source = SegmentSource(batches, counts, _output_bad(reads), table, ids)
@@ -580,8 +584,8 @@ def _write_output(
     return report
 
 
-def _source_tags(
-    placed: Layout, plan: Plan, spill: Spill, groups: np.ndarray | None, *, opts: PackOptions
+def source_tags(
+    placed: Layout, plan: Plan, spill: Spill, groups: np.ndarray | None, *, seq_len: int, multiple: int
 ) -> PieceTags:
     """What gives each segment its source: the source's range of the spill, or, for a
     plan of row patterns (its slots may be read from a sorted copy or chunks), the range
@@ -592,7 +596,6 @@ def _source_tags(
     if groups is None:  # a bucket per placed length, every length listed
         counts = placed.histograms.T
         return RankRanges.from_cells(SOURCE_COLUMN, counts.reshape(-1), np.tile(np.arange(sources), len(counts)))
-    multiple, seq_len = opts.pad_multiple, opts.seq_len
     lengths = spill.lengths
     length_of = np.minimum(-(-lengths // multiple) * multiple, seq_len)
     present = np.unique(groups)
