@@ -33,52 +33,38 @@ from packcli.core.flow import Timer, signals_raise
 from packcli.core.mixture import MixSpec
 from packcli.core.options import PackOptions
 from packcli.core.pause import pause
-from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts, Segments, SegmentSource, TokenStream
-from packcli.engine.job import Job, Outcome, Progress, bad_dict, make_segmenter, open_job
+from packcli.engine.ingest import IngestCounts, Segments, SegmentSource, TokenStream
+from packcli.engine.job import Job, Outcome, Progress, open_job
 from packcli.engine.local import Run, finish_output, finished_report, output_complete
+from packcli.engine.sources import (
+    TRAIN,
+    VALIDATION,
+    Side,
+    SourceRead,
+    SourceReader,
+    complete_sides,
+    key_fields,
+    merged_bad,
+    merged_counts,
+    side_dir,
+    side_of_record,
+)
 from packcli.engine.summary import run_report
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupIds, GroupTable
 from packcli.plan.mixture import SegmentStream, SourceTotals, Take, resolve
 from packcli.plan.patterns import PatternPlan
-from packcli.read.checks import FieldKind
 from packcli.read.inputs import expand_inputs
-from packcli.read.keys import batch_hashes, held_out
-from packcli.read.records import BadRecords, RecordBatch
-from packcli.tokenize.sequences import SequenceBatch
+from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup, setup_sources
 from packcli.write import outdir
 from packcli.write import spill as spilling
-from packcli.write.columns import ids_dtype
 from packcli.write.gather import PieceTags, RankRanges, SpillRanges
-from packcli.write.manifest import BadRecordCounts, Report, SourceEntry
-from packcli.write.sources import SourceSpillWriter, read_source, segment_stream
+from packcli.write.manifest import Report, SourceEntry
 from packcli.write.spill import Spill
 
-TRAIN, VALIDATION = "train", "validation"
 SOURCE_COLUMN = "segment_source"
 SOURCES_DIR = ".packcli-spill-sources"  # beside the outputs: owned, as every .packcli-spill* is
-
-
-@dataclass
-class Side:
-    """One source's documents on one side of the split, once read: its spill and tallies."""
-
-    spill: Spill
-    counts: IngestCounts
-    documents: int  # records that became sequences
-    kept: int  # of those, the documents left with a segment
-
-
-@dataclass
-class SourceRead:
-    """One source, read: where from, its readers' tally, and its sides."""
-
-    name: str
-    kind: str
-    paths: list[str]
-    bad: BadRecordCounts  # its readers' tally
-    sides: dict[str, Side]
 
 
 class Mixture:
@@ -221,22 +207,15 @@ def _claim_top(mixture: Mixture) -> outdir.OutputLock | None:
 
 def _open_streams(mixture: Mixture, bads: list[BadRecords], timer: Timer) -> list[TokenStream | None]:
     """Every source's reader and tokenizer, opened before any output is touched: a first
-    batch that is refused leaves them as they were."""
+    batch that is refused leaves them as they were (the Ray engine's tasks read the rest)."""
     streams: list[TokenStream | None] = []
     try:
         for opts, setup, paths, bad in zip(mixture.source_opts, mixture.setups, mixture.paths, bads):
-            streams.append(TokenStream(opts, setup, paths, bad, timer, extra_fields=_key_fields(opts)))
+            streams.append(TokenStream(opts, setup, paths, bad, timer, extra_fields=key_fields(opts)))
     except BaseException:
         _close(streams)
         raise
     return streams
-
-
-def _key_fields(opts: PackOptions) -> dict[str, FieldKind]:
-    """The field the held-out side is read from, where it is one of its own."""
-    if opts.holdout is None or opts.holdout_key is None:
-        return {}
-    return {opts.holdout_key: "scalar"}
 
 
 def _read_sources(
@@ -256,152 +235,23 @@ def _read_sources(
     reads: list[SourceRead] = []
     reusing = opts.resume
     for i, (source, own) in enumerate(zip(mixture.spec.sources, mixture.source_opts)):
-        found = _complete_source(directory, i, mixture.sides, run_id) if reusing else None
-        if found is not None:
-            sides, meta = found
-            if groups is not None:
-                groups = GroupTable.from_dict(meta["groups"])
-            reads.append(SourceRead(source.name, own.input_kind, mixture.paths[i], meta["bad"], sides))
-            stream = streams[i]
-            if stream is not None:
-                stream.close()
-            continue
-        reusing = False
+        dirs = {side: side_dir(directory, i, side) for side in mixture.sides}
+        found = complete_sides(dirs, run_id) if reusing else None
         stream = streams[i]
-        assert stream is not None
-        reader = _SourceReader(mixture, i, directory, run_id, groups, timer)
-        sides = reader.read(stream, bads[i], progress)
-        reads.append(SourceRead(source.name, own.input_kind, mixture.paths[i], bad_dict(bads[i]), sides))
-        pause("source-spilled")
-    return reads
-
-
-def _side_dir(directory: Path, index: int, side: str) -> Path:
-    return directory / f"{index:05d}-{side}"
-
-
-def _complete_source(
-    directory: Path, index: int, sides: tuple[str, ...], run_id: str
-) -> tuple[dict[str, Side], dict[str, Any]] | None:
-    found: dict[str, Side] = {}
-    meta: dict[str, Any] = {}
-    for side in sides:
-        spill = spilling.open_complete(_side_dir(directory, index, side), run_id)
-        if spill is None:
-            for other in found.values():
-                other.spill.close()
-            return None
-        meta = spill.meta
-        found[side] = Side(spill, IngestCounts(**meta["counts"]), int(meta["documents"]), int(meta["kept"]))
-    return found, meta
-
-
-class _SourceReader:
-    """One source read into its side spills: each batch's sequences split by side, each
-    side segmented on its own (so its counts are its own), each segment written with its
-    document's ordinal on that side."""
-
-    def __init__(
-        self, mixture: Mixture, index: int, directory: Path, run_id: str, groups: GroupTable | None, timer: Timer
-    ):
-        self.mixture, self.index, self.run_id, self.timer = mixture, index, run_id, timer
-        self.opts = mixture.source_opts[index]
-        self.setup = mixture.setups[index]
-        self.groups = groups
-        self.directory = directory
-        masked = self.setup.builder.labels != "text"
-        dtype = ids_dtype(self.setup.vocab_size)
-        self.writers = {
-            side: SourceSpillWriter(_side_dir(directory, index, side), dtype, masked, groups is not None)
-            for side in mixture.sides
-        }
-        self.segmenters = {
-            side: make_segmenter(self.opts, self.setup, IngestCounts(), groups) for side in mixture.sides
-        }
-        self.documents = dict.fromkeys(mixture.sides, 0)
-        self.kept = dict.fromkeys(mixture.sides, 0)
-
-    def read(self, stream: TokenStream, bad: BadRecords, progress: Progress | None) -> dict[str, Side]:
-        try:
-            for batch, sequences in stream:
-                with self.timer.stage("spill"):
-                    self._batch(batch, sequences)
-                if progress is not None:
-                    progress(len(sequences.lengths), int(sequences.lengths.sum()), 0, None)
-            sides = {}
-            for side, writer in self.writers.items():
-                meta = {
-                    "run_id": self.run_id,
-                    "counts": self.segmenters[side].counts.to_dict(),
-                    "bad": bad_dict(bad),
-                    "documents": self.documents[side],
-                    "kept": self.kept[side],
-                }
-                if self.groups is not None:
-                    meta["groups"] = self.groups.to_dict()
-                spill = writer.finish(meta)
-                sides[side] = Side(spill, self.segmenters[side].counts, self.documents[side], self.kept[side])
-            return sides
-        except BaseException:
-            for writer in self.writers.values():
-                writer.abort()
-            raise
-        finally:
+        if found is None:
+            reusing = False
+            assert stream is not None
+            reader = SourceReader(own, mixture.setups[i], dirs, run_id, groups, timer)
+            found = reader.read(stream, bads[i], progress)
+            pause("source-spilled")
+        elif stream is not None:
             stream.close()
-
-    def _batch(self, batch: RecordBatch, sequences: SequenceBatch) -> None:
-        for side, members in self._sides_of(batch, len(sequences.lengths)):
-            if not len(members):
-                continue
-            own = _take_sequences(sequences, members)
-            values = None
-            if self.groups is not None:
-                column = batch.columns[self.groups.field]
-                values = [column[i] for i in members.tolist()]
-            segmenter = self.segmenters[side]
-            tokens, lengths, learned = segmenter(own, functools.partial(_located, batch, members), values)
-            owners = segmenter.batch_owners
-            ids = None if self.groups is None else segmenter.group_ids.take(len(lengths))
-            self.writers[side].append(tokens, lengths, learned, self.documents[side] + owners, ids)
-            self.documents[side] += len(members)
-            self.kept[side] += int(len(owners) and (np.diff(owners) != 0).sum() + 1)
-
-    def _sides_of(self, batch: RecordBatch, n: int) -> list[tuple[str, np.ndarray]]:
-        """The sequences of the batch on each side, by index, in order."""
-        everyone = np.arange(n, dtype=np.int64)
-        holdout = self.mixture.opts.holdout
-        if holdout is None:
-            return [(TRAIN, everyone)]
-        hashes = batch_hashes(batch, self._key_columns())
-        out = held_out(hashes, holdout)
-        return [(TRAIN, everyone[~out]), (VALIDATION, everyone[out])]
-
-    def _key_columns(self) -> list[str]:
-        """What a document's side is a hash of: --holdout-key's field, else its group
-        (--group-by: a group stays on one side), else what it says."""
-        if self.opts.holdout_key is not None:
-            return [self.opts.holdout_key]
-        if self.opts.group_by is not None:
-            return [self.opts.group_by]
-        return list(self.setup.builder.fields)
-
-
-def _located(batch: RecordBatch, members: np.ndarray, j: int) -> str:
-    """Where sequence j of a side's part of a batch came from."""
-    return batch.location(int(members[j]))
-
-
-def _take_sequences(batch: SequenceBatch, members: np.ndarray) -> SequenceBatch:
-    """The sequences `members` of a batch, in order."""
-    if len(members) == len(batch.lengths):
-        return batch
-    tokens = np.repeat(np.isin(np.arange(len(batch.lengths)), members), batch.lengths)
-    return SequenceBatch(
-        batch.tokens[tokens],
-        batch.lengths[members],
-        None if batch.labels is None else batch.labels[tokens],
-        0,
-    )
+        meta = next(iter(found.values())).meta
+        if groups is not None:
+            groups = GroupTable.from_dict(meta["groups"])
+        sides = {side: side_of_record(spill) for side, spill in found.items()}
+        reads.append(SourceRead(source.name, own.input_kind, mixture.paths[i], meta["bad"], sides, meta.get("groups")))
+    return reads
 
 
 # ----------------------------------------------------------------------------- resolving
@@ -411,20 +261,18 @@ def _resolve(mixture: Mixture, reads: list[SourceRead]) -> dict[str, list[Take]]
     """Each output's takes: the training side's by the mixture, the held-out side's every
     document once."""
     train = [read.sides[TRAIN] for read in reads]
-    totals = [SourceTotals(side.documents, side.spill.tokens) for side in train]
-    streams: list[SegmentStream] = [functools.partial(segment_stream, side.spill) for side in train]
+    totals = [SourceTotals(side.documents, side.tokens) for side in train]
+    streams: list[SegmentStream] = [side.stream for side in train]
     takes = {TRAIN: resolve(mixture.spec, totals, streams, mixture.seed)}
     if VALIDATION in mixture.sides:
         held = [read.sides[VALIDATION] for read in reads]
-        if sum(side.spill.sequences for side in held) == 0:
+        if sum(side.sequences for side in held) == 0:
             documents = sum(side.documents for side in train)
             raise PackcliError(
                 f"--holdout {mixture.opts.holdout:g} held out none of the {documents:,} documents: "
                 "nothing to write to the validation output (hold out a larger fraction)"
             )
-        takes[VALIDATION] = [
-            Take(i, side.documents, side.spill.tokens, 1, 0, 0, mixture.seed) for i, side in enumerate(held)
-        ]
+        takes[VALIDATION] = [Take(i, side.documents, side.tokens, 1, 0, 0, mixture.seed) for i, side in enumerate(held)]
     return takes
 
 
@@ -501,7 +349,7 @@ def mixed_batches(
     table's hashes, as the local engine's segmenter does."""
     for side, take in zip(sides, takes):
         for epoch in range(take.rounds):
-            for chunk in read_source(side.spill):
+            for chunk in side.chunks():
                 if epoch >= take.full:
                     chunk = chunk.select(take.taken(chunk.documents, epoch))
                 if not len(chunk.lengths):
@@ -513,32 +361,21 @@ def mixed_batches(
                 if masked and learned is None:
                     learned = np.ones(len(chunk.tokens), dtype=bool)
                 yield chunk.tokens, chunk.lengths, learned
-        side.spill.close()
 
 
 def _output_counts(sides: list[Side]) -> IngestCounts:
     """The output's counts: its sources' sides added up, the rows of no packing left to be
     counted over its own segments (copies included)."""
-    total = IngestCounts()
-    for side in sides:
-        for key, value in side.counts.to_dict().items():
-            if key == "unpacked_rows":
-                continue
-            if isinstance(value, list):
-                getattr(total, key).extend(value[: max(0, UNLEARNED_EXAMPLES - len(getattr(total, key)))])
-            else:
-                setattr(total, key, getattr(total, key) + int(value))
+    total = merged_counts([side.counts for side in sides])
+    total.unpacked_rows = 0
     return total
 
 
 def _output_bad(reads: list[SourceRead]) -> BadRecords:
     """The readers' tallies of every source, as one."""
-    bad = BadRecords()
-    for read in reads:
-        bad.records_seen += int(read.bad["read"])
-        for reason, count in read.bad["by_reason"].items():
-            bad.counts[reason] = bad.counts.get(reason, 0) + int(count)
-        bad.examples.extend(read.bad["examples"][: max(0, bad.max_examples - len(bad.examples))])
+    merged = merged_bad([read.bad for read in reads])
+    bad = BadRecords(records_seen=int(merged["read"]), counts=dict(merged["by_reason"]))
+    bad.examples = list(merged["examples"])
     return bad
 
 
@@ -555,13 +392,13 @@ def _write_output(
     """One output of the mixture, written by the local engine's Run; its report."""
     opts = job.opts
     sides = [read.sides[side] for read in reads]
-    streams: list[SegmentStream] = [functools.partial(segment_stream, side.spill) for side in sides]
+    streams: list[SegmentStream] = [side.stream for side in sides]
     placed = layout(streams, takes, opts.seq_len, opts.pad_multiple, opts.mode == "concat")
     counts = _output_counts(sides)
     counts.unpacked_rows = placed.unpacked_rows
     table, ids = None, None
     if opts.group_by is not None:
-        table = GroupTable.from_dict(reads[-1].sides[side].spill.meta["groups"])
+        table = GroupTable.from_dict(reads[-1].groups or {})
         table.hashes = np.zeros(0, dtype=np.uint64)  # this output's own tokens, copies included
         ids = GroupIds()
     tagging = functools.partial(source_tags, placed, seq_len=opts.seq_len, multiple=opts.pad_multiple)

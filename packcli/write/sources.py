@@ -51,9 +51,10 @@ class SourceChunk:
 class SourceSpillWriter:
     """A source's spill in input order, with each segment's document ordinal (and group)."""
 
-    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool, grouped: bool):
+    def __init__(self, directory: Path, token_dtype: np.dtype, masked: bool, grouped: bool, durable: bool = False):
+        """`durable`: fsynced whatever the boot (a spill another machine may read)."""
         self.directory = Path(directory)
-        self.spill = SpillWriter(self.directory, token_dtype, masked)
+        self.spill = SpillWriter(self.directory, token_dtype, masked, durable)
         self._documents: BinaryIO = open(self.directory / DOCUMENTS_FILE, "wb")
         self._groups: BinaryIO | None = open(self.directory / GROUPS_FILE, "wb") if grouped else None
 
