@@ -231,6 +231,16 @@ def _read_sources(
     interrupted run are taken as they are (sources are read in order, so a group table
     continues from the last one taken)."""
     opts = mixture.opts
+    if opts.engine == "ray":
+        _close(streams)  # they checked each source's first batch and chose its backend; tasks read the rest
+        from packcli.engine.ray_driver import read_sources
+
+        named = [
+            (s.name, own, paths, setup.backend)
+            for s, own, paths, setup in zip(mixture.spec.sources, mixture.source_opts, mixture.paths, mixture.setups)
+        ]
+        fingerprint = mixture.setups[0].fingerprint
+        return read_sources(opts, named, mixture.sides, directory, run_id, fingerprint, progress)
     groups = GroupTable(opts.group_by) if opts.group_by is not None else None
     reads: list[SourceRead] = []
     reusing = opts.resume

@@ -10,6 +10,7 @@ from packcli.engine.ingest import use_workers
 from packcli.engine.job import Progress
 from packcli.engine.local import run_pack as run_plain
 from packcli.engine.mixture import run_mixture
+from packcli.read.inputs import expand_inputs
 from packcli.write.manifest import Report
 
 
@@ -20,4 +21,11 @@ def run_pack(opts: PackOptions, progress: Progress | None = None) -> Report:
         return run_plain(opts, progress)
     opts.validate()
     use_workers(opts.workers)
-    return run_mixture(opts, time.perf_counter(), progress)
+    started = time.perf_counter()
+    if opts.engine != "ray":
+        return run_mixture(opts, started, progress)
+    from packcli.engine.ray_driver import ray_session  # the workers start while this process loads the tokenizer
+
+    paths = [path for source in opts.sources().sources for path in expand_inputs(list(source.paths))]
+    with ray_session(opts, paths):
+        return run_mixture(opts, started, progress)

@@ -25,6 +25,7 @@ from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
+from packcli.engine.sources import SourceRead
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.plan.planner import plan_window, uncapped_rows
@@ -35,7 +36,7 @@ from packcli.write.columns import ids_dtype
 from packcli.write.manifest import BadRecordCounts
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
-from packcli.write.spill import HISTOGRAM_FILE, LENGTHS_FILE, spill_size
+from packcli.write.spill import HISTOGRAM_FILE, LENGTHS_FILE, Spill, spill_size
 
 PART_BYTES = 256 << 20  # a Parquet file larger than this is read by several tasks, by row groups
 
@@ -292,3 +293,106 @@ def _merged_bad(metas: list[dict[str, Any]]) -> BadRecordCounts:
         merged["examples"].extend(bad["examples"])
     merged["examples"] = merged["examples"][: BadRecords.max_examples]
     return merged
+
+
+# ----------------------------------------------------------------------------- a mixture's sources
+
+
+def read_sources(
+    opts: PackOptions,
+    sources: list[tuple[str, PackOptions, list[str], str]],
+    sides: tuple[str, ...],
+    directory: Path,
+    run_id: str,
+    fingerprint: str | None,
+    progress: Progress | None,
+) -> list[SourceRead]:
+    """A mixture's sources (name, options, paths, backend) read by one task per part of
+    each, into side spills under `directory`; a resumed run keeps the complete parts. The
+    parts' group tables merged in order give the ids one reader of everything gives."""
+    ray, started = tasks.connect(opts.ray_address, opts.workers)
+    try:
+        return _read_sources(ray, opts, sources, sides, directory, run_id, fingerprint, progress)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _read_sources(
+    ray: Any,
+    opts: PackOptions,
+    sources: list[tuple[str, PackOptions, list[str], str]],
+    sides: tuple[str, ...],
+    directory: Path,
+    run_id: str,
+    fingerprint: str | None,
+    progress: Progress | None,
+) -> list[SourceRead]:
+    from packcli.engine.sources import complete_sides, side_dir
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks.remove_attempts(directory)
+    remote = ray.remote(tasks.spill_source_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    plan: list[tuple[int, int, dict[str, Path]]] = []  # (source, part, side dirs)
+    records: dict[int, dict[str, dict[str, Any]]] = {}
+    refs = {}
+    for i, (_, own, paths, backend) in enumerate(sources):
+        if own.input_kind in ("text", "prompt") and backend in ("hf", "tiktoken"):
+            own = replace(own, tokenizer_backend=backend)  # what the driver chose, as one run
+        for p, part in enumerate(tasks.split_inputs(paths, PART_BYTES)):
+            dirs = {side: side_dir(directory, i, side, p) for side in sides}
+            index = len(plan)
+            plan.append((i, p, dirs))
+            found = complete_sides(dirs, run_id) if opts.resume else None
+            if found is not None:
+                records[index] = {side: spill.meta for side, spill in found.items()}
+                for spill in found.values():
+                    spill.close()
+                continue
+            named = {side: str(d) for side, d in dirs.items()}
+            refs[remote.remote(own, part, named, str(directory), index, run_id, fingerprint)] = index
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        (done,) = tasks.resolved(ray, ready)
+        records[refs[ready[0]]] = done
+        if progress is not None:
+            meta = next(iter(done.values()))
+            progress(int(meta["counts"]["sequences_in"]), int(meta["counts"]["tokens_in"]), 0, None)
+    return _joined_sources(opts, sources, sides, plan, records)
+
+
+def _joined_sources(
+    opts: PackOptions,
+    sources: list[tuple[str, PackOptions, list[str], str]],
+    sides: tuple[str, ...],
+    plan: list[tuple[int, int, dict[str, Path]]],
+    records: dict[int, dict[str, dict[str, Any]]],
+) -> list[SourceRead]:
+    """Each source's parts as one SourceRead: documents numbered on from part to part,
+    tallies added up, group ids mapped into one table merged in input order."""
+    from packcli.engine.sources import Side, SourceRead, merged_bad, merged_counts
+
+    remaps: list[np.ndarray | None] = [None] * len(plan)
+    merged_table = None
+    if opts.group_by is not None:
+        merged_table, found = merge_tables(
+            [GroupTable.from_dict(records[k][sides[0]]["groups"]) for k in range(len(plan))]
+        )
+        remaps = list(found)
+    reads = []
+    for i, (name, own, paths, _) in enumerate(sources):
+        mine = [k for k, (source, _, _) in enumerate(plan) if source == i]
+        joined = {}
+        for side in sides:
+            metas = [records[k][side] for k in mine]
+            documents = [int(m["documents"]) for m in metas]
+            bases = [0, *np.cumsum(documents)[:-1].tolist()]
+            parts = [Spill.open(plan[k][2][side]) for k in mine]
+            counts = merged_counts([IngestCounts(**m["counts"]) for m in metas])
+            kept = sum(int(m["kept"]) for m in metas)
+            joined[side] = Side(parts, bases, counts, sum(documents), kept, [remaps[k] for k in mine])
+        bad = merged_bad([records[k][sides[0]]["bad"] for k in mine])
+        groups = None if merged_table is None else merged_table.to_dict()
+        reads.append(SourceRead(name, own.input_kind, paths, bad, joined, groups))
+    return reads

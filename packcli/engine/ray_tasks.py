@@ -577,3 +577,33 @@ def part_path(spill_dir: Path, index: int) -> Path:
 def clear(spill_dir: Path) -> None:
     remove_spill(spill_dir)
     spill_dir.mkdir(parents=True, exist_ok=True)
+
+
+# ----------------------------------------------------------------------------- a mixture's sources
+
+
+def spill_source_part(
+    opts: Any, part: Part, dirs: dict[str, str], spill_dir: str, index: int, run_id: str, fingerprint: str | None
+) -> dict[str, dict[str, Any]]:
+    """One part of one source of a mixture read into its side spills (engine/sources.py),
+    its documents numbered from 0; the records of its sides, by side."""
+    from packcli.engine.ingest import TokenStream
+    from packcli.engine.sources import SourceReader, key_fields
+    from packcli.plan.grouping import GroupTable
+    from packcli.read.records import BadRecords
+
+    _attempt(spill_dir, "source", index)
+    setup = worker_setup(opts, fingerprint)
+    opts = replace(opts, workers=1)
+    timer, bad = Timer(), BadRecords()
+    sections = {part.path: part.section} if part.section else None
+    stream = TokenStream(opts, setup, [part.path], bad, timer, sections, extra_fields=key_fields(opts))
+    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
+    reader = SourceReader(opts, setup, {side: Path(d) for side, d in dirs.items()}, run_id, groups, timer, durable=True)
+    spills = reader.read(stream, bad)
+    maybe_fail("source", index)
+    records = {}
+    for side, spill in spills.items():
+        records[side] = spill.meta
+        spill.close()
+    return records
