@@ -178,6 +178,11 @@ def docs_world(tmp_path_factory) -> Path:
     )
     tiny_model(world / "model", len(load_tokenizer(str(BUNDLED_DIR))))
     mixed_output(world / "mixture", "npy")  # the shards and manifest of a mixture (docs/training.md)
+    (world / "mix.toml").write_text(  # the README's mixture
+        '[[source]]\nname = "web"\npaths = ["corpus"]\nweight = 0.7\n'
+        '[[source]]\nname = "notes"\npaths = ["notes.jsonl"]\nweight = 0.3\n',
+        encoding="utf-8",
+    )
     bin_dir = world / ".bin"
     bin_dir.mkdir()
     shims = [("packcli", f'"{sys.executable}" -m packcli'), ("python", f'"{sys.executable}"')]

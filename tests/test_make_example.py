@@ -61,6 +61,7 @@ def make(project: Path, *args: str, env: dict | None = None) -> subprocess.Compl
 
 SFT = Path("packed/sft/manifest.json")
 PRETRAIN = Path("packed/pretrain/manifest.json")
+MIX = Path("packed/mix")  # the mixture of both: its target is MIX/train/manifest.json
 
 
 def up_to_date(project: Path, target: Path) -> bool:
@@ -77,20 +78,22 @@ def newer(path: Path, than: Path) -> None:
 def test_make_packs_then_has_nothing_to_do_then_repacks_only_what_changed(project):
     first = make(project)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("packcli pack") == 2
-    for target in (SFT, PRETRAIN):
-        verify_dir(project / target.parent)
+    assert first.stdout.count("packcli pack") == 3
+    for target in (SFT, PRETRAIN, MIX / "train", MIX / "validation"):
+        verify_dir(project / target.parent if target.name == "manifest.json" else project / target)
     again = make(project)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout and "packcli" not in again.stdout
     pretrain_before = (project / PRETRAIN).stat().st_mtime_ns
     newer(project / "data" / "sft.jsonl", project / SFT)
+    newer(project / "data" / "sft.jsonl", project / MIX / "train" / "manifest.json")
     assert not up_to_date(project, SFT) and up_to_date(project, PRETRAIN)
+    assert not up_to_date(project, MIX / "train" / "manifest.json")  # the mixture reads it too
     third = make(project)
     assert third.returncode == 0, third.stderr
-    assert "packed/sft" in third.stdout and "packed/pretrain" not in third.stdout
+    assert "packed/sft" in third.stdout and "packed/pretrain" not in third.stdout and "packed/mix" in third.stdout
     assert (project / PRETRAIN).stat().st_mtime_ns == pretrain_before
     checks = make(project, "verify", "stats")
-    assert checks.returncode == 0 and checks.stdout.count("ok: packed/") == 2 and "efficiency" in checks.stdout
+    assert checks.returncode == 0 and checks.stdout.count("ok: packed/") == 4 and "efficiency" in checks.stdout
 
 
 def test_make_j2_runs_two_packs_at_once(project, tmp_path):

@@ -120,7 +120,7 @@ def source_cells(source: Mapping[str, Any]) -> dict[str, str]:
         "weight": "-" if source["weight"] is None else f"{source['weight']:g}",
         "target share": share(source["target_share"]),
         "achieved share": share(source["achieved_share"]),
-        "epochs": f"{source['epochs']:g}",
+        "epochs": f"{source['epochs']:.2f}",
         "tokens in": f"{tokens['in']:,}",
         "tokens out": f"{tokens['out']:,}",
         "learned": f"{tokens['learned']:,}",

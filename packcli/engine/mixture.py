@@ -132,14 +132,15 @@ def run_mixture(opts: PackOptions, started: float, progress: Progress | None) ->
                 next(s for s in streams if s is not None).workers if any(streams) else {"kind": "none", "count": 0}
             )
             reports = {}
-            for side, job in jobs.items():
+            for side in reversed(mixture.sides):  # validation first: DIR/train's manifest, last, means all is done
+                job = jobs[side]
                 reports[side] = (
                     finished_report(job)
                     if job.finished
                     else _write_output(mixture, job, side, reads, takes[side], timer, started, workers)
                 )
             spilling.remove_spill(sources_dir)
-        return _joined(reports)
+        return _joined({side: reports[side] for side in mixture.sides})
     except KeyboardInterrupt as stop:
         stop.output_complete = all(output_complete(j) for j in jobs.values()) and bool(jobs)  # type: ignore[attr-defined]
         raise
