@@ -397,3 +397,32 @@ def test_bad_mixture_options_are_usage_errors(cli, tmp_path, args, message):
     assert result.exit_code == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_holdout_directory_is_verified_compared_and_named(packed, cli, tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", documents(0, 200, 5, 30, 13))
+    out = packed([], "--source", f"web={tmp_path / 'a.jsonl'}", "--holdout", "0.3", "--seq-len", "64", *IDS)
+    verified = cli("verify", out)
+    assert verified.exit_code == 0 and verified.stdout.count("ok: ") == 2
+    assert f"{out}/train" in verified.stdout and f"{out}/validation" in verified.stdout
+    stats = json.loads(cli("stats", out, "--json").stdout)
+    assert sorted(stats) == sorted([str(out / "train"), str(out / "validation")])
+    shown = cli("show", out)
+    assert shown.exit_code == 2 and "holds the outputs of --holdout" in shown.stderr
+    report = json.loads(
+        cli(
+            "pack",
+            "-o",
+            out,
+            "--source",
+            f"web={tmp_path / 'a.jsonl'}",
+            "--holdout",
+            "0.3",
+            "--seq-len",
+            "64",
+            *IDS,
+            "--resume",
+            "--json",
+        ).stdout
+    )
+    assert sorted(report["splits"]) == ["train", "validation"]  # finished: the same reports again

@@ -659,6 +659,12 @@ def _refuse_unfinished_output(paths: list[str], tokenizer: str | None, ids_field
     from pathlib import Path
 
     if tokenizer is None and ids_field is None and len(paths) == 1 and Path(paths[0]).is_dir():
+        from packcli.write.manifest import split_outputs
+
+        splits = split_outputs(paths[0])
+        if splits:
+            names = " or ".join(str(split) for split in splits)
+            raise PackcliError(f"{paths[0]} holds the outputs of --holdout: show one of them, {names}", usage=True)
         raise PackcliError(
             f"{paths[0]}: no manifest.json, so this is not a complete packcli output "
             "(for raw input, give --tokenizer and the input options of pack)"
