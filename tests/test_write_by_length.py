@@ -150,7 +150,7 @@ def test_a_spill_written_by_length_reads_as_the_sorted_spill(tmp_path_factory, d
     ranks = np.arange(len(data))
     bucket = np.searchsorted(buckets.rank, ranks, side="right") - 1
     in_spill = parts.positions(bucket, ranks - buckets.rank[bucket])
-    readers = {"by bucket": (by_length.ChunkedSpill(spill, parts), in_spill)}
+    readers = {"by bucket": (by_length.SpillByLength(spill, parts), in_spill)}
     readers["slot map"] = (spill, by_length.file_slot_starts(spill))
     for reader, where in readers.values():
         block = reader.read_block(where, real)
@@ -213,8 +213,8 @@ OPENED = [
     ("rows", False, Spill, None),
     ("slot map", False, Spill, SlotMap),
     ("slot map", True, Spill, SlotMap),
-    ("by bucket", False, by_length.SortedSpill, Buckets),
-    ("by bucket", True, by_length.ChunkedSpill, BucketParts),
+    ("by bucket", False, by_length.SortedCopy, Buckets),
+    ("by bucket", True, by_length.SpillByLength, BucketParts),
 ]
 
 

@@ -26,7 +26,7 @@ from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
 from packcli.core.pause import pause
-from packcli.engine.ingest import IngestCounts, Segments, SegmentSource, TokenStream, segments, use_workers
+from packcli.engine.ingest import IngestCounts, SegmentBatch, SegmentSource, TokenStream, segments, use_workers
 from packcli.engine.job import (
     Job,
     Outcome,
@@ -124,10 +124,10 @@ def _input_source(
     """The input's segments as `stream` reads and tokenizes them, with the counts, the bad
     records and the --group-by ids made on the way."""
     opts = job.opts
-    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
-    segmenter = make_segmenter(opts, job.setup, IngestCounts(), groups)
+    table = GroupTable(opts.group_by) if opts.group_by is not None else None
+    segmenter = make_segmenter(opts, job.setup, IngestCounts(), table)
     batches = segments(stream, segmenter, paths, progress)
-    return SegmentSource(batches, segmenter.counts, bad, groups, segmenter.group_ids if groups is not None else None)
+    return SegmentSource(batches, segmenter.counts, bad, table, segmenter.group_ids if table is not None else None)
 
 
 def _complete(job: Job) -> bool:
@@ -218,9 +218,9 @@ class Run:
                 if carry is not None:
                     writer.append(*carry)
                 last = True
-                for tokens, lengths, learned, closes in pending:
+                for batch, closes in pending:
                     with self.timer.stage("spill"):
-                        self._spill_io(writer.append, tokens, lengths, learned)
+                        self._spill_io(writer.append, *batch)
                     if closes:
                         last = False
                         break
@@ -270,9 +270,9 @@ class Run:
         # corrects: it copies a spill in input order, or maps one written by length)
         writer = self.open_spill(spills_by_length(self.opts) and self.planner.gathers_by_bucket)
         try:
-            for tokens, lengths, learned in source.batches:
+            for batch in source.batches:
                 with self.timer.stage("spill"):
-                    self._spill_io(writer.append, tokens, lengths, learned)
+                    self._spill_io(writer.append, *batch)
             with self.timer.stage("spill"):
                 return self._spill_io(writer.finish, self._record(source))
         except BaseException:
@@ -332,7 +332,7 @@ class Run:
         s = self.planner.settings
         with self.timer.stage("plan"):
             spill.open_files()
-            ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
+            ends = SparseEnds.build(spill.length_batches(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
             plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
         self.planner.account(plan)
         return plan
@@ -423,14 +423,15 @@ class Run:
         order = plan.row_order()
         stop = threading.Event()
         spill.open_files()  # before the threads share them
-        gathering = [shards]  # shards whose rows are still being read from the spill
+        gathering = shards  # shards whose rows are still being read from the spill
         lock = threading.Lock()
 
         def gathered() -> None:
             """The last shard's rows are read: the spill goes while the shards are finished."""
+            nonlocal gathering
             with lock:
-                gathering[0] -= 1
-                if gathering[0] == 0:
+                gathering -= 1
+                if gathering == 0:
                     pause("last-rows-read")
                     if job.remote is None:
                         spill.close()
@@ -444,8 +445,8 @@ class Run:
         futures = [pool.submit(one, i) for i in range(shards)]
         try:
             for future in futures:
-                part, stats = future.result()
-                writer.absorb(part)
+                shard_writer, stats = future.result()
+                writer.absorb(shard_writer)
                 self.outcome.stats.merge(stats)
                 publish(job, writer.hashed_shards())
                 pause("shard-done")
@@ -458,13 +459,15 @@ class Run:
     def _write_one_shard(
         self,
         source: Gathering,
-        part: ShardWriter,
+        shard_writer: ShardWriter,
         order: RowOrder,
         stop: threading.Event,
         gathered: Callable[[], None],
     ) -> tuple[ShardWriter, RowStats]:
+        """One shard of the plan, its rows gathered and written by `shard_writer` (its
+        ShardWriter.for_shard); with its rows' figures for the report."""
         job, opts = self.job, self.opts
-        first = part.first_shard * job.rows_per_shard
+        first = shard_writer.first_shard * job.rows_per_shard
         end = min(first + job.rows_per_shard, source.plan.n_rows)
         stats = RowStats(opts.seq_len)
         buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
@@ -475,36 +478,42 @@ class Run:
 
         try:
             rows = self._gather(source, first, end, order, buffers)
-            self._write_rows(rows, part, stats, source.plan, first, stop_here)
+            self._write_rows(rows, shard_writer, stats, source.plan, first, stop_here)
             gathered()
-            outdir.guarded(job.out_dir, part.close)
+            outdir.guarded(job.out_dir, shard_writer.close)
         except BaseException:
-            part.abort()
+            shard_writer.abort()
             raise
-        return part, stats
+        return shard_writer, stats
 
 
-def _cut_windows(
-    batches: Iterable[Segments], size: int
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
-    """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments,
-    whatever the batches: windows never depend on how the input was read."""
+class WindowBatch(NamedTuple):
+    """Segments of a window, and whether they are its last (windows of exactly
+    --buffer-size segments, cut from batches of any size)."""
+
+    batch: SegmentBatch
+    closes: bool
+
+
+def _cut_windows(batches: Iterable[SegmentBatch], size: int) -> Iterator[WindowBatch]:
+    """The batches cut into windows of exactly `size` segments, whatever their sizes:
+    windows never depend on how the input was read."""
     held = 0
     for tokens, lengths, learned in batches:
         while len(lengths):
             take = min(len(lengths), size - held)
             n = int(lengths[:take].sum())
-            part = (tokens[:n], lengths[:take], None if learned is None else learned[:n])
+            batch = SegmentBatch(tokens[:n], lengths[:take], None if learned is None else learned[:n])
             tokens, lengths = tokens[n:], lengths[take:]
             learned = None if learned is None else learned[n:]
             held += take
             closes = held >= size
             if closes:
                 held = 0
-            yield (*part, closes)
+            yield WindowBatch(batch, closes)
 
 
-def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
+def _tail(spill: Spill, plan: Plan, seq_len: int) -> SegmentBatch | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)
@@ -519,7 +528,7 @@ def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
     if block.learned is not None:
         bits = np.unpackbits(block.learned, bitorder="little")
         learned = bits[block.bit_at[0] : block.bit_at[0] + total].astype(bool)
-    return tokens, lengths, learned
+    return SegmentBatch(tokens, lengths, learned)
 
 
 def _finish(job: Job, outcome: Outcome, report: Report, removal: threading.Thread | None = None) -> None:

@@ -255,7 +255,7 @@ def _replace_rows(p: Patterns, row_ids: np.ndarray, new: Patterns) -> Patterns:
 
 @dataclass
 class Buckets:
-    """The sorted file's layout: bucket b holds the sequences of ranks
+    """The sorted copy's layout: bucket b holds the sequences of ranks
     [rank[b], rank[b + 1]) in records of `length[b]` tokens from token `token[b]`;
     `key[b]` = group position * (seq_len + 1) + placed length (increasing)."""
 
@@ -286,7 +286,7 @@ class Buckets:
         return Buckets(key.astype(np.int64), length.astype(np.int64), rank, token)
 
     def starts(self, rank: np.ndarray) -> np.ndarray:
-        """Where the sequences of these ranks start in the sorted file (in tokens)."""
+        """Where the sequences of these ranks start in the sorted copy (in tokens)."""
         b = np.searchsorted(self.rank, rank, side="right") - 1
         return self.token[b] + (rank - self.rank[b]) * self.length[b]
 
@@ -294,7 +294,7 @@ class Buckets:
 class BucketParts:
     """Where rank r of bucket b lies when each bucket's sequences are split over parts in
     order, part p holding `counts[p, b]` of them (in input order), laid out from
-    `base[p, b]` in records of the bucket's length: a place in the sorted file (Buckets)
+    `base[p, b]` in records of the bucket's length: a place in the sorted copy (Buckets)
     becomes a place in the parts' joined coordinates. The parts are the chunks of a spill
     written by length, or the Ray engine's sorted copies. A record (one slot) lies in one
     part."""
@@ -424,29 +424,29 @@ class PatternPlan:
         start, length, row, offset = self.placed(np.arange(first, last, dtype=np.int64))
         return Pieces(start, length, row - first, offset)
 
-    def slots(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def slots(self, output_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(rank in the slot map, placed length, output row, offset) of every slot of these
         output rows, by row then offset: the rows, from the plan alone."""
-        slot, rank, row = self._slots_of(out_rows)
+        slot, rank, row = self._slots_of(output_rows)
         p = self.patterns
         return rank, p.slot_len[slot], row, p.slot_pos[slot]
 
-    def _slots_of(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _slots_of(self, output_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(pattern slot, rank, output row) of every slot of these output rows."""
         p = self.patterns
-        out_rows = np.asarray(out_rows, dtype=np.int64)
-        plan_rows = self.plan_rows_of(out_rows)
+        output_rows = np.asarray(output_rows, dtype=np.int64)
+        plan_rows = self.plan_rows_of(output_rows)
         work = len(plan_rows) * int(np.diff(p.slot_offsets).max(initial=0)) + len(p.slot_len)  # at most
         slot, rank, owner = kernel(_expand_rows, work)(
             plan_rows, p.row_start, p.slot_offsets, self.slot_base, self.slot_step
         )
-        return slot, rank, out_rows[owner]
+        return slot, rank, output_rows[owner]
 
-    def placed(self, out_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def placed(self, output_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(start, real length, output row, offset) of every slot of these output rows. The
         start is where `lookup` places the slot's rank: in the spill (slot map), its sorted
         copy (buckets) or the parts' joined coordinates (buckets in parts)."""
-        slot, rank, row = self._slots_of(out_rows)
+        slot, rank, row = self._slots_of(output_rows)
         p = self.patterns
         length, offset = p.slot_len[slot], p.slot_pos[slot]
         real = length if self.slot_real is None else self.slot_real[rank]
@@ -506,7 +506,7 @@ def pattern_plan(
         histograms = [(0, counts)] if len(lengths) else []
         plan = plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
         if by_bucket:
-            plan.slot_real = slot_map(lengths, multiple, counts)[1] if multiple > 1 else None
+            _, plan.slot_real = slot_map(lengths, multiple, counts)
         else:
             starts, plan.slot_real = slot_map(lengths, multiple, counts)
             plan.lookup = SlotMap(starts)
