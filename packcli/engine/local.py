@@ -114,7 +114,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
     finally:
         stream.close()
         job.lock.release()
-        if job.remote is not None and (job.finished or _complete(job)):
+        if job.remote is not None and (job.finished or outdir.is_complete(job.out_dir)):
             outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
 
 
@@ -130,13 +130,9 @@ def _input_source(
     return SegmentSource(batches, segmenter.counts, bad, table, segmenter.group_ids if table is not None else None)
 
 
-def _complete(job: Job) -> bool:
-    return (job.out_dir / "manifest.json").is_file()
-
-
 def _output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
-    return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
+    return job.finished or (job.published_manifest if job.remote is not None else outdir.is_complete(job.out_dir))
 
 
 class Gathering(NamedTuple):
@@ -541,11 +537,12 @@ def _finish(job: Job, outcome: Outcome, report: Report, removal: threading.Threa
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
         pause("report.json")
-        outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", run_manifest(job, outcome, report))
+        manifest = run_manifest(job, outcome, report)
+        outdir.guarded(out, outdir.write_json_atomic, out / outdir.MANIFEST_FILE, manifest)
         if job.remote is not None:
             remote_output.finish(job.remote, out)
             job.published_manifest = True
-        pause("manifest.json")
+        pause(outdir.MANIFEST_FILE)
     finally:
         removal.join()
 

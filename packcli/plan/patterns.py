@@ -37,9 +37,9 @@ from packcli.plan.kernels.pack import (
 )
 from packcli.plan.permute import RowPermutation
 
-# Algorithms whose rows come from the histogram alone (and the ones the repair pass follows).
+# Algorithms whose rows come from the histogram alone; the repair pass follows each of
+# them, as kernels.pack's improve_rows follows them when they place lengths one by one.
 PATTERN_ALGORITHMS = ("bfd", "spfhp", "lpfhp")
-REPAIRED = ("bfd", "spfhp", "lpfhp")
 # What the repair pass is given, so that its cost stays flat in the number of sequences:
 # the rows with room (at most REPAIR_ROOM_ROWS of them, the emptiest first) and the full
 # rows its rounds may pool (0, 16, 48, 112, ... of them, the ones with the most sequences:
@@ -615,7 +615,7 @@ def plan_from_counts(
     replaces; rows come out as ranks (PatternPlan.slots) either way. `grouped`: give the
     plan its `row_group` column (int32 per row)."""
     parts, slot_bases, slot_steps, row_groups = [], [], [], []
-    repair = algorithm in REPAIRED and cap is None
+    repair = algorithm in PATTERN_ALGORITHMS and cap is None
     first = 0  # sequences of the groups before this one, in the slot map
     for g, counts in histograms:
         counts = np.asarray(counts, dtype=np.int64)
