@@ -366,7 +366,7 @@ def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, mask
     """Pieces placed in the parts' own sorted copies (joined end to end) by the ranks of
     the whole input's sorted file: the same tokens and learned bits as from the whole one."""
     from packcli.engine.ray_tasks import PartedSortedCopy, part_histogram
-    from packcli.plan.patterns import Buckets
+    from packcli.plan.buckets import Buckets
     from packcli.write.by_length import sort_spill
     from packcli.write.spill import SpillWriter
 

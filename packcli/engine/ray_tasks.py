@@ -37,9 +37,10 @@ import numpy as np
 from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
+from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import group_counts
-from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
+from packcli.plan.patterns import PatternPlan
 from packcli.write import outdir
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedCopy, sort_spill
 from packcli.write.columns import shard_name

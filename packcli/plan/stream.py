@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packcli.plan.contract import Pieces, RowOrder
-from packcli.plan.patterns import within
+from packcli.plan.layouts import within
 from packcli.plan.permute import RowPermutation
 
 

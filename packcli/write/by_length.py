@@ -38,9 +38,11 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
+from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Plan
-from packcli.plan.patterns import BucketParts, Buckets, PatternPlan, SlotMap
-from packcli.write.spill import Block, Ranges, Spill, lay_out_by_bucket
+from packcli.plan.patterns import PatternPlan, SlotMap
+from packcli.write.ranges import Ranges
+from packcli.write.spill import Block, Spill, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"

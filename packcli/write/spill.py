@@ -41,8 +41,8 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from packcli.core.errors import PackcliError
-from packcli.core.flow import pooled_empty
-from packcli.core.jit import kernel, njit, numba_name
+from packcli.core.jit import kernel, njit
+from packcli.write.ranges import Ranges, read_exactly
 
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
@@ -288,10 +288,7 @@ class Spill:
     are read into memory the first time `lengths` is asked for; `sequences`, `tokens` and
     `histogram` need no lengths, and `length_batches` reads them a batch at a time.
 
-    Blocks are read with positioned reads, not through a memory map: a block's pieces lie
-    all over the spill, and the kernel maps whole page-cache folios around every piece a
-    mapping touches, which made a gathered block cost a hundred times its size in
-    resident memory."""
+    Blocks are read with positioned reads (write/ranges.py), not through a memory map."""
 
     loaded: np.ndarray | None  # int64, one per segment, in input order (None: not read yet)
     token_dtype: np.dtype
@@ -336,7 +333,7 @@ class Spill:
         out = np.empty(count, dtype=np.int64)
         if self._lengths_fd is None:
             self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
-        _read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
+        read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
         return out
 
     @property
@@ -390,7 +387,7 @@ class Spill:
     @staticmethod
     def _read_file(f: BinaryIO, dtype: np.dtype, first: int, count: int) -> np.ndarray:
         out = np.empty(count, dtype=dtype)
-        _read_exactly(f.fileno(), out.view(np.uint8).data, first * dtype.itemsize)
+        read_exactly(f.fileno(), out.view(np.uint8).data, first * dtype.itemsize)
         return out
 
     def open_files(self) -> SpillFiles:
@@ -501,137 +498,6 @@ def _npy_header(count: int) -> bytes:
 def _datasync(fds: list[int]) -> None:
     for fd in fds:
         os.fdatasync(fd)
-
-
-class Ranges:
-    """A block's pieces merged into few ranges of a file, so that it is read in few system
-    calls: range `group[i]` holds piece i, which starts `piece_start[i]` (in the file)."""
-
-    GAP = 4096  # tokens: sorted pieces read through a gap smaller than this rather than seek over it
-
-    def __init__(self, start: np.ndarray, end: np.ndarray, group: np.ndarray, piece_start: np.ndarray):
-        self.start, self.end, self.group, self.piece_start = start, end, group, piece_start
-
-    @staticmethod
-    def sorted(starts: np.ndarray, lengths: np.ndarray, gap: int = GAP) -> Ranges:
-        """The pieces sorted by position, merged where the gap between them is small."""
-        order = np.argsort(starts, kind="stable")
-        s = starts[order]
-        e = s + lengths[order]
-        reach = np.maximum.accumulate(e) if len(e) else e
-        begins = np.ones(len(s), dtype=bool)
-        begins[1:] = s[1:] > reach[:-1] + gap
-        firsts = np.flatnonzero(begins)
-        group = np.empty(len(s), dtype=np.int64)
-        group[order] = np.cumsum(begins) - 1
-        return Ranges(s[firsts], np.maximum.reduceat(e, firsts) if len(firsts) else e, group, starts)
-
-    @staticmethod
-    def in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> Ranges:
-        """The pieces in the order given, merged where each starts at most `gap` after the
-        one before it ends, without sorting: for pieces that mostly come in runs already
-        (the slots of one length in a row take consecutive ranks)."""
-        starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        start, end, group = kernel(_runs_in_order, len(starts))(starts, lengths, gap)
-        return Ranges(start, end, group, starts)
-
-    def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Elements [first, end) of each range from file `f`, one after another in one array;
-        returns the array and where each range starts in it."""
-        return self.read_fd(f.fileno(), dtype, first, end)
-
-    def read_fd(self, fd: int, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`read` from a file descriptor."""
-        sizes = end - first
-        offsets = np.cumsum(sizes) - sizes
-        out = pooled_empty(int(sizes.sum()), dtype)
-        read_ranges(fd, out, offsets, first, sizes)
-        return out, offsets
-
-    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
-        """For each piece: range_base[its range] + its position."""
-        at: np.ndarray = range_base[self.group] + self.piece_start
-        return at
-
-
-@njit(cache=True, nogil=True)
-def _runs_in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ranges.in_order's (start, end, group): a piece that starts before the one before it
-    ends, or more than `gap` after, begins a range."""
-    n = len(starts)
-    start = np.empty(n, dtype=np.int64)
-    end = np.empty(n, dtype=np.int64)
-    group = np.empty(n, dtype=np.int64)
-    k = -1
-    for i in range(n):
-        s, e = starts[i], starts[i] + lengths[i]
-        if k < 0 or s < end[k] or s - end[k] > gap:
-            k += 1
-            start[k] = s
-        end[k] = e
-        group[i] = k
-    return start[: k + 1].copy(), end[: k + 1].copy(), group
-
-
-def read_ranges(fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray) -> None:
-    """Elements [first[i], first[i] + sizes[i]) of file `fd` (of out's dtype) into
-    out[offsets[i]:], every range. The reads run in a kernel without the GIL, a block's
-    hundreds of them in one call: one positioned read each from Python cost the GIL's
-    hand-over between the gathering threads at every read. A read the kernel cannot
-    finish (a signal, an error, the end of the file) is finished here, where Python
-    retries or raises."""
-    view = out.view(np.uint8).data
-    item = out.dtype.itemsize
-    offsets, first, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, first, sizes))
-    at = 0
-    while at < len(sizes):
-        stopped, done = kernel(_read_ranges, int(sizes[at:].sum()))(fd, out, offsets, first, sizes, item, at)
-        if stopped < 0:
-            return
-        begin, end = int(offsets[stopped]) * item + done, int(offsets[stopped] + sizes[stopped]) * item
-        _read_exactly(fd, view[begin:end], int(first[stopped]) * item + done)
-        at = stopped + 1
-
-
-_pread = numba_name("packcli.write.syscalls", "pread")
-
-
-def _read_ranges_interpreted(
-    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
-) -> tuple[int, int]:
-    """The kernel's twin: one read each, as Python makes them."""
-    view = out.view(np.uint8).data
-    for i in range(at, len(first)):
-        begin = int(offsets[i]) * item
-        _read_exactly(fd, view[begin : begin + int(sizes[i]) * item], int(first[i]) * item)
-    return -1, 0
-
-
-@njit(_read_ranges_interpreted, cache=True, nogil=True)
-def _read_ranges(
-    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
-) -> tuple[int, int]:
-    """Ranges from `at` read into out; returns (-1, 0) when all are, else the range it
-    stopped in and the bytes of it read."""
-    base = out.ctypes.data
-    for i in range(at, first.shape[0]):
-        want = sizes[i] * item
-        done = 0
-        while done < want:
-            n = _pread(fd, base + offsets[i] * item + done, want - done, first[i] * item + done)
-            if n <= 0:
-                return i, done
-            done += n
-    return -1, 0
-
-
-def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
-    while len(buffer):
-        n = os.preadv(fd, [buffer], position)
-        if n <= 0:
-            raise PackcliError("the token spill ended early; remove it and run again")
-        buffer, position = buffer[n:], position + n
 
 
 def open_complete(directory: Path, run_id: str) -> Spill | None:
