@@ -217,18 +217,15 @@ class PlanStep:
         s = self.settings
         if s.mode != "bin" or not from_counts(s.algorithm, s.max_per_row):
             return False
-        return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * self.opts.seq_len
+        return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * s.seq_len
 
     def histogram_suffices(self, histogram: np.ndarray) -> bool:
         """Whether a window gathered by bucket is planned from its length histogram alone
         (`plan_histogram`), the lengths left on disk: without --group-by,
         --pad-to-multiple-of or --max-sequences-per-row, every length within --seq-len."""
-        opts = self.opts
+        s = self.settings
         return (
-            opts.group_by is None
-            and opts.pad_multiple == 1
-            and opts.max_sequences_per_row is None
-            and len(histogram) <= opts.seq_len + 1
+            self.opts.group_by is None and s.multiple == 1 and s.max_per_row is None and len(histogram) <= s.seq_len + 1
         )
 
     def plan_lengths(
@@ -243,7 +240,7 @@ class PlanStep:
         `by_bucket`: see planner.plan_window."""
         with self.timer.stage("plan"):
             plan = plan_window(lengths, self.settings, window, final, groups, by_bucket)
-        if self.opts.max_sequences_per_row is not None:
+        if self.settings.max_per_row is not None:
             self.outcome.uncapped_rows += uncapped_rows(lengths, self.settings, groups)
         self.account(plan)
         return plan

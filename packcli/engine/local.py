@@ -156,7 +156,7 @@ class Run:
     def __init__(self, job: Job, timer: Timer):
         self.job, self.opts, self.timer = job, job.opts, timer
         self.outcome = Outcome(stats=RowStats(job.opts.seq_len))
-        self.planner = PlanStep(job.opts, self.outcome, timer)
+        self.plan_step = PlanStep(job.opts, self.outcome, timer)
         self.writer = ShardWriter(
             job.out_dir,
             job.opts.format,
@@ -172,7 +172,6 @@ class Run:
         """Every step over `source`: one plan of the whole input, or one per window of
         --buffer-size; then the shards closed. `paths`: the inputs, as an error names them."""
         outcome = self.outcome
-        outcome.counts, outcome.group_table = source.counts, source.group_table
         try:
             if self.opts.buffer_size is None:
                 self._one_plan(source)
@@ -204,6 +203,7 @@ class Run:
         tail of each window's stream (less than one row) into the next."""
         size = self.opts.buffer_size
         assert size is not None  # windows are what --buffer-size asks for
+        self.outcome.counts, self.outcome.group_table = source.counts, source.group_table
         spill_dir = self.job.spill_dir
         carry = None
         pending = iter(_cut_windows(source.batches, size))
@@ -256,6 +256,7 @@ class Run:
         else:
             spill = self._spill_all(source)
             pause("spilled")
+            outcome.counts, outcome.group_table = source.counts, source.group_table
         outcome.bad = spill.meta["bad"]
         outcome.spill_bytes = spilling.spill_size(job.spill_dir)
         return spill
@@ -264,7 +265,7 @@ class Run:
         """Every segment of `source` into the spill, its counts (once all is read) in the record."""
         # by length if the first chunk's rows would hold many sequences (a guess the plan
         # corrects: it copies a spill in input order, or maps one written by length)
-        writer = self.open_spill(spills_by_length(self.opts) and self.planner.gathers_by_bucket)
+        writer = self.open_spill(spills_by_length(self.opts) and self.plan_step.gathers_by_bucket)
         try:
             for batch in source.batches:
                 with self.timer.stage("spill"):
@@ -312,7 +313,7 @@ class Run:
         the spill's length histogram alone where that suffices, from its segment ends read
         from disk in concat mode of one whole input, else from its lengths. `groups`: each
         segment's --group-by id."""
-        step, opts = self.planner, self.opts
+        step, opts = self.plan_step, self.opts
         by_bucket = spill.directory is not None and step.gathers_by_bucket(spill.tokens, spill.sequences)
         if by_bucket and groups is None:
             histogram = spill.histogram
@@ -325,12 +326,12 @@ class Run:
     def _sparse_stream(self, spill: Spill) -> Plan:
         """Concat mode's plan of one whole input without --group-by, its segment ends read
         from the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
-        s = self.planner.settings
+        s = self.plan_step.settings
         with self.timer.stage("plan"):
             spill.open_files()
             ends = SparseEnds.build(spill.length_batches(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
             plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
-        self.planner.account(plan)
+        self.plan_step.account(plan)
         return plan
 
     # ------------------------------------------------------------------------- write
@@ -341,7 +342,8 @@ class Run:
         time where one plan has them all. `groups`: each segment's --group-by id."""
         with self.timer.stage("write"):
             reader, plan = open_reader(spill, plan, self.opts.seq_len, self.opts.pad_multiple, groups)
-        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
+        assert spill.directory is not None  # the local engine's spills are on disk
+        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(spill.directory))
         source = Gathering(reader, plan)
         try:
             if SHARD_THREADS > 1 and final and not self.writer.started and plan.n_rows > self.job.rows_per_shard:
@@ -429,10 +431,10 @@ class Run:
                 gathering -= 1
                 if gathering == 0:
                     pause("last-rows-read")
-                    if job.remote is None:
+                    if job.remote is None and spill.directory is not None:
                         spill.close()
                         source.reader.close()
-                        self.spill_removal = spilling.start_removal(job.spill_dir)
+                        self.spill_removal = spilling.start_removal(spill.directory)
 
         def one(index: int) -> tuple[ShardWriter, RowStats]:
             return self._write_one_shard(source, writer.for_shard(index), order, stop, gathered)
