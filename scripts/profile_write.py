@@ -50,16 +50,16 @@ def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
 def instrument() -> None:
     """The write stage's steps, each behind a clock."""
-    from packcli.plan import patterns
+    from packcli.plan import buckets, patterns
     from packcli.write import by_length, gather, report, shards, spill
 
     steps = [
         (patterns.PatternPlan, "pieces", "the slots of each block (pieces)"),
         (patterns.PatternPlan, "plan_rows_of", "  of which the rows' shuffled order"),
-        (patterns.BucketParts, "positions", "  of which placing them in parts"),
+        (buckets.BucketParts, "positions", "  of which placing them in parts"),
         (spill.Spill, "read_block", "the reads (a spill in input order)"),
-        (by_length.ChunkedSpill, "read_block", "the reads (a spill by length)"),
-        (by_length.SortedSpill, "read_block", "the reads (the sorted copy)"),
+        (by_length.SpillByLength, "read_block", "the reads (a spill by length)"),
+        (by_length.SortedCopy, "read_block", "the reads (the sorted copy)"),
         (gather, "fill_rows", "the row kernel (fill_rows)"),
         (report.RowStats, "add", "the report's counts"),
         (shards.ShardWriter, "add", "writing the shards"),

@@ -192,7 +192,7 @@ def bucket_reads(patch) -> list[str]:
     from packcli.write import by_length
 
     calls: list[str] = []
-    real_sort, real_placing = by_length.sort_spill, by_length.ChunkedSpill.placing
+    real_sort, real_placing = by_length.sort_spill, by_length.SpillByLength.placing
 
     def sorted_copy(*args, **kwargs):
         calls.append("copy")
@@ -203,5 +203,5 @@ def bucket_reads(patch) -> list[str]:
         return real_placing(reader, plan)
 
     patch.setattr(by_length, "sort_spill", sorted_copy)
-    patch.setattr(by_length.ChunkedSpill, "placing", in_place)
+    patch.setattr(by_length.SpillByLength, "placing", in_place)
     return calls

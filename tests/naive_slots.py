@@ -85,3 +85,13 @@ def runs_in_order(starts, lengths, gap):
             ranges.append([s, s + n])
         group.append(len(ranges) - 1)
     return [tuple(r) for r in ranges], group
+
+
+def layouts(p) -> list[list[tuple[int, int]]]:
+    """Every plan row's slots [(offset, placed length)], expanded from the patterns."""
+    rows = []
+    for k in range(len(p.row_start) - 1):
+        a, b = int(p.slot_offsets[k]), int(p.slot_offsets[k + 1])
+        layout = list(zip(p.slot_pos[a:b].tolist(), p.slot_len[a:b].tolist()))
+        rows += [layout] * int(p.row_start[k + 1] - p.row_start[k])
+    return rows

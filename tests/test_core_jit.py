@@ -17,11 +17,12 @@ from packcli.core import jit
 from packcli.core.jit import njit, runtime_only_cache
 from packcli.inspect.verify import verify_dir
 from tests import (
+    test_plan_buckets,
     test_plan_kernels_improve,
     test_plan_kernels_pack,
     test_plan_patterns,
     test_plan_rows,
-    test_write_by_length,
+    test_write_ranges,
 )
 from tests.naive import REFERENCES
 
@@ -193,8 +194,8 @@ def interpreted(monkeypatch):
         test_plan_rows.test_pieces_in_any_order_give_the_same_rows,
         test_plan_rows.test_cut_pieces_matches_reference,
         test_plan_patterns.test_rows_expand_into_their_slots_as_the_naive_loop,
-        test_plan_patterns.test_bucket_parts_place_every_rank_as_the_naive_walk,
-        test_write_by_length.test_consecutive_pieces_are_one_read,
+        test_plan_buckets.test_bucket_parts_place_every_rank_as_the_naive_walk,
+        test_write_ranges.test_consecutive_pieces_are_one_read,
     ],
     ids=lambda check: f"{check.__module__.split('.')[-1]}.{check.__name__}",
 )

@@ -365,8 +365,8 @@ def test_local_through_the_sorted_spill_is_byte_identical_to_ray(
 def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, masked, seed):
     """Pieces placed in the parts' own sorted copies (joined end to end) by the ranks of
     the whole input's sorted file: the same tokens and learned bits as from the whole one."""
-    from packcli.engine.ray_tasks import PartedSortedSpill, part_histogram
-    from packcli.plan.patterns import Buckets
+    from packcli.engine.ray_tasks import PartedSortedCopy, part_histogram
+    from packcli.plan.buckets import Buckets
     from packcli.write.by_length import sort_spill
     from packcli.write.spill import SpillWriter
 
@@ -398,7 +398,7 @@ def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, mask
         spill.close()
         dirs.append(str(root / f"part-{i}"))
     part_counts = np.array([part_histogram(Path(d), seq_len)[buckets.length] for d in dirs]).reshape(len(dirs), -1)
-    reader = PartedSortedSpill(dirs, buckets, part_counts)
+    reader = PartedSortedCopy(dirs, buckets, part_counts)
     total = int(buckets.rank[-1])
     ranks = rng.permutation(total)[: rng.integers(0, total + 1)]
     starts = buckets.starts(ranks)

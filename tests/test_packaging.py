@@ -303,10 +303,10 @@ def _ray_engine(parquet_out, monkeypatch):
 
 
 def _gigatoken(parquet_out, monkeypatch):
-    from packcli.tokenize import fastbpe
+    from packcli.tokenize import bpe_encoders
 
     monkeypatch.setitem(sys.modules, "gigatoken.gigatoken_rs", None)  # imported already by an earlier test
-    fastbpe.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_tokenize_fastbpe.py)
+    bpe_encoders.gigatoken_bpe_class()  # under `auto`, a missing extra means tiktoken (tests/test_tokenize_fastbpe.py)
 
 
 def site_module(file: str) -> str:
@@ -325,7 +325,7 @@ TRIGGERS = {
     ("core/storage", "filesystem"): _remote_url,
     ("engine/ray_tasks", "connect"): _ray_engine,
     ("load/torch", "packed_seq_params"): _packed_seq_params,
-    ("tokenize/fastbpe", "gigatoken_bpe_class"): _gigatoken,
+    ("tokenize/bpe_encoders", "gigatoken_bpe_class"): _gigatoken,
 }
 SITES = sorted({(site_module(imp.file), imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
 

@@ -1,5 +1,6 @@
-"""Bin mode's plan from the histogram (packcli/plan/patterns.py): its rows against the
-packers' own, the slot rule against tests/naive_slots.py, on fixed and Hypothesis inputs."""
+"""Bin mode's plan from the histogram (packcli/plan/patterns.py): the slot rule and the
+slot map against tests/naive_slots.py, the plan from the histogram alone, on fixed and
+Hypothesis inputs."""
 
 from __future__ import annotations
 
@@ -7,24 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_slots import expand_rows, fill_slots, part_position
+from naive_slots import expand_rows, fill_slots, layouts
 
 from packcli.core.jit import kernel
 from packcli.plan import patterns
-from packcli.plan.kernels.pack import pack_lengths, plan_lengths
-from packcli.plan.patterns import BucketParts, Buckets, Patterns, pattern_plan, patterns_from_runs, runs_from_counts
+from packcli.plan.buckets import Buckets
+from packcli.plan.kernels.pack import plan_lengths
+from packcli.plan.patterns import pattern_plan
 
 ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
-
-
-def layouts(p: Patterns) -> list[list[tuple[int, int]]]:
-    """Every plan row's slots [(offset, placed length)], expanded from the patterns."""
-    rows = []
-    for k in range(len(p.row_start) - 1):
-        a, b = int(p.slot_offsets[k]), int(p.slot_offsets[k + 1])
-        layout = list(zip(p.slot_pos[a:b].tolist(), p.slot_len[a:b].tolist()))
-        rows += [layout] * int(p.row_start[k + 1] - p.row_start[k])
-    return rows
 
 
 def placed_lengths(lengths, multiple):
@@ -94,21 +86,6 @@ def test_the_slot_rule_and_the_rows(data, algorithm, shuffle, cap):
     assert plan.placed_histogram().sum() == len(lengths)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.integers(1, 300), st.lists(st.integers(1, 300), max_size=200), st.sampled_from(ALGORITHMS))
-def test_patterns_are_the_packers_rows(capacity, raw, algorithm):
-    """Before the repair: each row of the patterns holds the lengths the packer's own
-    placement puts in that row."""
-    lengths = np.array([min(n, capacity) for n in raw], dtype=np.int64)
-    counts = np.bincount(lengths, minlength=capacity + 1)
-    runs, n_rows = runs_from_counts(counts, capacity, algorithm)
-    patterns = patterns_from_runs(runs, n_rows)
-    packed = pack_lengths(lengths, capacity, algorithm)
-    assert n_rows == packed.n_rows
-    expected = [sorted(lengths[packed.row == r].tolist()) for r in range(n_rows)]
-    assert [sorted(n for _, n in layout) for layout in layouts(patterns)] == expected
-
-
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_million_lengths_make_a_plan_of_kilobytes(algorithm):
     rng = np.random.default_rng(0)
@@ -119,17 +96,6 @@ def test_a_million_lengths_make_a_plan_of_kilobytes(algorithm):
     assert size < 2_000_000
     assert plan.n_rows == plan_lengths(lengths, 2048, algorithm).n_rows
     assert plan.n_rows <= -(-int(lengths.sum()) // 2048) * 1.0001 + 1
-
-
-def test_the_repair_runs_on_patterns_and_saves_rows():
-    """Uniform lengths at 2048: the repair pass saves rows, here from the pooled rows
-    expanded out of the patterns, exactly as many as on the whole placement."""
-    rng = np.random.default_rng(3)
-    lengths = rng.integers(1, 2049, 5_000)
-    unrepaired = pack_lengths(lengths, 2048, "spfhp").n_rows
-    repaired = plan_lengths(lengths, 2048, "spfhp").n_rows
-    assert repaired < unrepaired
-    assert pattern_plan(lengths, 2048, "spfhp").n_rows == repaired
 
 
 @settings(max_examples=100, deadline=None)
@@ -219,38 +185,3 @@ def test_rows_expand_into_their_slots_as_the_naive_loop(shapes, picks, in_order)
         plan_rows.tolist(), row_start.tolist(), slot_offsets.tolist(), slot_base.tolist(), slot_step.tolist()
     )
     assert got == want
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    counts=st.integers(1, 4).flatmap(
-        lambda buckets: st.lists(
-            st.lists(st.integers(0, 5), min_size=buckets, max_size=buckets), min_size=1, max_size=5
-        )
-    ),
-    shuffled=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
-def test_bucket_parts_place_every_rank_as_the_naive_walk(counts, shuffled, seed):
-    """Each (bucket, rank) found in its part, empty parts passed over, the ranks asked for
-    in order (each bucket's last part tried first) or not."""
-    table = np.array(counts, dtype=np.int64)
-    n_buckets = table.shape[1]
-    length = np.arange(1, n_buckets + 1, dtype=np.int64) * 3
-    total = table.sum(axis=0)
-    buckets = Buckets(
-        np.arange(n_buckets, dtype=np.int64),
-        length,
-        np.concatenate([[0], np.cumsum(total)]),
-        np.concatenate([[0], np.cumsum(total * length)]),
-    )
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 10_000, table.shape).astype(np.int64)
-    asked = [(b, k) for b in range(n_buckets) for k in range(int(total[b]))]
-    if shuffled:
-        asked = [asked[i] for i in rng.permutation(len(asked))]
-    bucket = np.array([b for b, _ in asked], dtype=np.int64)
-    local = np.array([k for _, k in asked], dtype=np.int64)
-    got = BucketParts(buckets, table, base).positions(bucket, local)
-    want = [part_position(table.tolist(), base.tolist(), length.tolist(), b, k) for b, k in asked]
-    assert got.tolist() == want

@@ -77,7 +77,7 @@ def test_grouped_streams_match_the_reference(segments, seq_len, remainder, shuff
 def test_windows_of_the_library_permute_within_each_window(lengths, seq_len, window, remainder):
     """pack_sequences(buffer_size=K) in concat mode: the stream as one, rows permuted inside
     the rows each window closed."""
-    s = PlanSettings(seq_len, "concat", remainder=remainder, window=window, shuffle=True, seed=2)
+    s = PlanSettings(seq_len, "concat", remainder=remainder, buffer_size=window, shuffle=True, seed=2)
     plan = plan_rows(np.array(lengths, dtype=np.int64), s)
     assert isinstance(plan, StreamPlan)
     n_rows = plan.n_rows

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packcli.core.errors import PackcliError
-from packcli.tokenize import bpe_convert, fastbpe
+from packcli.tokenize import bpe_convert, bpe_encoders, fastbpe
 from packcli.tokenize import tokenizer as tokenizing
 from packcli.tokenize.tokenizer import BUNDLED_NAME, encode_texts, load_tokenizer
 
@@ -328,24 +328,24 @@ def test_gigatoken_needs_the_exact_qwen2_pattern_and_ranks(tokenizers_under_test
     """Only a pattern equal, as a string, to the one gigatoken's scheme implements: Llama 3's
     differs from Qwen's by `\\p{N}{1,3}` and GPT-2's by far more; both stay on tiktoken, as
     does the Qwen pattern over a trained merge list (gigatoken rebuilds merges from ranks)."""
-    assert QWEN_PATTERN == fastbpe.QWEN2_PATTERN
+    assert QWEN_PATTERN == bpe_encoders.QWEN2_PATTERN
     for name in ("bundled", "gpt2", "llama3-style-nfc", "qwen-style"):
         encoder = fastbpe.make_encoder(tokenizers_under_test[name], "auto", cache_dir=tmp_path)
         assert encoder.backend == "tiktoken" and encoder.reason is None, name
     conversion = bpe_convert.load_or_convert(tokenizers_under_test["llama3-style-nfc"], tmp_path)
-    with pytest.raises(fastbpe.GigatokenUnavailable, match="no scheme"):
-        fastbpe.GigatokenEncoder(tokenizers_under_test["llama3-style-nfc"], conversion)
+    with pytest.raises(bpe_encoders.GigatokenUnavailable, match="no scheme"):
+        bpe_encoders.GigatokenEncoder(tokenizers_under_test["llama3-style-nfc"], conversion)
     conversion = bpe_convert.load_or_convert(tokenizers_under_test["qwen-style"], tmp_path)
-    with pytest.raises(fastbpe.GigatokenUnavailable, match="merge list was made from"):
-        fastbpe.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
+    with pytest.raises(bpe_encoders.GigatokenUnavailable, match="merge list was made from"):
+        bpe_encoders.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
 
 
 def test_ranks_gigatoken_refuses_are_a_reason_not_a_crash(tokenizers_under_test, tmp_path, capfd):
     """gigatoken panics on ranks it cannot rebuild merges from: a reason, and nothing on stderr."""
     conversion = bpe_convert.load_or_convert(tokenizers_under_test["qwen-style"], tmp_path)
     conversion.exact = True  # claimed, not true: a trained merge list
-    with pytest.raises(fastbpe.GigatokenUnavailable, match="refused"):
-        fastbpe.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
+    with pytest.raises(bpe_encoders.GigatokenUnavailable, match="refused"):
+        bpe_encoders.GigatokenEncoder(tokenizers_under_test["qwen-style"], conversion)
     assert capfd.readouterr().err == ""
 
 
@@ -413,25 +413,6 @@ def test_gigatoken_called_from_many_threads_gives_the_same_ids(tokenizers_under_
     with ThreadPoolExecutor(4) as pool:
         for _ in range(5):
             assert [r.tolist() for r in pool.map(encoder._encode_ranks, texts)] == alone
-
-
-def test_only_a_borrow_is_retried():
-    calls = []
-
-    def borrowed_once(text):
-        calls.append(text)
-        if len(calls) == 1:
-            raise RuntimeError("Already borrowed")
-        return text.upper()
-
-    assert fastbpe.retried_while_borrowed(borrowed_once)("ab") == "AB"
-    assert calls == ["ab", "ab"]
-
-    def broken(text):
-        raise RuntimeError("a panic")
-
-    with pytest.raises(RuntimeError, match="a panic"):
-        fastbpe.retried_while_borrowed(broken)("ab")
 
 
 def test_a_small_input_takes_tiktoken_before_gigatoken(tokenizers_under_test, tmp_path):

@@ -5,20 +5,20 @@ through the spill in input order, and whatever the number of workers."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 from helpers import bucket_reads, random_texts, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_slots import runs_in_order, sorted_spill
+from naive_slots import sorted_spill
 
-from packcli.plan.patterns import BucketParts, Buckets, SlotMap, pattern_plan
+from packcli.plan.buckets import BucketParts, Buckets
+from packcli.plan.patterns import SlotMap, pattern_plan
 from packcli.write import by_length
 from packcli.write import spill as spilling
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, sort_spill
-from packcli.write.spill import Ranges, Spill, SpillWriter
+from packcli.write.spill import Spill, SpillWriter
 
 
 def _histograms(lengths, groups, multiple, seq_len):
@@ -26,44 +26,6 @@ def _histograms(lengths, groups, multiple, seq_len):
     ids = sorted(set(groups)) if groups is not None else [0]
     of = groups if groups is not None else [0] * len(lengths)
     return [np.bincount([p for p, g in zip(placed, of) if g == gid], minlength=seq_len + 1) for gid in ids]
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    pieces=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 30)), min_size=1, max_size=40),
-    gap=st.sampled_from([0, 3, 64]),
-)
-def test_pieces_read_in_runs_come_back_whole(tmp_path_factory, pieces, gap):
-    """Pieces in any order, overlapping or apart: each comes back as its own tokens."""
-    data = np.arange(1000, 1230, dtype=np.uint16)
-    path = tmp_path_factory.mktemp("runs") / "tokens.bin"
-    path.write_bytes(data.tobytes())
-    starts = np.array([s for s, _ in pieces], dtype=np.int64)
-    lengths = np.array([n for _, n in pieces], dtype=np.int64)
-    ranges = Ranges.in_order(starts, lengths, gap)
-    want_ranges, want_group = runs_in_order(starts.tolist(), lengths.tolist(), gap)
-    assert list(zip(ranges.start.tolist(), ranges.end.tolist())) == want_ranges
-    assert ranges.group.tolist() == want_group
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        tokens, offsets = ranges.read_fd(fd, np.dtype(np.uint16), ranges.start, ranges.end)
-    finally:
-        os.close(fd)
-    at = ranges.per_piece(offsets - ranges.start)
-    for start, length, where in zip(starts.tolist(), lengths.tolist(), at.tolist()):
-        assert tokens[where : where + length].tolist() == data[start : start + length].tolist()
-    assert len(ranges.start) <= len(pieces)
-
-
-def test_consecutive_pieces_are_one_read():
-    def reads(starts, lengths, gap):
-        ranges = Ranges.in_order(np.array(starts), np.array(lengths), gap)
-        return list(zip(ranges.start.tolist(), ranges.end.tolist()))
-
-    assert reads([0, 5, 9], [5, 4, 11], 0) == [(0, 20)]
-    assert reads([0, 30], [5, 5], 64) == [(0, 35)]
-    assert reads([0, 30], [5, 5], 3) == [(0, 5), (30, 35)]
-    assert reads([30, 0], [5, 5], 64) == [(30, 35), (0, 5)]  # backwards: a read of its own
 
 
 @settings(max_examples=60, deadline=None)
@@ -150,7 +112,7 @@ def test_a_spill_written_by_length_reads_as_the_sorted_spill(tmp_path_factory, d
     ranks = np.arange(len(data))
     bucket = np.searchsorted(buckets.rank, ranks, side="right") - 1
     in_spill = parts.positions(bucket, ranks - buckets.rank[bucket])
-    readers = {"by bucket": (by_length.ChunkedSpill(spill, parts), in_spill)}
+    readers = {"by bucket": (by_length.SpillByLength(spill, parts), in_spill)}
     readers["slot map"] = (spill, by_length.file_slot_starts(spill))
     for reader, where in readers.values():
         block = reader.read_block(where, real)
@@ -213,8 +175,8 @@ OPENED = [
     ("rows", False, Spill, None),
     ("slot map", False, Spill, SlotMap),
     ("slot map", True, Spill, SlotMap),
-    ("by bucket", False, by_length.SortedSpill, Buckets),
-    ("by bucket", True, by_length.ChunkedSpill, BucketParts),
+    ("by bucket", False, by_length.SortedCopy, Buckets),
+    ("by bucket", True, by_length.SpillByLength, BucketParts),
 ]
 
 

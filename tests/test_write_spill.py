@@ -50,7 +50,7 @@ def test_round_trip_in_any_number_of_appends(batches, masked):
         # the lengths stay on disk until asked for; their count, sum and histogram do not need them
         assert spill.loaded is None and spill.sequences == len(all_lengths) and spill.tokens == sum(all_lengths)
         assert spill.histogram.tolist() == np.bincount(all_lengths).tolist()
-        assert [c.tolist() for c in spill.length_chunks(4)] == [
+        assert [c.tolist() for c in spill.length_batches(4)] == [
             all_lengths[i : i + 4] for i in range(0, len(all_lengths), 4)
         ]
         assert spill.loaded is None

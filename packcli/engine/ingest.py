@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -37,7 +37,15 @@ if TYPE_CHECKING:
 READ_BATCH = 1024
 UNLEARNED_EXAMPLES = 10  # sequences with nothing to learn named in the report, as bad records are
 Locate = Callable[[int], str]  # a sequence's index in its batch -> "file:line" or "file row N"
-Segments = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # tokens, segment lengths, learned flags or None
+
+
+class SegmentBatch(NamedTuple):
+    """The segments of one batch, in input order: what the segmenter makes of its
+    sequences and the spill takes."""
+
+    tokens: np.ndarray  # the segments' tokens, one after another
+    lengths: np.ndarray  # int64 per segment
+    learned: np.ndarray | None  # bool per token: whether it is learned (masked labels); None: every one is
 
 
 @dataclass
@@ -97,9 +105,9 @@ class Segmenter:
         self.group_ids = GroupIds()
         self.batch_owners = np.zeros(0, dtype=np.int64)
 
-    def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> Segments:
-        """(tokens, segment lengths, learned flags or None) of one batch, in input order.
-        `group_values`: with --group-by, the field's value in each record of the batch."""
+    def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
+        """The segments of one batch, in input order. `group_values`: with --group-by, the
+        field's value in each record of the batch."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
         self.counts.tokens_in += int(lengths.sum())
@@ -130,7 +138,7 @@ class Segmenter:
         if self.groups is not None:
             segment_groups = self._add_groups(group_values, len(seqs.lengths), kept)
             self.groups.add_tokens(tokens, lengths, segment_groups)
-        return tokens, lengths, learned
+        return SegmentBatch(tokens, lengths, learned)
 
     def _add_groups(self, values: list[Any] | None, n_sequences: int, kept: np.ndarray | None) -> np.ndarray:
         assert self.groups is not None
@@ -416,8 +424,8 @@ def segments(
     segmenter: Segmenter,
     paths: list[str],
     progress: Callable[[int, int, int, int | None], None] | None = None,
-) -> Iterator[Segments]:
-    """(tokens, lengths, learned) per batch, in input order, with the progress bar fed."""
+) -> Iterator[SegmentBatch]:
+    """The segments of each batch, in input order, with the progress bar fed."""
     tracker = InputProgress(paths)
     field = segmenter.groups.field if segmenter.groups is not None else None
     for batch, sequences in stream:
@@ -432,7 +440,7 @@ class SegmentSource:
     while they are read (complete once every batch is taken). `segments` over the input
     is one; batches taken from other spills, with their counts, are another."""
 
-    batches: Iterable[Segments]
+    batches: Iterable[SegmentBatch]
     counts: IngestCounts
     bad: BadRecords | None = None  # the readers' tally (None: no records were read)
     group_table: GroupTable | None = None  # --group-by: the values the ids number

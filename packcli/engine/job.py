@@ -21,7 +21,7 @@ from packcli.engine.ingest import IngestCounts, Segmenter
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupEntry, GroupTable
 from packcli.plan.patterns import PatternPlan, histogram_plan
-from packcli.plan.planner import counts_decide, from_counts, plan_window, uncapped_rows
+from packcli.plan.planner import from_counts, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
@@ -102,7 +102,7 @@ def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
         job = Job(opts, setup, out_dir, lock, identity, rows_per_shard)
         if opts.resume and outdir.has_entries(out_dir):
             outdir.check_resumable(out_dir, identity)
-            job.finished = (out_dir / "manifest.json").is_file()
+            job.finished = outdir.is_complete(out_dir)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 job.done_shards = outdir.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
@@ -123,7 +123,7 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
         job = Job(opts, setup, staging, lock, identity, rows_per_shard, remote=remote)
         if opts.resume and remote.names():
             remote_output.check_resumable(remote, identity)
-            job.finished = remote.exists("manifest.json")
+            job.finished = outdir.is_complete(remote)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
                 segment_columns = ("segment_source",) if opts.mixed else ()
@@ -180,10 +180,11 @@ def input_names(paths: list[str], shown: int = 3) -> str:
     return f"{', '.join(names[:shown])}, ... ({len(names):,} files)"
 
 
-# Bin mode plans from counts read a spill sorted by bucket (write/by_length.py) when rows
-# hold at least this many sequences on average: a row of short sequences is then a few
-# ranges of that file instead of as many pieces of the spill as it has sequences. Longer
-# sequences are few pieces a row already, and the copy would cost more than it saves.
+# A plan from counts finds its slots by bucket (in the spill's sorted copy or its chunks
+# written by length: write/by_length.py) when rows hold at least this many sequences on
+# average: a row of short sequences is then a few ranges of the copy instead of as many
+# pieces of the spill as it has sequences. Longer sequences are few pieces a row already,
+# and the copy would cost more than it saves.
 BY_BUCKET_SEQUENCES_PER_ROW = 8
 
 
@@ -200,7 +201,7 @@ def spills_by_length(opts: PackOptions) -> bool:
         and opts.buffer_size is None
         and opts.group_by is None
         and opts.pad_multiple == 1
-        and counts_decide(opts.algorithm, opts.max_sequences_per_row)
+        and from_counts(opts.algorithm, opts.max_sequences_per_row)
     )
 
 
@@ -215,22 +216,21 @@ class PlanStep:
         self.settings = plan_settings(opts)
 
     def gathers_by_bucket(self, tokens: int, sequences: int) -> bool:
-        """Whether a window of `sequences` segments and `tokens` tokens is gathered from the
-        spill sorted by bucket: bin mode planned from counts, rows of many sequences."""
-        if self.opts.mode != "bin" or not from_counts(self.settings):
+        """Whether a window of `sequences` segments and `tokens` tokens is gathered by bucket
+        (from the spill's sorted copy or its chunks): bin mode planned from counts, rows of
+        many sequences."""
+        s = self.settings
+        if s.mode != "bin" or not from_counts(s.algorithm, s.max_per_row):
             return False
-        return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * self.opts.seq_len
+        return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * s.seq_len
 
     def histogram_suffices(self, histogram: np.ndarray) -> bool:
         """Whether a window gathered by bucket is planned from its length histogram alone
         (`plan_histogram`), the lengths left on disk: without --group-by,
         --pad-to-multiple-of or --max-sequences-per-row, every length within --seq-len."""
-        opts = self.opts
+        s = self.settings
         return (
-            opts.group_by is None
-            and opts.pad_multiple == 1
-            and opts.max_sequences_per_row is None
-            and len(histogram) <= opts.seq_len + 1
+            self.opts.group_by is None and s.multiple == 1 and s.max_per_row is None and len(histogram) <= s.seq_len + 1
         )
 
     def plan_lengths(
@@ -245,14 +245,14 @@ class PlanStep:
         `by_bucket`: see planner.plan_window."""
         with self.timer.stage("plan"):
             plan = plan_window(lengths, self.settings, window, final, groups, by_bucket)
-        if self.opts.max_sequences_per_row is not None:
+        if self.settings.max_per_row is not None:
             self.outcome.uncapped_rows += uncapped_rows(lengths, self.settings, groups)
         self.account(plan)
         return plan
 
     def plan_histogram(self, histogram: np.ndarray, window: int = 0) -> PatternPlan:
         """The plan of a window from its length histogram alone (patterns.histogram_plan),
-        for the spill sorted by length (see `histogram_suffices`)."""
+        its slots found by bucket (see `histogram_suffices`)."""
         s = self.settings
         with self.timer.stage("plan"):
             plan = histogram_plan(histogram, s.seq_len, str(s.algorithm), shuffle=s.shuffle, seed=s.seed, window=window)

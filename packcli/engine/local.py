@@ -26,7 +26,7 @@ from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
 from packcli.core.pause import pause
-from packcli.engine.ingest import IngestCounts, Segments, SegmentSource, TokenStream, segments, use_workers
+from packcli.engine.ingest import IngestCounts, SegmentBatch, SegmentSource, TokenStream, segments, use_workers
 from packcli.engine.job import (
     Job,
     Outcome,
@@ -116,7 +116,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
     finally:
         stream.close()
         job.lock.release()
-        if job.remote is not None and (job.finished or _complete(job)):
+        if job.remote is not None and (job.finished or outdir.is_complete(job.out_dir)):
             outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
 
 
@@ -126,19 +126,15 @@ def _input_source(
     """The input's segments as `stream` reads and tokenizes them, with the counts, the bad
     records and the --group-by ids made on the way."""
     opts = job.opts
-    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
-    segmenter = make_segmenter(opts, job.setup, IngestCounts(), groups)
+    table = GroupTable(opts.group_by) if opts.group_by is not None else None
+    segmenter = make_segmenter(opts, job.setup, IngestCounts(), table)
     batches = segments(stream, segmenter, paths, progress)
-    return SegmentSource(batches, segmenter.counts, bad, groups, segmenter.group_ids if groups is not None else None)
-
-
-def _complete(job: Job) -> bool:
-    return (job.out_dir / "manifest.json").is_file()
+    return SegmentSource(batches, segmenter.counts, bad, table, segmenter.group_ids if table is not None else None)
 
 
 def output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
-    return job.finished or (job.published_manifest if job.remote is not None else _complete(job))
+    return job.finished or (job.published_manifest if job.remote is not None else outdir.is_complete(job.out_dir))
 
 
 class Gathering(NamedTuple):
@@ -170,7 +166,7 @@ class Run:
         self.job, self.opts, self.timer = job, job.opts, timer
         self.tagging = tagging
         self.outcome = Outcome(stats=RowStats(job.opts.seq_len))
-        self.planner = PlanStep(job.opts, self.outcome, timer)
+        self.plan_step = PlanStep(job.opts, self.outcome, timer)
         self.writer = ShardWriter(
             job.out_dir,
             job.opts.format,
@@ -186,7 +182,6 @@ class Run:
         """Every step over `source`: one plan of the whole input, or one per window of
         --buffer-size; then the shards closed. `paths`: the inputs, as an error names them."""
         outcome = self.outcome
-        outcome.counts, outcome.group_table = source.counts, source.group_table
         try:
             if self.opts.buffer_size is None:
                 self._one_plan(source)
@@ -218,6 +213,7 @@ class Run:
         tail of each window's stream (less than one row) into the next."""
         size = self.opts.buffer_size
         assert size is not None  # windows are what --buffer-size asks for
+        self.outcome.counts, self.outcome.group_table = source.counts, source.group_table
         spill_dir = self.job.spill_dir
         carry = None
         pending = iter(_cut_windows(source.batches, size))
@@ -228,9 +224,9 @@ class Run:
                 if carry is not None:
                     writer.append(*carry)
                 last = True
-                for tokens, lengths, learned, closes in pending:
+                for batch, closes in pending:
                     with self.timer.stage("spill"):
-                        self._spill_io(writer.append, tokens, lengths, learned)
+                        self._spill_io(writer.append, *batch)
                     if closes:
                         last = False
                         break
@@ -270,6 +266,7 @@ class Run:
         else:
             spill = self._spill_all(source)
             pause("spilled")
+            outcome.counts, outcome.group_table = source.counts, source.group_table
         outcome.bad = spill.meta["bad"]
         outcome.spill_bytes = spilling.spill_size(job.spill_dir)
         return spill
@@ -278,11 +275,11 @@ class Run:
         """Every segment of `source` into the spill, its counts (once all is read) in the record."""
         # by length if the first chunk's rows would hold many sequences (a guess the plan
         # corrects: it copies a spill in input order, or maps one written by length)
-        writer = self.open_spill(spills_by_length(self.opts) and self.planner.gathers_by_bucket)
+        writer = self.open_spill(spills_by_length(self.opts) and self.plan_step.gathers_by_bucket)
         try:
-            for tokens, lengths, learned in source.batches:
+            for batch in source.batches:
                 with self.timer.stage("spill"):
-                    self._spill_io(writer.append, tokens, lengths, learned)
+                    self._spill_io(writer.append, *batch)
             with self.timer.stage("spill"):
                 return self._spill_io(writer.finish, self._record(source))
         except BaseException:
@@ -326,7 +323,7 @@ class Run:
         the spill's length histogram alone where that suffices, from its segment ends read
         from disk in concat mode of one whole input, else from its lengths. `groups`: each
         segment's --group-by id."""
-        step, opts = self.planner, self.opts
+        step, opts = self.plan_step, self.opts
         by_bucket = spill.directory is not None and step.gathers_by_bucket(spill.tokens, spill.sequences)
         if by_bucket and groups is None:
             histogram = spill.histogram
@@ -339,12 +336,12 @@ class Run:
     def _sparse_stream(self, spill: Spill) -> Plan:
         """Concat mode's plan of one whole input without --group-by, its segment ends read
         from the spill's lengths on disk for the rows being gathered (stream.SparseEnds)."""
-        s = self.planner.settings
+        s = self.plan_step.settings
         with self.timer.stage("plan"):
             spill.open_files()
-            ends = SparseEnds.build(spill.length_chunks(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
+            ends = SparseEnds.build(spill.length_batches(SPARSE_ENDS << 12), SPARSE_ENDS, spill.read_lengths)
             plan = sparse_stream_plan(ends, spill.tokens, s.seq_len, s.remainder, shuffle=s.shuffle, seed=s.seed)
-        self.planner.account(plan)
+        self.plan_step.account(plan)
         return plan
 
     # ------------------------------------------------------------------------- write
@@ -355,7 +352,8 @@ class Run:
         time where one plan has them all. `groups`: each segment's --group-by id."""
         with self.timer.stage("write"):
             reader, plan = open_reader(spill, plan, self.opts.seq_len, self.opts.pad_multiple, groups)
-        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(self.job.spill_dir))
+        assert spill.directory is not None  # the local engine's spills are on disk
+        self.outcome.spill_bytes = max(self.outcome.spill_bytes, spilling.spill_size(spill.directory))
         source = Gathering(reader, plan, None if self.tagging is None else self.tagging(plan, spill, groups))
         try:
             if SHARD_THREADS > 1 and final and not self.writer.started and plan.n_rows > self.job.rows_per_shard:
@@ -435,19 +433,20 @@ class Run:
         order = plan.row_order()
         stop = threading.Event()
         spill.open_files()  # before the threads share them
-        gathering = [shards]  # shards whose rows are still being read from the spill
+        gathering = shards  # shards whose rows are still being read from the spill
         lock = threading.Lock()
 
         def gathered() -> None:
             """The last shard's rows are read: the spill goes while the shards are finished."""
+            nonlocal gathering
             with lock:
-                gathering[0] -= 1
-                if gathering[0] == 0:
+                gathering -= 1
+                if gathering == 0:
                     pause("last-rows-read")
-                    if job.remote is None:
+                    if job.remote is None and spill.directory is not None:
                         spill.close()
                         source.reader.close()
-                        self.spill_removal = spilling.start_removal(job.spill_dir)
+                        self.spill_removal = spilling.start_removal(spill.directory)
 
         def one(index: int) -> tuple[ShardWriter, RowStats]:
             return self._write_one_shard(source, writer.for_shard(index), order, stop, gathered)
@@ -456,8 +455,8 @@ class Run:
         futures = [pool.submit(one, i) for i in range(shards)]
         try:
             for future in futures:
-                part, stats = future.result()
-                writer.absorb(part)
+                shard_writer, stats = future.result()
+                writer.absorb(shard_writer)
                 self.outcome.stats.merge(stats)
                 publish(job, writer.hashed_shards())
                 pause("shard-done")
@@ -470,13 +469,15 @@ class Run:
     def _write_one_shard(
         self,
         source: Gathering,
-        part: ShardWriter,
+        shard_writer: ShardWriter,
         order: RowOrder,
         stop: threading.Event,
         gathered: Callable[[], None],
     ) -> tuple[ShardWriter, RowStats]:
+        """One shard of the plan, its rows gathered and written by `shard_writer` (its
+        ShardWriter.for_shard); with its rows' figures for the report."""
         job, opts = self.job, self.opts
-        first = part.first_shard * job.rows_per_shard
+        first = shard_writer.first_shard * job.rows_per_shard
         end = min(first + job.rows_per_shard, source.plan.n_rows)
         stats = RowStats(opts.seq_len)
         buffers = RowBuffers() if opts.format == "npy" else None  # npy writes a block and keeps nothing of it
@@ -487,36 +488,42 @@ class Run:
 
         try:
             rows = self._gather(source, first, end, order, buffers)
-            self._write_rows(rows, part, stats, source.plan, first, stop_here)
+            self._write_rows(rows, shard_writer, stats, source.plan, first, stop_here)
             gathered()
-            outdir.guarded(job.out_dir, part.close)
+            outdir.guarded(job.out_dir, shard_writer.close)
         except BaseException:
-            part.abort()
+            shard_writer.abort()
             raise
-        return part, stats
+        return shard_writer, stats
 
 
-def _cut_windows(
-    batches: Iterable[Segments], size: int
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
-    """(tokens, lengths, learned, closes a window) with windows of exactly `size` segments,
-    whatever the batches: windows never depend on how the input was read."""
+class WindowBatch(NamedTuple):
+    """Segments of a window, and whether they are its last (windows of exactly
+    --buffer-size segments, cut from batches of any size)."""
+
+    batch: SegmentBatch
+    closes: bool
+
+
+def _cut_windows(batches: Iterable[SegmentBatch], size: int) -> Iterator[WindowBatch]:
+    """The batches cut into windows of exactly `size` segments, whatever their sizes:
+    windows never depend on how the input was read."""
     held = 0
     for tokens, lengths, learned in batches:
         while len(lengths):
             take = min(len(lengths), size - held)
             n = int(lengths[:take].sum())
-            part = (tokens[:n], lengths[:take], None if learned is None else learned[:n])
+            batch = SegmentBatch(tokens[:n], lengths[:take], None if learned is None else learned[:n])
             tokens, lengths = tokens[n:], lengths[take:]
             learned = None if learned is None else learned[n:]
             held += take
             closes = held >= size
             if closes:
                 held = 0
-            yield (*part, closes)
+            yield WindowBatch(batch, closes)
 
 
-def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
+def _tail(spill: Spill, plan: Plan, seq_len: int) -> SegmentBatch | None:
     """The stream after the window's last full row, as segments to put first in the next."""
     cut = plan.n_rows * seq_len
     ends = np.cumsum(spill.lengths)
@@ -531,7 +538,7 @@ def _tail(spill: Spill, plan: Plan, seq_len: int) -> Segments | None:
     if block.learned is not None:
         bits = np.unpackbits(block.learned, bitorder="little")
         learned = bits[block.bit_at[0] : block.bit_at[0] + total].astype(bool)
-    return tokens, lengths, learned
+    return SegmentBatch(tokens, lengths, learned)
 
 
 def finish_output(job: Job, outcome: Outcome, report: Report, removal: threading.Thread | None = None) -> None:
@@ -544,11 +551,12 @@ def finish_output(job: Job, outcome: Outcome, report: Report, removal: threading
     try:
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
         pause("report.json")
-        outdir.guarded(out, outdir.write_json_atomic, out / "manifest.json", run_manifest(job, outcome, report))
+        manifest = run_manifest(job, outcome, report)
+        outdir.guarded(out, outdir.write_json_atomic, out / outdir.MANIFEST_FILE, manifest)
         if job.remote is not None:
             remote_output.finish(job.remote, out)
             job.published_manifest = True
-        pause("manifest.json")
+        pause(outdir.MANIFEST_FILE)
     finally:
         removal.join()
 

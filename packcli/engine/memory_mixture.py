@@ -98,7 +98,7 @@ class PackedMixture:
 
 def pack_mixture(sources: list[SourceSegments], spec: MixSpec, settings: PlanSettings, pad_id: int) -> PackedMixture:
     """The rows of a mixture of segmented sources, each segment tagged with its source."""
-    if settings.window is not None:
+    if settings.buffer_size is not None:
         raise PackcliError("buffer_size does not apply to a mixture (it is planned over its whole output)", usage=True)
     totals = [SourceTotals(s.documents, int(s.lengths.sum())) for s in sources]
     streams: list[SegmentStream] = [functools.partial(SourceSegments.stream, s) for s in sources]

@@ -33,7 +33,7 @@ from packcli.core.flow import Timer, signals_raise
 from packcli.core.mixture import MixSpec
 from packcli.core.options import PackOptions
 from packcli.core.pause import pause
-from packcli.engine.ingest import IngestCounts, Segments, SegmentSource, TokenStream
+from packcli.engine.ingest import IngestCounts, SegmentBatch, SegmentSource, TokenStream
 from packcli.engine.job import Job, Outcome, Progress, open_job
 from packcli.engine.local import Run, finish_output, finished_report, output_complete
 from packcli.engine.sources import (
@@ -352,7 +352,7 @@ def mixed_batches(
     masked: bool,
     group_table: GroupTable | None = None,
     group_ids: GroupIds | None = None,
-) -> Iterator[Segments]:
+) -> Iterator[SegmentBatch]:
     """One output's segments: each source's side spill taken round after round by its
     take, sources in order (so copies of a document are a round of its source apart);
     every token of a source without masked labels learned where the output's are masked;
@@ -371,7 +371,7 @@ def mixed_batches(
                 learned = chunk.learned
                 if masked and learned is None:
                     learned = np.ones(len(chunk.tokens), dtype=bool)
-                yield chunk.tokens, chunk.lengths, learned
+                yield SegmentBatch(chunk.tokens, chunk.lengths, learned)
 
 
 def _output_counts(sides: list[Side]) -> IngestCounts:

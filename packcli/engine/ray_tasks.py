@@ -9,7 +9,7 @@
    `by_length.json` is written); otherwise from the parts' lengths (and group ids,
    mapped to one table merged in input order), in input order. Same input, same plan.
 3. One task per shard gathers its rows from the parts (from their sorted copies through
-   the per-part counts of each length, PartedSortedSpill, or from the parts themselves,
+   the per-part counts of each length, PartedSortedCopy, or from the parts themselves,
    PartedSpill), writes the shard under a temporary name and renames it (or uploads it)
    when complete, then records it in the ledger; it returns the rows' statistics (and
    per-group counts) for the report.
@@ -37,11 +37,12 @@ import numpy as np
 from packcli.core import storage
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.core.flow import Timer, prefetch
+from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import group_counts
-from packcli.plan.patterns import BucketParts, Buckets, PatternPlan
+from packcli.plan.patterns import PatternPlan
 from packcli.write import outdir
-from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedSpill, sort_spill
+from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedCopy, sort_spill
 from packcli.write.columns import shard_name
 from packcli.write.gather import BlockReader, gather_rows
 from packcli.write.report import RowStats
@@ -179,16 +180,16 @@ def _jsonl_parts(path: str, size: int, part_bytes: int) -> list[Part]:
     `part_bytes`; the lines before each start are counted, so messages keep file:line."""
     bounds, want, position, line = [(0, 1)], part_bytes, 0, 1
     with storage.open_input(path) as f:
-        while chunk := f.read(1 << 24):
+        while data := f.read(1 << 24):
             at = max(0, want - position)
-            while at < len(chunk) and (end := chunk.find(b"\n", at)) >= 0:
-                bounds.append((position + end + 1, line + chunk.count(b"\n", 0, end + 1)))
+            while at < len(data) and (end := data.find(b"\n", at)) >= 0:
+                bounds.append((position + end + 1, line + data.count(b"\n", 0, end + 1)))
                 want = position + end + 1 + part_bytes
                 at = want - position
-            line += chunk.count(b"\n")
-            position += len(chunk)
-    starts = [b for b in bounds if b[0] < size]
-    ends = [b[0] for b in starts[1:]] + [size]
+            line += data.count(b"\n")
+            position += len(data)
+    starts = [(at, first_line) for at, first_line in bounds if at < size]
+    ends = [at for at, _ in starts[1:]] + [size]
     return [Part(path, (start, end, first), end - start) for (start, first), end in zip(starts, ends)]
 
 
@@ -278,18 +279,18 @@ def spill_part(
     stream = TokenStream(opts, setup, paths, bad, timer, {part.path: part.section} if part.section else None)
     masked = setup.builder.labels != "text"
     writer = SpillWriter(Path(part_dir), ids_dtype(setup.vocab_size), masked, durable=True)  # nodes come and go
-    groups = GroupTable(opts.group_by) if opts.group_by is not None else None
+    table = GroupTable(opts.group_by) if opts.group_by is not None else None
     try:
-        segmenter = job.make_segmenter(opts, setup, counts, groups)
+        segmenter = job.make_segmenter(opts, setup, counts, table)
         for n, (tokens, lengths, learned) in enumerate(segments(stream, segmenter, paths)):
             with timer.stage("spill"):
                 writer.append(tokens, lengths, learned)
             if n == 0:
                 maybe_fail("spill", index)
         meta = {"run_id": run_id, "counts": counts.to_dict(), "bad": job.bad_dict(bad), "timings": timer.seconds}
-        if groups is not None:  # the part's own table (first appearance in the part) and its segments' ids
+        if table is not None:  # the part's own table (first appearance in the part) and its segments' ids
             save_group_ids(Path(part_dir), segmenter.group_ids.take(segmenter.group_ids.held))
-            meta["groups"] = groups.to_dict()
+            meta["groups"] = table.to_dict()
         with timer.stage("spill"):
             return writer.finish(meta).meta
     except BaseException:
@@ -320,9 +321,9 @@ class PartedSpill:
             part.close()
 
 
-class PartedSortedSpill:
-    """The parts' sorted copies as one sorted file: the file the local engine sorts its
-    spill into (the plan's `buckets`), made of the parts' copies without being written.
+class PartedSortedCopy:
+    """The parts' sorted copies as one: the sorted copy the local engine makes of its spill
+    (the plan's `buckets`), made of the parts' copies without being written.
 
     Bucket b of the whole holds the sequences of placed length L = buckets.length[b] of
     part 0 (in input order), then of part 1, and so on (`part_counts[p, b]` of each), which
@@ -338,7 +339,7 @@ class PartedSortedSpill:
         self.where = BucketParts.end_to_end(buckets, counts)  # the copies joined
         part_size = counts @ buckets.length
         self.part_start = np.cumsum(part_size) - part_size  # each copy's first token, joined
-        self.parts: dict[int, SortedSpill] = {}
+        self.parts: dict[int, SortedCopy] = {}
         self.token_dtype: np.dtype | None = None
 
     def placing(self, plan: PatternPlan) -> PatternPlan:
@@ -351,12 +352,12 @@ class PartedSortedSpill:
         part = np.searchsorted(self.part_start, starts, side="right") - 1
         return part, starts - self.part_start[part]
 
-    def _part(self, index: int) -> SortedSpill:
+    def _part(self, index: int) -> SortedCopy:
         if index not in self.parts:
             spill = Spill.open(Path(self.part_dirs[index]))
             own = np.zeros(int(self.buckets.length.max(initial=0)) + 1, dtype=np.int64)
             own[self.buckets.length] = self.counts[index]  # the part's histogram
-            self.parts[index] = SortedSpill.open(spill, Buckets.from_histograms([own], len(own) - 1))
+            self.parts[index] = SortedCopy.open(spill, Buckets.from_histograms([own], len(own) - 1))
             self.token_dtype = spill.token_dtype
         return self.parts[index]
 
@@ -462,11 +463,11 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         if row_group is None or writer is not None
         else np.zeros((int(row_group.max(initial=-1)) + 1, 3), dtype=np.int64)
     )
-    spill: PartedSpill | PartedSortedSpill
+    spill: PartedSpill | PartedSortedCopy
     plan = job.plan
     if job.part_counts is not None:
         assert isinstance(plan, PatternPlan) and plan.buckets is not None  # a plan from the histogram
-        spill = PartedSortedSpill(job.part_dirs, plan.buckets, job.part_counts)
+        spill = PartedSortedCopy(job.part_dirs, plan.buckets, job.part_counts)
         plan = spill.placing(plan)
     else:
         spill = PartedSpill(job.part_dirs, job.part_tokens)

@@ -323,7 +323,7 @@ def _packer_entries(
                 group_rows += np.bincount(row_group, minlength=n_groups)
         entry = scale.entry(algorithm, rows, rows * seq_len, time.perf_counter() - started, "bin")
         if max_per_row is not None:
-            entry["uncapped_rows"] = uncapped_rows(sequences, replace(settings, window=buffer_size), groups)
+            entry["uncapped_rows"] = uncapped_rows(sequences, replace(settings, buffer_size=buffer_size), groups)
         if groups is not None:
             entry["group_rows"] = group_rows.tolist()
         entries.append(entry)

@@ -76,8 +76,8 @@ def plan_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarray | 
     """The whole plan at once. `groups`: one group id per segment (--group-by), or None."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if settings.mode == "bin":
-        if from_counts(settings):
-            if settings.window is None:
+        if from_counts(settings.algorithm, settings.max_per_row):
+            if settings.buffer_size is None:
                 return _plan_patterns(lengths, settings, 0, groups)
             return _windows_of_patterns(lengths, settings, groups)
         starts = np.cumsum(lengths) - lengths
@@ -101,9 +101,9 @@ def _concat_window_ends(lengths: np.ndarray, s: PlanSettings, n_rows: int) -> li
     """Where the rows of each window end, as `packcli pack` writes them: a window closes
     after exactly `window` segments, with the full rows of the stream so far; the last
     window takes the rest."""
-    if s.window is None:
+    if s.buffer_size is None:
         return [n_rows]
-    closed = np.cumsum(lengths)[s.window - 1 :: s.window] // s.seq_len
+    closed = np.cumsum(lengths)[s.buffer_size - 1 :: s.buffer_size] // s.seq_len
     return [*closed.tolist(), n_rows]  # the last window may be empty: permuting it is a no-op
 
 
@@ -137,7 +137,7 @@ def _placed_windows(
     lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]:
     """`place` on each window of `--buffer-size` segments (one window without it)."""
-    size = s.window or max(1, len(lengths))
+    size = s.buffer_size or max(1, len(lengths))
     for first in range(0, len(lengths), size):
         part = None if groups is None else groups[first : first + size]
         yield place(padded_lengths(lengths[first : first + size], s.multiple), s, part)
@@ -195,36 +195,32 @@ def uncapped_rows(lengths: np.ndarray, settings: PlanSettings, groups: np.ndarra
 def plan_window(
     lengths: np.ndarray,
     settings: PlanSettings,
-    index: int,
+    window: int,
     final: bool,
     groups: np.ndarray | None = None,
     by_bucket: bool = False,
 ) -> Plan:
-    """Window `index` of a run that spills and writes window by window. In concat mode a
-    window that is not the last plans only its full rows: the caller carries the tail on.
-    `groups`: the window's group id per segment (--group-by; concat only with one window).
-    `by_bucket`: a plan from counts finds its sequences in the spill sorted by bucket
-    (patterns.pattern_plan), not through a slot map."""
+    """Window number `window` of a run that spills and writes window by window. In concat
+    mode a window that is not the last plans only its full rows: the caller carries the
+    tail on. `groups`: the window's group id per segment (--group-by; concat only with one
+    window). `by_bucket`: a plan from counts finds its slots by bucket (in the spill's
+    sorted copy: patterns.pattern_plan), not through a slot map."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if settings.mode == "concat":
         if groups is not None:
             return _plan_concat_grouped(lengths, settings, groups)
         s = settings
-        return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=index)
-    if from_counts(settings):
-        return _plan_patterns(lengths, settings, index, groups, by_bucket)
+        return stream_plan(lengths, s.seq_len, final, s.remainder, shuffle=s.shuffle, seed=s.seed, window=window)
+    if from_counts(settings.algorithm, settings.max_per_row):
+        return _plan_patterns(lengths, settings, window, groups, by_bucket)
     starts = np.cumsum(lengths) - lengths
-    return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "window": None}), index, groups)
+    return _plan_bin(starts, lengths, PlanSettings(**{**settings.__dict__, "buffer_size": None}), window, groups)
 
 
-def from_counts(s: PlanSettings) -> bool:
-    """Whether bin mode plans these settings from the length histogram (patterns.py)."""
-    return counts_decide(s.algorithm, s.max_per_row)
-
-
-def counts_decide(algorithm: str | Strategy, max_per_row: int | None) -> bool:
-    """Whether this packer, with this --max-sequences-per-row, decides from the counts of
-    each length alone: bfd, spfhp and lpfhp do; capped bfd places one sequence at a time."""
+def from_counts(algorithm: str | Strategy, max_per_row: int | None) -> bool:
+    """Whether bin mode plans from counts (patterns.py: row patterns from the length
+    histogram) with this packer and --max-sequences-per-row: bfd, spfhp and lpfhp decide
+    from the counts of each length alone; capped bfd places one sequence at a time."""
     if is_custom(algorithm) or str(algorithm) not in PATTERN_ALGORITHMS:
         return False
     return max_per_row is None or algorithm != "bfd"
@@ -233,7 +229,7 @@ def counts_decide(algorithm: str | Strategy, max_per_row: int | None) -> bool:
 def _windows_of_patterns(lengths: np.ndarray, s: PlanSettings, groups: np.ndarray | None) -> RowPlan:
     """The library's `buffer_size`: each window planned as `pack` plans it (its own
     patterns and shuffle), laid out as one RowPlan (the library holds everything anyway)."""
-    size = s.window or max(1, len(lengths))
+    size = s.buffer_size or max(1, len(lengths))
     starts = np.cumsum(lengths) - lengths
     parts: list[dict[str, np.ndarray]] = []
     row_groups, base = [], 0

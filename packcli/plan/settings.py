@@ -19,7 +19,7 @@ class PlanSettings:
     mode: str = "bin"
     algorithm: str | Strategy = "bfd"  # a built-in name, module:function, or a callable (the Python API)
     remainder: str = "pad"
-    window: int | None = None  # --buffer-size: segments per window; None plans them all at once
+    buffer_size: int | None = None  # --buffer-size: segments per window; None plans them all at once
     shuffle: bool = False
     seed: int = 0
     max_per_row: int | None = None  # --max-sequences-per-row (bin mode)
@@ -33,7 +33,7 @@ def plan_settings(opts: PackOptions) -> PlanSettings:
         mode=opts.mode,
         algorithm=opts.algorithm,
         remainder=opts.remainder,
-        window=opts.buffer_size,
+        buffer_size=opts.buffer_size,
         shuffle=opts.shuffle,
         seed=opts.seed,
         max_per_row=opts.max_sequences_per_row,

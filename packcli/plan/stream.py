@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packcli.plan.contract import Pieces, RowOrder
-from packcli.plan.patterns import within
+from packcli.plan.layouts import within
 from packcli.plan.permute import RowPermutation
 
 
@@ -88,12 +88,12 @@ class StreamPlan:
     def pieces_with_source(self, first: int, last: int) -> tuple[np.ndarray, ...]:
         """(spill segment, spill start, length, output row, offset) of the pieces of output rows
         [first, last), by output row, then offset."""
-        out_rows = np.arange(first, last, dtype=np.int64)
-        plan_rows = self.plan_rows_of(out_rows)
+        output_rows = np.arange(first, last, dtype=np.int64)
+        plan_rows = self.plan_rows_of(output_rows)
         if self.sparse is not None:
             lo = plan_rows * self.seq_len
             hi = np.minimum(lo + self.seq_len, self.stream_limit[0])
-            return self.sparse.pieces(lo, hi, out_rows)
+            return self.sparse.pieces(lo, hi, output_rows)
         stream = np.searchsorted(self.stream_rows, plan_rows, side="right") - 1
         local = plan_rows - self.stream_rows[stream]
         lo = local * self.seq_len
@@ -105,7 +105,7 @@ class StreamPlan:
         first_seg = _search_in_streams(stream_ends, self.stream_first, stream, lo)
         last_seg = _search_in_streams(stream_ends, self.stream_first, stream, hi - 1)
         counts = last_seg - first_seg + 1
-        owner = np.repeat(np.arange(len(out_rows)), counts)
+        owner = np.repeat(np.arange(len(output_rows)), counts)
         segment = first_seg[owner] + within(counts)
         seg_end = stream_ends[segment]
         is_first_of_stream = segment == base[owner]
@@ -114,7 +114,7 @@ class StreamPlan:
         piece_end = np.minimum(seg_end, hi[owner])
         spill = piece_begin if self.spill_start is None else self.spill_start[segment] + (piece_begin - seg_begin)
         source = segment if self.source is None else self.source[segment]
-        return source, spill, piece_end - piece_begin, out_rows[owner], piece_begin - lo[owner]
+        return source, spill, piece_end - piece_begin, output_rows[owner], piece_begin - lo[owner]
 
     def placement(self) -> dict[str, np.ndarray]:
         """Every piece as plan.RowPlan lists them (streams in order, each in stream order):
@@ -138,12 +138,12 @@ class SparseEnds:
     read: Callable[[int, int], np.ndarray]
 
     @staticmethod
-    def build(chunks: Iterable[np.ndarray], k: int, read: Callable[[int, int], np.ndarray]) -> SparseEnds:
-        """From the lengths in order, a chunk at a time (chunk sizes multiples of k, but the last)."""
+    def build(batches: Iterable[np.ndarray], k: int, read: Callable[[int, int], np.ndarray]) -> SparseEnds:
+        """From the lengths in order, a batch at a time (batch sizes multiples of k, but the last)."""
         ends, total, n = [], 0, 0
-        for lengths in chunks:
+        for lengths in batches:
             cumulative = np.cumsum(lengths) + total
-            ends.append(cumulative[k - 1 :: k].copy())  # copies: a view would keep the whole chunk
+            ends.append(cumulative[k - 1 :: k].copy())  # copies: a view would keep the whole batch
             if len(lengths) % k:
                 ends.append(cumulative[-1:].copy())
             total = int(cumulative[-1]) if len(cumulative) else total
@@ -151,7 +151,7 @@ class SparseEnds:
         block_end = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
         return SparseEnds(block_end.astype(np.int64), n, k, read)
 
-    def pieces(self, lo: np.ndarray, hi: np.ndarray, out_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    def pieces(self, lo: np.ndarray, hi: np.ndarray, output_rows: np.ndarray) -> tuple[np.ndarray, ...]:
         """StreamPlan.pieces_with_source for rows holding tokens [lo, hi) of the stream."""
         k = self.k
         if not len(lo):
@@ -181,7 +181,7 @@ class SparseEnds:
         at = first_seg[owner] + within(counts)
         piece_begin = np.maximum(begins[at], lo[owner])
         piece_end = np.minimum(ends[at], hi[owner])
-        return index[at], piece_begin, piece_end - piece_begin, out_rows[owner], piece_begin - lo[owner]
+        return index[at], piece_begin, piece_end - piece_begin, output_rows[owner], piece_begin - lo[owner]
 
 
 def sparse_stream_plan(

@@ -1,11 +1,12 @@
-"""The spill sorted by (group, placed length): where the slot rule finds its sequences.
+"""The spill in (group, placed length) order: where the slot rule finds its sequences.
 
 The plan from counts (plan/patterns.py) fills the k-th slot of placed length L (of a
 --group-by group) with the k-th sequence of that length in input order. This module
-copies the spill into that order once it is written, by an external counting sort: the
-spill is read in large sequential chunks, each chunk's sequences are laid out by bucket
-(group, placed length) in memory, and each bucket's part is written with one positioned
-write at its place, which the histogram fixes in advance (SORT_THREADS chunks at a time).
+copies the spill into that order once it is written (its sorted copy), by an external
+counting sort: the spill is read in large sequential chunks, each chunk's sequences are
+laid out by bucket (group, placed length) in memory, and each bucket's share is written
+with one positioned write at its place, which the histogram fixes in advance
+(SORT_THREADS chunks at a time).
 Every sequence takes a record of exactly its placed length (its real tokens, then
 zeros), so the sequence of rank k starts at `bucket_token[b] + (k - bucket_rank[b]) * L`:
 the slot -> spill map is arithmetic, with nothing kept per sequence. And the slots of one
@@ -16,7 +17,7 @@ flags (masked labels) are copied as one byte per token.
 A spill written by length a chunk at a time (SpillWriter's `by_length`) needs no copy:
 each chunk holds its sequences of each length in input order, so bucket b's sequences
 are chunk 0's, then chunk 1's, ..., and the plan `in_parts` of `chunk_parts` places its
-slots in the spill itself, where `ChunkedSpill` reads them (its `placing` gives the plan
+slots in the spill itself, where `SpillByLength` reads them (its `placing` gives the plan
 that). Only when the chunks x lengths table would not be small (CHUNK_TABLE_CELLS) is
 such a spill copied as above.
 
@@ -37,17 +38,19 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
+from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Plan
-from packcli.plan.patterns import BucketParts, Buckets, PatternPlan, SlotMap
-from packcli.write.spill import Block, Ranges, Spill, _read_exactly, lay_out_by_bucket
+from packcli.plan.patterns import PatternPlan, SlotMap
+from packcli.write.ranges import Ranges
+from packcli.write.spill import Block, Spill, lay_out_by_bucket
 
 SORTED_TOKENS_FILE = "by_length.bin"
 SORTED_LEARNED_FILE = "by_length_learned.bin"
 CHUNK_TOKENS = 1 << 22  # tokens of the spill read, sorted and written at a time
-CHUNK_SEQUENCES = 1 << 20  # lengths read from the spill at a time
+LENGTH_BATCH = 1 << 20  # lengths read from the spill at a time
 SORT_THREADS = 2  # chunks sorted at the same time
 READ_GAP = 64  # tokens: a block's ranges closer than this are read as one
-CHUNK_TABLE_CELLS = 1 << 20  # chunks x buckets a ChunkedSpill holds (three int64 tables of it)
+CHUNK_TABLE_CELLS = 1 << 20  # chunks x buckets a SpillByLength holds (three int64 tables of it)
 
 
 class Reader(Protocol):
@@ -70,7 +73,7 @@ def open_reader(
     if isinstance(plan, PatternPlan) and isinstance(plan.lookup, Buckets):
         parts = chunk_parts(spill, plan.lookup) if spill.chunks is not None else None
         if parts is not None:  # written by length: no copy to make, the slots placed in the spill
-            chunked = ChunkedSpill(spill, parts)
+            chunked = SpillByLength(spill, parts)
             return chunked, chunked.placing(plan)
         return sort_spill(spill, plan.lookup, seq_len, multiple, groups), plan
     if spill.chunks is None:
@@ -90,7 +93,7 @@ def sort_spill(
     groups: np.ndarray | None = None,
     durable: bool = False,
     threads: int = SORT_THREADS,
-) -> SortedSpill:
+) -> SortedCopy:
     """Copy `spill` into bucket order (see the module docstring). `groups`: each segment's
     group id (--group-by), or None. `durable`: the copy is fsynced before it is returned.
     `threads`: chunks sorted at a time (a Ray task has one CPU)."""
@@ -139,7 +142,7 @@ def sort_spill(
     finally:
         for fd in outs:
             os.close(fd)
-    return SortedSpill.open(spill, buckets)
+    return SortedCopy.open(spill, buckets)
 
 
 class _ChunkSorter:
@@ -152,9 +155,9 @@ class _ChunkSorter:
 
     def sort(self, token: int, n_tokens: int, lengths: np.ndarray, bucket: np.ndarray, cursor: np.ndarray) -> None:
         spill, buckets = self.spill, self.buckets
-        sources = [_read_range(spill, 0, token, n_tokens)]
+        sources = [spill.read_tokens(token, n_tokens)]
         if spill.masked:
-            sources.append(_learned_bytes(spill, token, n_tokens))
+            sources.append(_learned_flags(spill, token, n_tokens))
         for fd, source, dtype in zip(self.outs, sources, self.dtypes):
             out = np.empty(int(buckets.length[bucket].sum()), dtype=dtype)
             run_bucket, run_at, run_size = kernel(lay_out_by_bucket, n_tokens)(
@@ -171,7 +174,7 @@ def _lengths_in_file_order(spill: Spill) -> Iterator[np.ndarray]:
     """The segments' lengths in the order of their tokens in the spill: input order, or for
     a spill written by length, each chunk's by length (input order inside each)."""
     if spill.chunks is None:
-        yield from spill.length_chunks(CHUNK_SEQUENCES)
+        yield from spill.length_batches(LENGTH_BATCH)
         return
     rows = spill.chunks
     ends = np.flatnonzero(np.diff(rows[:, 0], append=-1)) + 1
@@ -181,17 +184,10 @@ def _lengths_in_file_order(spill: Spill) -> Iterator[np.ndarray]:
         first = end
 
 
-def _read_range(spill: Spill, which: int, first: int, count: int) -> np.ndarray:
-    dtype = spill.token_dtype if which == 0 else np.dtype(np.uint8)
-    out = np.empty(count, dtype=dtype)
-    _read_exactly(spill._files[which].fileno(), out.view(np.uint8).data, first * dtype.itemsize)
-    return out
-
-
-def _learned_bytes(spill: Spill, first: int, count: int) -> np.ndarray:
+def _learned_flags(spill: Spill, first: int, count: int) -> np.ndarray:
     """The learned flags of tokens [first, first + count), one byte each."""
     lo, hi = first // 8, (first + count + 7) // 8
-    bits = _read_range(spill, 1, lo, hi - lo)
+    bits = spill.read_learned_bytes(lo, hi - lo)
     flags = np.unpackbits(bits, bitorder="little")
     return flags[first - lo * 8 : first - lo * 8 + count]
 
@@ -213,34 +209,39 @@ def _chunk_end(lengths, first, budget):
     return last
 
 
-class SortedSpill:
-    """Reads blocks of the sorted file (the BlockReader the gather takes): pieces are
+class SortedCopy:
+    """Reads blocks of the sorted copy (the BlockReader the gather takes): pieces are
     given in its coordinates (Buckets.starts), learned flags come back packed."""
 
-    def __init__(self, spill: Spill, buckets: Buckets, files: list[int]):
-        self.spill, self.buckets, self._files = spill, buckets, files
-        self.token_dtype, self.masked = spill.token_dtype, spill.masked
+    def __init__(self, spill: Spill, buckets: Buckets, tokens_fd: int, learned_fd: int | None):
+        """`tokens_fd`, `learned_fd`: the copy's files, open for reading (the learned flags'
+        of a masked spill); they are this reader's to close."""
+        self.spill, self.buckets = spill, buckets
+        self._tokens_fd, self._learned_fd = tokens_fd, learned_fd
+        self.token_dtype = spill.token_dtype
 
     @staticmethod
-    def open(spill: Spill, buckets: Buckets) -> SortedSpill:
+    def open(spill: Spill, buckets: Buckets) -> SortedCopy:
         assert spill.directory is not None
-        names = [SORTED_TOKENS_FILE] + ([SORTED_LEARNED_FILE] if spill.masked else [])
-        return SortedSpill(spill, buckets, [os.open(spill.directory / name, os.O_RDONLY) for name in names])
+        learned = os.open(spill.directory / SORTED_LEARNED_FILE, os.O_RDONLY) if spill.masked else None
+        return SortedCopy(spill, buckets, os.open(spill.directory / SORTED_TOKENS_FILE, os.O_RDONLY), learned)
 
     def read_block(self, starts: np.ndarray, lengths: np.ndarray) -> Block:
         ranges = Ranges.in_order(starts, lengths, READ_GAP)
-        tokens, token_offsets = ranges.read_fd(self._files[0], self.token_dtype, ranges.start, ranges.end)
+        tokens, token_offsets = ranges.read_fd(self._tokens_fd, self.token_dtype, ranges.start, ranges.end)
         token_at = ranges.per_piece(token_offsets - ranges.start)
         block = Block(tokens, token_at, None, token_at)
-        if self.masked:
-            flags, _ = ranges.read_fd(self._files[1], np.dtype(np.uint8), ranges.start, ranges.end)
+        if self._learned_fd is not None:
+            flags, _ = ranges.read_fd(self._learned_fd, np.dtype(np.uint8), ranges.start, ranges.end)
             block.learned = np.packbits(flags, bitorder="little")
         return block
 
     def close(self) -> None:
-        files, self._files = self._files, []
-        for fd in files:
-            os.close(fd)
+        fds = (self._tokens_fd, self._learned_fd)
+        self._tokens_fd, self._learned_fd = -1, None  # closed: a read fails
+        for fd in fds:
+            if fd is not None and fd >= 0:
+                os.close(fd)
 
 
 def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
@@ -262,11 +263,11 @@ def chunk_parts(spill: Spill, buckets: Buckets) -> BucketParts | None:
     return BucketParts.end_to_end(buckets, counts)
 
 
-class ChunkedSpill:
+class SpillByLength:
     """Reads blocks of a spill written by length (the BlockReader the gather takes), the
     pieces given in the spill's own coordinates, where `placing` has a plan put them
     (`parts`: chunk_parts of the spill), and read in runs in the order given, as
-    SortedSpill reads its file."""
+    SortedCopy reads its file."""
 
     def __init__(self, spill: Spill, parts: BucketParts):
         self.spill, self.parts = spill, parts

@@ -23,6 +23,7 @@ from packcli.core import storage
 from packcli.core.errors import PackcliError
 
 LOCK_FILE = ".packcli.lock"
+MANIFEST_FILE = "manifest.json"  # written last, atomically: its presence means the output is complete
 RUN_FILE = ".packcli-run.json"
 SPILL_DIR = ".packcli-spill"
 T = TypeVar("T")
@@ -30,8 +31,8 @@ Json = dict[str, Any]
 OWNED_PREFIXES = (
     "shard-",
     ".shard-",
-    "manifest.json",
-    ".manifest.json",
+    MANIFEST_FILE,
+    "." + MANIFEST_FILE,
     "report.json",
     ".report.json",
     RUN_FILE,
@@ -88,6 +89,14 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
+def is_complete(output: Path | storage.RemoteDir) -> bool:
+    """Whether an output, a local directory or a remote one, is complete: its manifest is
+    there (written last, so nothing of it is missing)."""
+    if isinstance(output, storage.RemoteDir):
+        return output.exists(MANIFEST_FILE)
+    return (Path(output) / MANIFEST_FILE).is_file()
+
+
 def has_entries(path: Path) -> bool:
     return path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir())
 
@@ -131,7 +140,7 @@ def replaceable(where: str, entries: list[str], overwrite: bool) -> list[str]:
         raise PackcliError(
             f"output directory {where} is not empty; pass --overwrite to replace it, or --resume to continue an interrupted run"
         )
-    return sorted(entries, key=lambda n: n != "manifest.json")
+    return sorted(entries, key=lambda n: n != MANIFEST_FILE)
 
 
 def remove_path(path: Path) -> None:
@@ -261,7 +270,7 @@ def completed_shards(out_dir: Path, shard_name: Callable[[int], str]) -> int:
         name = entry.name
         if name.startswith(".shard-") or (name.startswith("shard-") and _shard_index(name) >= count):
             remove_path(entry)
-    for name in ("report.json", ".report.json.tmp", ".manifest.json.tmp"):
+    for name in ("report.json", ".report.json.tmp", f".{MANIFEST_FILE}.tmp"):
         remove_path(out_dir / name)
     return count
 

@@ -115,7 +115,7 @@ def segment_stream(spill: Spill) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(document ordinal, length) of every segment, a chunk at a time, without the tokens."""
     assert spill.directory is not None
     with open(spill.directory / DOCUMENTS_FILE, "rb") as documents_file:
-        for lengths in spill.length_chunks(1 << 20):
+        for lengths in spill.length_batches(1 << 20):
             yield np.fromfile(documents_file, dtype=np.int64, count=len(lengths)), lengths
 
 
@@ -123,7 +123,7 @@ def _length_runs(spill: Spill, chunk_tokens: int) -> Iterator[np.ndarray]:
     """The spill's lengths cut into runs of about `chunk_tokens` tokens each."""
     held: list[np.ndarray] = []
     held_tokens = 0
-    for lengths in spill.length_chunks(1 << 16):
+    for lengths in spill.length_batches(1 << 16):
         while len(lengths):
             ends = np.cumsum(lengths)
             take = int(np.searchsorted(ends, chunk_tokens - held_tokens, side="left")) + 1

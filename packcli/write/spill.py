@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from packcli.core.errors import PackcliError
-from packcli.core.flow import pooled_empty
-from packcli.core.jit import kernel, njit, numba_name
+from packcli.core.jit import kernel, njit
+from packcli.write.ranges import Ranges, read_exactly
 
 TOKENS_FILE = "tokens.bin"
 LEARNED_FILE = "learned.bin"
@@ -74,6 +74,14 @@ def as_int_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values.astype(dtype)
 
 
+class _Chunk(NamedTuple):
+    """Buffers of a chunk of tokens and their learned flags (one byte each), kept from
+    chunk to chunk by a spill written by length."""
+
+    tokens: np.ndarray
+    flags: np.ndarray  # empty where the spill is not masked
+
+
 class SpillWriter:
     """Appends segments to a spill directory; `finish` makes it complete."""
 
@@ -94,8 +102,8 @@ class SpillWriter:
         # by_length: the chunk so far (tokens and flags in buffers kept from chunk to chunk)
         self._held_tokens = 0
         self._held_lengths: list[np.ndarray] = []
-        self._held: list[np.ndarray] = []  # tokens, flags
-        self._laid: list[np.ndarray] = []  # tokens, flags, by length
+        self._held: _Chunk | None = None  # as appended
+        self._laid: _Chunk | None = None  # by length
         self._chunk_rows: list[np.ndarray] = []  # by_length: each chunk's (chunk, length, sequences) rows
         self.token_dtype, self.masked = np.dtype(token_dtype), masked
         remove_spill(self.directory)
@@ -150,13 +158,13 @@ class SpillWriter:
             if not self._by_length:  # the first chunk chose input order
                 self._write_tokens(tokens, learned)
                 return
-        if not self._held or len(self._held[0]) < n:
+        if self._held is None or len(self._held.tokens) < n:
             size = max(BY_LENGTH_CHUNK, n)
-            self._held = [np.empty(size, self.token_dtype), np.empty(size if self.masked else 0, np.uint8)]
+            self._held = _Chunk(np.empty(size, self.token_dtype), np.empty(size if self.masked else 0, np.uint8))
         at = self._held_tokens
-        self._held[0][at : at + n] = tokens
+        self._held.tokens[at : at + n] = tokens
         if self.masked:
-            self._held[1][at : at + n] = np.asarray(learned, dtype=bool).view(np.uint8)
+            self._held.flags[at : at + n] = np.asarray(learned, dtype=bool).view(np.uint8)
         self._held_lengths.append(lengths.copy())  # the caller may reuse its buffers
         self._held_tokens = at + n
 
@@ -168,26 +176,27 @@ class SpillWriter:
             return
         lengths = np.concatenate(self._held_lengths)
         self._held_lengths = []
-        tokens, flags = self._held[0][:n], self._held[1][:n]
+        assert self._held is not None  # segments are held
+        tokens, flags = self._held.tokens[:n], self._held.flags[:n]
         if callable(self._by_length):
             self._by_length = self._by_length(n, len(lengths))
             if not self._by_length:
                 self._write_tokens(tokens, flags.view(bool) if self.masked else None)
-                self._held = []
+                self._held = None
                 return
-        if not self._laid or len(self._laid[0]) < n:
-            self._laid = [np.empty_like(self._held[0]), np.empty_like(self._held[1])]
+        if self._laid is None or len(self._laid.tokens) < n:
+            self._laid = _Chunk(np.empty_like(self._held.tokens), np.empty_like(self._held.flags))
         top = int(lengths.max())
         buckets = np.arange(top + 1, dtype=np.int64)  # each length its own bucket, records its size
-        laid = self._laid[0][:n]
+        laid, laid_flags = self._laid.tokens[:n], self._laid.flags[:n]
         kernel(lay_out_by_bucket, n)(tokens, lengths, lengths, buckets, laid)
         if self.masked:
-            kernel(lay_out_by_bucket, n)(flags, lengths, lengths, buckets, self._laid[1][:n])
+            kernel(lay_out_by_bucket, n)(flags, lengths, lengths, buckets, laid_flags)
         counts = np.bincount(lengths, minlength=top + 1)
         present = np.flatnonzero(counts)
         chunk = np.full(len(present), len(self._chunk_rows), dtype=np.int64)
         self._chunk_rows.append(np.stack([chunk, present, counts[present]], axis=1))
-        self._write_tokens(laid, self._laid[1][:n].view(bool) if self.masked else None)
+        self._write_tokens(laid, laid_flags.view(bool) if self.masked else None)
 
     def _start_sync(self) -> None:
         """fdatasync what is written so far, on a thread (a failure shows in `finish`)."""
@@ -246,7 +255,7 @@ class SpillWriter:
         return Spill.open(self.directory)
 
     def abort(self) -> None:
-        self._held_lengths, self._held, self._laid = [], [], []
+        self._held_lengths, self._held, self._laid = [], None, None
         try:
             self._stop_sync()
         except OSError:
@@ -266,16 +275,20 @@ class Block:
     bit_at: np.ndarray  # int64, per piece: index of its first bit in `learned`
 
 
+class SpillFiles(NamedTuple):
+    """A spill's files open for reading."""
+
+    tokens: BinaryIO
+    learned: BinaryIO | None  # the learned bits of a masked spill
+
+
 @dataclass
 class Spill:
     """A complete spill: tokens, learned bits and lengths on disk (or in memory). The lengths
     are read into memory the first time `lengths` is asked for; `sequences`, `tokens` and
-    `histogram` need no lengths, and `length_chunks` reads them a part at a time.
+    `histogram` need no lengths, and `length_batches` reads them a batch at a time.
 
-    Blocks are read with positioned reads, not through a memory map: a block's pieces lie
-    all over the spill, and the kernel maps whole page-cache folios around every piece a
-    mapping touches, which made a gathered block cost a hundred times its size in
-    resident memory."""
+    Blocks are read with positioned reads (write/ranges.py), not through a memory map."""
 
     loaded: np.ndarray | None  # int64, one per segment, in input order (None: not read yet)
     token_dtype: np.dtype
@@ -283,7 +296,7 @@ class Spill:
     meta: dict[str, Any] = field(default_factory=dict)
     directory: Path | None = None
     arrays: tuple[np.ndarray, np.ndarray | None] | None = None  # (tokens, packed bits) of an in-memory spill
-    _files: list[BinaryIO] = field(default_factory=list)
+    _files: SpillFiles | None = None
     _lengths_fd: int | None = None
     chunks: np.ndarray | None = None  # by_length: CHUNKS_FILE's rows (chunk, length, sequences)
 
@@ -298,7 +311,7 @@ class Spill:
     def sequences(self) -> int:
         return len(self.loaded) if self.loaded is not None else int(self.meta["sequences"])
 
-    def length_chunks(self, size: int) -> Iterator[np.ndarray]:
+    def length_batches(self, size: int) -> Iterator[np.ndarray]:
         """The lengths in input order, `size` at a time, read from disk unless in memory."""
         if self.loaded is not None or self.directory is None:
             for first in range(0, len(self.lengths), size):
@@ -320,7 +333,7 @@ class Spill:
         out = np.empty(count, dtype=np.int64)
         if self._lengths_fd is None:
             self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
-        _read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
+        read_exactly(self._lengths_fd, out.view(np.uint8).data, LENGTHS_HEADER + 8 * first)
         return out
 
     @property
@@ -351,33 +364,49 @@ class Spill:
 
     def read_ranges(self, ranges: Ranges) -> Block:
         """The block of pieces `ranges` groups (positions in the spill's files)."""
-        self.open_files()
-        tokens, token_offsets = ranges.read(self._files[0], self.token_dtype, ranges.start, ranges.end)
+        files = self.open_files()
+        tokens, token_offsets = ranges.read(files.tokens, self.token_dtype, ranges.start, ranges.end)
         token_at = ranges.per_piece(token_offsets - ranges.start)
         block = Block(tokens, token_at, None, token_at)
-        if self.masked:
+        if files.learned is not None:
             first_byte, end_byte = ranges.start // 8, (ranges.end + 7) // 8
-            bits, byte_offsets = ranges.read(self._files[1], np.dtype(np.uint8), first_byte, end_byte)
+            bits, byte_offsets = ranges.read(files.learned, np.dtype(np.uint8), first_byte, end_byte)
             block.learned, block.bit_at = bits, ranges.per_piece(byte_offsets * 8 - first_byte * 8)
         return block
 
-    def open_files(self) -> None:
+    def read_tokens(self, first: int, count: int) -> np.ndarray:
+        """Tokens [first, first + count) of its file, in the order the spill holds them."""
+        return self._read_file(self.open_files().tokens, self.token_dtype, first, count)
+
+    def read_learned_bytes(self, first: int, count: int) -> np.ndarray:
+        """Bytes [first, first + count) of its learned bits (eight tokens a byte)."""
+        learned = self.open_files().learned
+        assert learned is not None  # a masked spill
+        return self._read_file(learned, np.dtype(np.uint8), first, count)
+
+    @staticmethod
+    def _read_file(f: BinaryIO, dtype: np.dtype, first: int, count: int) -> np.ndarray:
+        out = np.empty(count, dtype=dtype)
+        read_exactly(f.fileno(), out.view(np.uint8).data, first * dtype.itemsize)
+        return out
+
+    def open_files(self) -> SpillFiles:
         """Open the spill's files for `read_block` (which opens them itself when needed);
         threads may then read blocks at the same time (positioned reads share no offset)."""
-        if self._files or self.arrays is not None:
-            return
+        if self._files is not None:
+            return self._files
         assert self.directory is not None  # a spill is either in memory or in a directory
         if self._lengths_fd is None and self.loaded is None:
             self._lengths_fd = os.open(self.directory / LENGTHS_FILE, os.O_RDONLY)
-        files: list[BinaryIO] = [open(self.directory / TOKENS_FILE, "rb")]
-        if self.masked:
-            files.append(open(self.directory / LEARNED_FILE, "rb"))
-        self._files = files
+        learned = open(self.directory / LEARNED_FILE, "rb") if self.masked else None
+        self._files = SpillFiles(open(self.directory / TOKENS_FILE, "rb"), learned)
+        return self._files
 
     def close(self) -> None:
-        files, self._files = self._files, []
-        for f in files:
-            f.close()
+        files, self._files = self._files, None
+        for f in files or ():
+            if f is not None:
+                f.close()
         fd, self._lengths_fd = self._lengths_fd, None
         if fd is not None:
             os.close(fd)
@@ -469,137 +498,6 @@ def _npy_header(count: int) -> bytes:
 def _datasync(fds: list[int]) -> None:
     for fd in fds:
         os.fdatasync(fd)
-
-
-class Ranges:
-    """A block's pieces merged into few ranges of a file, so that it is read in few system
-    calls: range `group[i]` holds piece i, which starts `piece_start[i]` (in the file)."""
-
-    GAP = 4096  # tokens: sorted pieces read through a gap smaller than this rather than seek over it
-
-    def __init__(self, start: np.ndarray, end: np.ndarray, group: np.ndarray, piece_start: np.ndarray):
-        self.start, self.end, self.group, self.piece_start = start, end, group, piece_start
-
-    @staticmethod
-    def sorted(starts: np.ndarray, lengths: np.ndarray, gap: int = GAP) -> Ranges:
-        """The pieces sorted by position, merged where the gap between them is small."""
-        order = np.argsort(starts, kind="stable")
-        s = starts[order]
-        e = s + lengths[order]
-        reach = np.maximum.accumulate(e) if len(e) else e
-        begins = np.ones(len(s), dtype=bool)
-        begins[1:] = s[1:] > reach[:-1] + gap
-        firsts = np.flatnonzero(begins)
-        group = np.empty(len(s), dtype=np.int64)
-        group[order] = np.cumsum(begins) - 1
-        return Ranges(s[firsts], np.maximum.reduceat(e, firsts) if len(firsts) else e, group, starts)
-
-    @staticmethod
-    def in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> Ranges:
-        """The pieces in the order given, merged where each starts at most `gap` after the
-        one before it ends, without sorting: for pieces that mostly come in runs already
-        (the slots of one length in a row take consecutive ranks)."""
-        starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        start, end, group = kernel(_runs_in_order, len(starts))(starts, lengths, gap)
-        return Ranges(start, end, group, starts)
-
-    def read(self, f: BinaryIO, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Elements [first, end) of each range from file `f`, one after another in one array;
-        returns the array and where each range starts in it."""
-        return self.read_fd(f.fileno(), dtype, first, end)
-
-    def read_fd(self, fd: int, dtype: np.dtype, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`read` from a file descriptor."""
-        sizes = end - first
-        offsets = np.cumsum(sizes) - sizes
-        out = pooled_empty(int(sizes.sum()), dtype)
-        read_ranges(fd, out, offsets, first, sizes)
-        return out, offsets
-
-    def per_piece(self, range_base: np.ndarray) -> np.ndarray:
-        """For each piece: range_base[its range] + its position."""
-        at: np.ndarray = range_base[self.group] + self.piece_start
-        return at
-
-
-@njit(cache=True, nogil=True)
-def _runs_in_order(starts: np.ndarray, lengths: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ranges.in_order's (start, end, group): a piece that starts before the one before it
-    ends, or more than `gap` after, begins a range."""
-    n = len(starts)
-    start = np.empty(n, dtype=np.int64)
-    end = np.empty(n, dtype=np.int64)
-    group = np.empty(n, dtype=np.int64)
-    k = -1
-    for i in range(n):
-        s, e = starts[i], starts[i] + lengths[i]
-        if k < 0 or s < end[k] or s - end[k] > gap:
-            k += 1
-            start[k] = s
-        end[k] = e
-        group[i] = k
-    return start[: k + 1].copy(), end[: k + 1].copy(), group
-
-
-def read_ranges(fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray) -> None:
-    """Elements [first[i], first[i] + sizes[i]) of file `fd` (of out's dtype) into
-    out[offsets[i]:], every range. The reads run in a kernel without the GIL, a block's
-    hundreds of them in one call: one positioned read each from Python cost the GIL's
-    hand-over between the gathering threads at every read. A read the kernel cannot
-    finish (a signal, an error, the end of the file) is finished here, where Python
-    retries or raises."""
-    view = out.view(np.uint8).data
-    item = out.dtype.itemsize
-    offsets, first, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, first, sizes))
-    at = 0
-    while at < len(sizes):
-        stopped, done = kernel(_read_ranges, int(sizes[at:].sum()))(fd, out, offsets, first, sizes, item, at)
-        if stopped < 0:
-            return
-        begin, end = int(offsets[stopped]) * item + done, int(offsets[stopped] + sizes[stopped]) * item
-        _read_exactly(fd, view[begin:end], int(first[stopped]) * item + done)
-        at = stopped + 1
-
-
-_pread = numba_name("packcli.write.syscalls", "pread")
-
-
-def _read_ranges_interpreted(
-    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
-) -> tuple[int, int]:
-    """The kernel's twin: one read each, as Python makes them."""
-    view = out.view(np.uint8).data
-    for i in range(at, len(first)):
-        begin = int(offsets[i]) * item
-        _read_exactly(fd, view[begin : begin + int(sizes[i]) * item], int(first[i]) * item)
-    return -1, 0
-
-
-@njit(_read_ranges_interpreted, cache=True, nogil=True)
-def _read_ranges(
-    fd: int, out: np.ndarray, offsets: np.ndarray, first: np.ndarray, sizes: np.ndarray, item: int, at: int
-) -> tuple[int, int]:
-    """Ranges from `at` read into out; returns (-1, 0) when all are, else the range it
-    stopped in and the bytes of it read."""
-    base = out.ctypes.data
-    for i in range(at, first.shape[0]):
-        want = sizes[i] * item
-        done = 0
-        while done < want:
-            n = _pread(fd, base + offsets[i] * item + done, want - done, first[i] * item + done)
-            if n <= 0:
-                return i, done
-            done += n
-    return -1, 0
-
-
-def _read_exactly(fd: int, buffer: memoryview, position: int) -> None:
-    while len(buffer):
-        n = os.preadv(fd, [buffer], position)
-        if n <= 0:
-            raise PackcliError("the token spill ended early; remove it and run again")
-        buffer, position = buffer[n:], position + n
 
 
 def open_complete(directory: Path, run_id: str) -> Spill | None:

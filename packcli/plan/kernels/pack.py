@@ -272,7 +272,8 @@ def bfd_rows_from_counts(counts, capacity: int) -> int:
     n = int(counts.sum())
     if n == 0:
         return 0
-    return int(kernel(_bfd_plan, n + capacity)(counts, capacity, n)[3])
+    _, _, _, n_rows = kernel(_bfd_plan, n + capacity)(counts, capacity, n)
+    return int(n_rows)
 
 
 def lower_bound_rows(lengths, capacity: int) -> int:
