@@ -369,9 +369,11 @@ def kernels(ctx: Context) -> Benchmark:
     gsm8k = ctx.inputs.gsm8k_lengths()
     cases.append(kernel_case("gsm8k-2048", "--lengths", gsm8k, "--capacity", 2048))
     windows = "1000,10000" if ctx.quick else "1000,10000,100000"
-    cases.append(
-        kernel_case(f"windows-{n:,}-2048", "--set", "lognormal", "--n", n, "--capacity", 2048, "--windows", windows)
+    window_case = kernel_case(
+        f"windows-{n:,}-2048", "--set", "lognormal", "--n", n, "--capacity", 2048, "--windows", windows
     )
+    window_case.figures = {f"{a}_w{k}_extra_rows": LOWER for a in ("bfd", "spfhp", "lpfhp") for k in windows.split(",")}
+    cases.append(window_case)
     ratios = [
         Ratio(f"{a}, lognormal {n:,} at 2048: speed over np.sort's", (f"lognormal-{n:,}-2048", f"{a}_x_sort"), None)
         for a in ("bfd", "spfhp", "lpfhp")
@@ -440,7 +442,7 @@ def tokenizer(ctx: Context) -> Benchmark:
                     Case(
                         f"{encoder}-{tag}-{name}",
                         lambda p, s, t=tokenizer, c=corpus, e=encoder: ctx.entry(
-                            p, "tokenizer", t, c, "--encoder", e, "--rounds", 1
+                            p, "tokenizer", t, c, "--encoder", e, "--rounds", 1, "--cache", s / "encoder-cache"
                         ),
                         {"encode_s": LOWER, "identical": HIGHER},
                     )
