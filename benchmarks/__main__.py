@@ -10,6 +10,7 @@ tree's. docs/benchmarks.md has the benchmarks and what each measures.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +30,8 @@ def shared_data() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # a stopped run ends the command it measures (the runner kills its process group)
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="benchmarks to run, by name or comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny inputs, one round")

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -220,23 +221,35 @@ def measure(command: list[str], env: dict[str, str], cwd: Path, logs: Path, tree
     result.unlink(missing_ok=True)
     stdout, stderr = logs / "stdout", logs / "stderr"
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        # a session of its own: stopping the harness ends the command and its workers too
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(LAUNCH), str(result), *command], env=env, cwd=cwd, stdout=out, stderr=err
+            [sys.executable, "-I", "-S", str(LAUNCH), str(result), *command],
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
         )
         peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.05):
+                peak[0] = max(peak[0], tree_pss(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
         if tree:
-            done = threading.Event()
-
-            def sample() -> None:
-                while not done.wait(0.05):
-                    peak[0] = max(peak[0], tree_pss(process.pid))
-
-            sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-        process.wait()
-        if tree:
+        try:
+            process.wait()
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+        finally:
             done.set()
-            sampler.join()
+            if tree:
+                sampler.join()
     output = stdout.read_text(errors="replace")
     if not result.is_file():
         raise Failed(last_line(stderr.read_text(errors="replace")) or "the launcher failed", False)
