@@ -171,6 +171,11 @@ def pack_text(ctx: Context) -> Benchmark:
         Ratio("tree PSS 4N / N", ("default-4n", "tree_pss_mb"), ("default-n", "tree_pss_mb"), ("<=", 1.2)),
         Ratio("rows 4N / lower bound", ("default-4n", "rows"), ("default-4n", "lower_bound_rows"), ("<=", 1.0001)),
         Ratio("--workers 1 / default (all cores), wall", ("workers1-n", "wall_s"), ("default-n", "wall_s")),
+        Ratio(
+            "rows 4N over the unpacked rows (a sequence a row)",
+            ("default-4n", "rows"),
+            ("default-4n", "no_packing.rows"),
+        ),
     ]
     if not ctx.quick and isinstance(ctx.tokenizer, str) and Path(ctx.tokenizer).is_dir():
         for recipe in ("run_clm", "trl"):
