@@ -267,8 +267,13 @@ def measure(command: list[str], env: dict[str, str], cwd: Path, logs: Path, tree
 
 
 def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    """The last line of an error output that says something: a CLI's boxed message without
+    its frame."""
+    for line in reversed(text.splitlines()):
+        said = line.strip().strip("│╭╮╰╯─ ").strip()
+        if any(c.isalnum() for c in said):
+            return said[:300]
+    return ""
 
 
 @dataclass

@@ -115,6 +115,12 @@ def test_a_failing_command_and_an_entry_without_its_api(tmp_path):
     with pytest.raises(Failed) as failed:
         measure([sys.executable, "-c", "raise SystemExit('boom')"], {}, tmp_path, tmp_path / "a")
     assert (failed.value.reason, failed.value.not_applicable) == ("boom", False)
+    boxed = (
+        "import sys; sys.stderr.write('Usage: x\\n╭─ Error ─╮\\n│ No such command.  │\\n╰─────────╯\\n'); sys.exit(2)"
+    )
+    with pytest.raises(Failed) as failed:
+        measure([sys.executable, "-c", boxed], {"PYTHONIOENCODING": "utf-8"}, tmp_path, tmp_path / "c")
+    assert failed.value.reason == "No such command."
     entry = "import json, sys; print(json.dumps({'n/a': 'no plan_from_counts'})); sys.exit(3)"
     with pytest.raises(Failed) as failed:
         measure([sys.executable, "-c", entry], {}, tmp_path, tmp_path / "b")
