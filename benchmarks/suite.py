@@ -397,6 +397,22 @@ def kernels(ctx: Context) -> Benchmark:
             ("<=", 0.5),
         ),
     ]
+    targets = (
+        ("bfd", 2048, 20),
+        ("spfhp", 2048, 100),
+        ("lpfhp", 2048, 100),
+        ("spfhp", 8192, 100),
+        ("lpfhp", 8192, 100),
+    )
+    ratios += [
+        Ratio(
+            f"{a}, lognormal {n:,} at {c}: M sequences a CPU second",
+            (f"lognormal-{n:,}-{c}", f"{a}_m_per_s"),
+            None,
+            None if ctx.quick else (">=", t),  # 100k lengths are no target set: fixed costs weigh more
+        )
+        for a, c, t in targets
+    ]
     if not ctx.quick:
         trl_n = n // 10
         cases.append(kernel_case(f"lognormal-{trl_n:,}-2048", "--set", "lognormal", "--n", trl_n, "--capacity", 2048))
