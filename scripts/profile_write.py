@@ -2,7 +2,7 @@
 
     python scripts/profile_write.py CORPUS OUT [--settle 5] [--seq-len 2048]
 
-CORPUS: a Parquet file with an `ids` column (scripts/bench_sequences.py builds them).
+CORPUS: a Parquet file with an `ids` column (the pack-short benchmark builds them in bench-out/inputs/).
 A bin-mode run is stopped (SIGKILL) at the `spilled` pause point, and after `os.sync()`
 and --settle seconds this process resumes it (`pack --resume`, which plans and writes
 from that spill) with a thread-CPU clock around each step of the write stage, summed over

@@ -38,7 +38,7 @@ def test_the_wheel_ships_the_assets_and_every_package_without_a_warning(tmp_path
     assert packages and set(packages) <= names
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "packcli").rglob("*.py")}
     assert {n for n in names if n.endswith(".py")} == modules
-    assert not any(n.startswith(("tests/", "scripts/", "docs/")) or "__pycache__" in n for n in names)
+    assert not any(n.startswith(("tests/", "scripts/", "docs/", "benchmarks/")) or "__pycache__" in n for n in names)
     assert f"Version: {packcli.__version__}" in metadata and "License-Expression: Apache-2.0" in metadata
     with zipfile.ZipFile(tmp_path / "editable" / built["editable"]) as editable:
         assert any(n.endswith(".pth") for n in editable.namelist())
