@@ -153,6 +153,25 @@ class Inputs:
             path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs), encoding="utf-8")
         return path
 
+    def sources(self, big_tokens: int) -> list[Corpus]:
+        """Three plain-text sources of very different sizes for a mixture: the shuffled
+        documents (`big_tokens`), GSM8K's, and forty Python sources; each Corpus with its
+        tokens and documents (EOS left out)."""
+        small_path = self.dir / "sources-python-40.jsonl"
+        if not small_path.is_file():
+            docs = python_sources(self.python_chars)[:40]
+            small_path.write_text(
+                "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs), encoding="utf-8"
+            )
+        out = [self.text(big_tokens)]
+        for path in (self.texts("gsm8k"), small_path):
+            meta = path.with_suffix(".tokens.json")
+            if not meta.is_file():
+                texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").split("\n") if line]
+                meta.write_text(json.dumps({"tokens": sum(map(len, self.encode(texts))), "documents": len(texts)}))
+            out.append(Corpus(path, **json.loads(meta.read_text())))
+        return out
+
     def gsm8k_lengths(self) -> Path:
         """The GSM8K train documents' token counts, as .npy."""
         import numpy as np

@@ -230,6 +230,61 @@ def pack_ids(ctx: Context) -> Benchmark:
     return Benchmark("pack-ids", cases, ratios, notes, ctx.repeats)
 
 
+@benchmark("pack-mix")
+def pack_mix(ctx: Context) -> Benchmark:
+    """`pack --mix` of three sources of very different sizes (the largest sampled down, the
+    smallest repeated), against the same files packed as one corpus, at N and 4N tokens:
+    the mixture's target is the corpus's tokens, so the two write as many."""
+    tok = ["--tokenizer", ctx.tokenizer, "--seq-len", 2048]
+    cases, ratios = [], []
+    for tag, big_tokens in (("n", ctx.size(2e6, 5e4)), ("4n", ctx.size(8e6, 2e5))):
+        sources = ctx.inputs.sources(big_tokens)
+        target = sum(c.tokens + c.documents for c in sources)  # EOS after every document
+        mix = ctx.work / f"mix-{tag}.toml"
+        mix.parent.mkdir(parents=True, exist_ok=True)
+        body = [f"seed = 1\ntarget_tokens = {target}\n"]
+        for name, corpus, weight in zip(("big", "medium", "small"), sources, (0.5, 0.3, 0.2)):
+            body.append(f'[[source]]\nname = "{name}"\npaths = ["{corpus.path}"]\nweight = {weight}\n')
+        mix.write_text("\n".join(body), encoding="utf-8")
+        paths = [str(c.path) for c in sources]
+
+        def one(p: Program, s: Path, paths: list[str] = paths) -> list[str]:
+            return [p.packcli, "pack", *paths, "-o", str(s / "out"), "--json", "--overwrite", *map(str, tok)]
+
+        def mixed(p: Program, s: Path, mix: Path = mix) -> list[str]:
+            return [p.packcli, "pack", "--mix", str(mix), "-o", str(s / "out"), "--json", "--overwrite", *map(str, tok)]
+
+        figures = {"rows": LOWER, "real_tokens": HIGHER}
+        cases += [
+            Case(f"one-corpus-{tag}", one, figures, tree=True, warmup=tag == "n"),
+            Case(f"mixture-{tag}", mixed, figures, tree=True, warmup=tag == "n"),
+        ]
+        ratios += [
+            Ratio(
+                f"{tag}: mixture / one corpus, wall",
+                (f"mixture-{tag}", "wall_s"),
+                (f"one-corpus-{tag}", "wall_s"),
+                ("<=", 1.1),
+            ),
+            Ratio(
+                f"{tag}: mixture / one corpus, peak RSS",
+                (f"mixture-{tag}", "peak_rss_mb"),
+                (f"one-corpus-{tag}", "peak_rss_mb"),
+                ("<=", 1.1),
+            ),
+            Ratio(
+                f"{tag}: real tokens, mixture / one corpus",
+                (f"mixture-{tag}", "real_tokens"),
+                (f"one-corpus-{tag}", "real_tokens"),
+            ),
+        ]
+    notes = [
+        "sources: the shuffled documents (N: 2M tokens, 4N: 8M; weight 0.5), GSM8K's (0.3), forty Python files (0.2)",
+        "the mixture's target_tokens is the one corpus's tokens: the wall ratio is the inverse of the tokens/s ratio",
+    ]
+    return Benchmark("pack-mix", cases, ratios, notes, ctx.repeats)
+
+
 @benchmark("pack-short")
 def pack_short(ctx: Context) -> Benchmark:
     """`pack --ids-field` of many short sequences (mean 37 tokens), N and 4N sequences, bin
