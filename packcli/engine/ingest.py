@@ -33,6 +33,7 @@ from packcli.tokenize.workers import WorkerPool, available_cores, can_fork
 
 if TYPE_CHECKING:
     from packcli.read.records import BadRecords, RecordBatch
+    from packcli.tokenize.fastbpe import Encoder
 
 READ_BATCH = 1024
 UNLEARNED_EXAMPLES = 10  # sequences with nothing to learn named in the report, as bad records are
@@ -327,9 +328,11 @@ class TokenStream:
         timer: Timer,
         sections: dict[str, tuple[int, ...]] | None = None,
         extra_fields: dict[str, FieldKind] | None = None,
+        shared_encoder: Encoder | None = None,
     ):
         """sections: read only this part of a path (read_batches); extra_fields: more
-        fields to read, with their kinds (a mixture's --holdout-key)."""
+        fields to read, with their kinds (a mixture's --holdout-key); shared_encoder: an
+        encoder another source of the run chose (setup.choose_backend)."""
         self.opts, self.setup, self.timer = opts, setup, timer
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
@@ -355,7 +358,7 @@ class TokenStream:
             whole = self.first is not None and self.second is None  # the input is one batch
             with timer.stage("tokenize"):
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
-                    choose_backend(opts, setup, self.first, threads=threads, whole_input=whole)
+                    choose_backend(opts, setup, self.first, threads=threads, whole_input=whole, shared=shared_encoder)
             # one batch in all: a worker would run it alone, after a fork
             self.processes = 0 if whole else worker_processes(opts, setup.backend)
             self.workers = workers_used(opts, self.processes, getattr(setup.encoder, "threads", None))

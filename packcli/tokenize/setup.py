@@ -57,10 +57,13 @@ def choose_backend(
     first_batch: RecordBatch | None,
     threads: int | None,
     whole_input: bool = False,
+    shared: Encoder | None = None,
 ) -> None:
     """tiktoken where it is provably identical to the HF tokenizer (checked on the first batch
     of the actual input), else HF; plain text and prompt/completion only. `whole_input`: the
-    first batch is all the input (a small one skips gigatoken, SMALL_INPUT_CHARS)."""
+    first batch is all the input (a small one skips gigatoken, SMALL_INPUT_CHARS).
+    `shared`: an encoder another source of the same run chose, taken where it serves this
+    input too (fastbpe.fits_sample): one encoder, one vocabulary in memory, for a mixture."""
     if opts.input_kind not in ("text", "prompt"):
         if opts.input_kind == "chat":
             setup.backend_reason = "chat templates are tokenized by transformers"
@@ -80,6 +83,19 @@ def choose_backend(
                 break
             sample.append(text)
             size += len(text)
+    if shared is not None and setup.fingerprint is not None:
+        fits = fastbpe.fits_sample(
+            shared,
+            setup.tokenizer,
+            sample,
+            fingerprint=setup.fingerprint,
+            store=setup.store,
+            parse_special_tokens=opts.parse_special_tokens,
+        )
+        if fits:
+            setup.encoder, builder.encode = Borrowed(shared), shared.encode_batch
+            setup.backend, setup.backend_reason = shared.backend, shared.reason
+            return
     encoder = fastbpe.make_encoder(
         setup.tokenizer,
         opts.tokenizer_backend,
@@ -92,6 +108,23 @@ def choose_backend(
     )
     setup.encoder, builder.encode = encoder, encoder.encode_batch
     setup.backend, setup.backend_reason = encoder.backend, encoder.reason
+
+
+class Borrowed:
+    """An encoder another setup owns: used here, closed by its owner (TokenSetup.close)."""
+
+    def __init__(self, encoder: Encoder):
+        self.owner = encoder
+        self.backend, self.reason = encoder.backend, encoder.reason
+        self.parse_special_tokens = encoder.parse_special_tokens
+        self.threads = getattr(encoder, "threads", None)
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        encoded: tuple[np.ndarray, np.ndarray] = self.owner.encode_batch(texts)
+        return encoded
+
+    def close(self) -> None:
+        """Nothing: the owner closes it."""
 
 
 def setup_tokens(opts: PackOptions) -> TokenSetup:
