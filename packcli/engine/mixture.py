@@ -42,6 +42,7 @@ from packcli.engine.sources import (
     Side,
     SourceRead,
     SourceReader,
+    SourcesToRead,
     complete_sides,
     key_fields,
     merged_bad,
@@ -253,8 +254,8 @@ def _read_sources(
             (s.name, own, paths, setup.backend)
             for s, own, paths, setup in zip(mixture.spec.sources, mixture.source_opts, mixture.paths, mixture.setups)
         ]
-        fingerprint = mixture.setups[0].fingerprint
-        return read_sources(opts, named, mixture.sides, directory, run_id, fingerprint, progress)
+        request = SourcesToRead(named, mixture.sides, directory, run_id, mixture.setups[0].fingerprint)
+        return read_sources(opts, request, progress)
     groups = GroupTable(opts.group_by) if opts.group_by is not None else None
     reads: list[SourceRead] = []
     reusing = opts.resume

@@ -25,7 +25,7 @@ from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
-from packcli.engine.sources import SourceRead
+from packcli.engine.sources import SourceRead, SourcesToRead
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.plan.planner import plan_window, uncapped_rows
@@ -298,38 +298,23 @@ def _merged_bad(metas: list[dict[str, Any]]) -> BadRecordCounts:
 # ----------------------------------------------------------------------------- a mixture's sources
 
 
-def read_sources(
-    opts: PackOptions,
-    sources: list[tuple[str, PackOptions, list[str], str]],
-    sides: tuple[str, ...],
-    directory: Path,
-    run_id: str,
-    fingerprint: str | None,
-    progress: Progress | None,
-) -> list[SourceRead]:
-    """A mixture's sources (name, options, paths, backend) read by one task per part of
-    each, into side spills under `directory`; a resumed run keeps the complete parts. The
-    parts' group tables merged in order give the ids one reader of everything gives."""
+def read_sources(opts: PackOptions, request: SourcesToRead, progress: Progress | None) -> list[SourceRead]:
+    """A mixture's sources read by one task per part of each, into side spills under
+    `request.directory`; a resumed run keeps the complete parts. The parts' group tables
+    merged in order give the ids one reader of everything gives."""
     ray, started = tasks.connect(opts.ray_address, opts.workers)
     try:
-        return _read_sources(ray, opts, sources, sides, directory, run_id, fingerprint, progress)
+        return _read_sources(ray, opts, request, progress)
     finally:
         if started:
             ray.shutdown()
 
 
-def _read_sources(
-    ray: Any,
-    opts: PackOptions,
-    sources: list[tuple[str, PackOptions, list[str], str]],
-    sides: tuple[str, ...],
-    directory: Path,
-    run_id: str,
-    fingerprint: str | None,
-    progress: Progress | None,
-) -> list[SourceRead]:
+def _read_sources(ray: Any, opts: PackOptions, request: SourcesToRead, progress: Progress | None) -> list[SourceRead]:
     from packcli.engine.sources import complete_sides, side_dir
 
+    sources, sides, directory = request.sources, request.sides, request.directory
+    run_id, fingerprint = request.run_id, request.fingerprint
     directory.mkdir(parents=True, exist_ok=True)
     tasks.remove_attempts(directory)
     remote = ray.remote(tasks.spill_source_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
