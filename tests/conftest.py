@@ -1,11 +1,24 @@
 """Shared fixtures: tokenizers built in the test (no downloads), a CLI runner, and
 `packed(...)`, which runs `packcli pack` and checks the output with the same
-invariant checker `packcli verify` uses before a test looks at it."""
+invariant checker `packcli verify` uses before a test looks at it; and the turns that
+let a test marked `alone` run with no other test beside it.
+
+`make test` runs the suite on every core (pytest-xdist, `--dist loadfile`): each test file
+runs whole, in order, in one worker process, beside the files other workers run. So every
+test must bear another test running at the same time in another process: it writes only
+under its own `tmp_path` (or `tmp_path_factory`), listens on a free port (never a fixed
+one), and looks for nothing by a fixed name in the system's temporary directory or the
+checkout. A test that measures what a neighbour disturbs (the peak memory of a run, how
+long something takes) is marked `@pytest.mark.alone`: no other test runs while it does.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +31,47 @@ from helpers import word_level_tokenizer, write_chatml_tokenizer
 
 from packcli.cli.app import app
 from packcli.tokenize.tokenizer import BUNDLED_DIR, load_tokenizer
+
+# ----------------------------------------------------------------------------- running alone
+
+
+@contextlib.contextmanager
+def turn(config: pytest.Config, alone: bool) -> Iterator[None]:
+    """Waits until the test may run, and holds its turn while it does: any number of tests
+    at once, or one `alone` test with none beside it.
+
+    A readers-writer lock between the xdist workers of one run, on two files in the
+    temporary directory they share: every test holds `turns.lock` shared, an `alone` test
+    holds it exclusive. The `turns.gate` each test passes first is held by an `alone` test
+    while it waits, so that the other workers' next tests queue behind it instead of
+    keeping the shared lock held forever. In a run without workers nothing runs beside a
+    test, and there is nothing to wait for."""
+    if not hasattr(config, "workerinput"):
+        yield
+        return
+    shared = Path(config.option.basetemp).parent  # the workers' own are popen-gw0, popen-gw1, ... in it
+    with open(shared / "turns.gate", "a") as gate, open(shared / "turns.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # behind an `alone` test that waits for its turn
+        if alone:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test's setup, call and teardown in its turn (see `turn`)."""
+    with turn(item.config, alone=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
+# ----------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="session", autouse=True)
