@@ -10,6 +10,8 @@ under its own `tmp_path` (or `tmp_path_factory`), listens on a free port (never 
 one), and looks for nothing by a fixed name in the system's temporary directory or the
 checkout. A test that measures what a neighbour disturbs (the peak memory of a run, how
 long something takes) is marked `@pytest.mark.alone`: no other test runs while it does.
+A test that needs the kernels compiled is marked `@pytest.mark.compiled` (see
+`pytest_pyfunc_call`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import contextlib
 import fcntl
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +34,7 @@ os.environ["COLUMNS"] = "100"  # Rich output stable whatever the terminal
 from helpers import word_level_tokenizer, write_chatml_tokenizer
 
 from packcli.cli.app import app
+from packcli.core import jit
 from packcli.tokenize.tokenizer import BUNDLED_DIR, load_tokenizer
 
 # ----------------------------------------------------------------------------- running alone
@@ -69,6 +74,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Each test's setup, call and teardown in its turn (see `turn`)."""
     with turn(item.config, alone=item.get_closest_marker("alone") is not None):
         return (yield)
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs a test marked `compiled` in a child pytest without NUMBA_DISABLE_JIT when this
+    process has it (`make cov`), and passes if the child does.
+
+    Such a test checks numba's own objects, or what a kernel does at a scale (a million
+    lengths) that the kernels run as Python, under coverage, take many minutes over; the
+    kernels' lines are covered by the tests of their small cases all the same."""
+    if pyfuncitem.get_closest_marker("compiled") is None or not jit.DISABLE_JIT:
+        return None
+    env = {name: value for name, value in os.environ.items() if name != "NUMBA_DISABLE_JIT"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid]
+    child = subprocess.run(command, env=env, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-2000:]
+    assert "1 passed" in child.stdout, child.stdout[-3000:]
+    return True
 
 
 # ----------------------------------------------------------------------------- fixtures

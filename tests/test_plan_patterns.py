@@ -109,6 +109,7 @@ def test_patterns_are_the_packers_rows(capacity, raw, algorithm):
     assert [sorted(n for _, n in layout) for layout in layouts(patterns)] == expected
 
 
+@pytest.mark.compiled  # a million lengths, the point here, take the kernels run as Python many minutes
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_million_lengths_make_a_plan_of_kilobytes(algorithm):
     rng = np.random.default_rng(0)
