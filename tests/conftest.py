@@ -8,11 +8,11 @@ runs whole, in order, in one worker process, beside the files other workers run.
 test must bear another test running at the same time in another process: it writes only
 under its own `tmp_path` (or `tmp_path_factory`), listens on a free port (never a fixed
 one), and looks for nothing by a fixed name in the system's temporary directory or the
-checkout. Every worker collects the whole suite and must find the same tests: no time, random
-value or set order in a parameter or its id. A test that measures what a neighbour disturbs (the peak memory of a run, how
-long something takes) is marked `@pytest.mark.alone`: no other test runs while it does.
-A test that needs the kernels compiled is marked `@pytest.mark.compiled` (see
-`pytest_pyfunc_call`).
+checkout. Every worker collects the whole suite and must find the same tests: no time,
+random value or set order in a parameter or its id. A test that measures what a neighbour
+disturbs (the peak memory of a run, how long something takes) is marked
+`@pytest.mark.alone`: no other test runs while it does. A test that needs the kernels
+compiled is marked `@pytest.mark.compiled` (see `pytest_pyfunc_call`).
 """
 
 from __future__ import annotations
