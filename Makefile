@@ -56,9 +56,10 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 
 # The suite on every core (pytest-xdist): each test file runs whole, in order, in one worker,
-# so a file's module fixtures (a Ray cluster, an S3 server) start once. A test that must
-# have no other beside it is marked `alone` (tests/conftest.py). PARALLEL= runs it in one process.
-PARALLEL ?= -n auto --dist loadfile
+# so a file's module fixtures (a Ray cluster, an S3 server) start once. Files go out in their
+# order (xdist would put those of few tests last, and the docs' blocks with them). A test that
+# must have no other beside it is marked `alone` (tests/conftest.py). PARALLEL= runs it in one process.
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 test: lint browser
 	$(BIN)/python -m pytest -q $(PARALLEL)
