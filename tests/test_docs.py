@@ -152,8 +152,10 @@ def docs_world(tmp_path_factory) -> Path:
     shutil.copytree(BUNDLED_DIR, world / "tok")
     texts = random_texts(400, seed=5, max_words=40)
     words = [t.replace("w", "word ") for t in texts]  # plain English-ish text for the demo tokenizer
-    write_jsonl(world / "data" / "part-0.jsonl", [{"text": t} for t in words[:150]])
-    write_jsonl(world / "data" / "part-1.jsonl", [{"text": t} for t in words[150:300]])
+    # data/*.jsonl: two rows at --seq-len 4096, a batch of more than one row for the readers
+    # and the Trainer, whose steps cost the more the more rows a batch holds
+    write_jsonl(world / "data" / "part-0.jsonl", [{"text": t} for t in words[:50]])
+    write_jsonl(world / "data" / "part-1.jsonl", [{"text": t} for t in words[150:200]])
     compress(world / "data" / "part-1.jsonl", world / "data" / "part-2.jsonl.zst")
     (world / "data" / "part-1.jsonl").rename(world / "data" / "part-1b.jsonl")
     write_jsonl(world / "corpus" / "a.jsonl", [{"text": t} for t in words[:200]])
