@@ -221,7 +221,7 @@ def test_a_mixture_in_memory_gives_the_rows_pack_gives(cli, tmp_path):
     out = tmp_path / "out"
     args = ("--ids-field", "ids", "--no-eos", "--pad-id", "0", "--seq-len", "128", "--seed", "4")
     assert cli("pack", "--mix", mix, "-o", out, *args).exit_code == 0
-    rows, manifest = load_rows(out)
+    rows, _ = load_rows(out)
     packed = pack_sequences(
         sources, seq_len=128, pad_id=0, weights={"web": 0.6, "code": 0.4}, target_tokens=20000, seed=4
     )

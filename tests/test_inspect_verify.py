@@ -357,7 +357,7 @@ def padded(tmp_path, packed, word_tokenizer):
 def test_padded_output_is_checked(padded):
     out = padded("npy")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["format_version"] == 5 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
+    assert manifest["format_version"] == 6 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
     report = json.loads((out / "report.json").read_text())
     assert manifest["totals"]["real_tokens"] == report["real_tokens"] == report["tokens_read"]
 

@@ -13,6 +13,7 @@ from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts
 from packcli.engine.job import Job, Outcome, resolved_options
+from packcli.engine.pairs import value_columns
 from packcli.plan.grouping import GroupEntry, group_entries
 from packcli.plan.kernels.pack import bfd_rows_from_counts
 from packcli.tokenize.setup import TokenSetup
@@ -23,6 +24,7 @@ from packcli.write.manifest import (
     Buffer,
     Manifest,
     NoPacking,
+    PairsSummary,
     Report,
     RowSummary,
     ShardEntry,
@@ -32,6 +34,7 @@ from packcli.write.manifest import (
     UnlearnedCause,
 )
 from packcli.write.report import no_packing_baseline
+from packcli.write.values import WEIGHT_COLUMN
 
 
 def build_manifest(
@@ -191,6 +194,7 @@ def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
+    _add_pairs_and_weights(opts, counts, report)
     if outcome.sources is not None:
         report["mixture"] = outcome.mixture or {}
         report["sources"] = outcome.sources
@@ -219,6 +223,25 @@ def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
         }
 
 
+def _add_pairs_and_weights(opts: PackOptions, counts: IngestCounts, report: Report) -> None:
+    """Preference pairs (kept, skipped as identical, dropped as too long) and the records
+    --weight-field dropped with weight 0, when the run has them."""
+    if opts.weight_field is not None:
+        report["documents"]["zero_weight"] = counts.zero_weight
+    if opts.pairs:
+        report["pairs"] = pairs_section(counts)
+
+
+def pairs_section(counts: IngestCounts) -> PairsSummary:
+    """The report's `pairs`: kept, and what was left out (see format.md)."""
+    return {
+        "pairs": counts.pairs,
+        "identical_skipped": counts.pairs_identical,
+        "identical_examples": list(counts.pairs_identical_examples),
+        "overlong_dropped": counts.pairs_overlong_dropped,
+    }
+
+
 def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     """pack's manifest of one run, written last."""
     opts, setup = job.opts, job.setup
@@ -235,4 +258,8 @@ def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     if outcome.sources is not None:
         manifest["columns"]["segment_source"] = "int32"
         manifest["sources"] = outcome.sources
+    for name in value_columns(opts):
+        manifest["columns"][name] = "float32" if name == WEIGHT_COLUMN else "int32"  # type: ignore[literal-required]
+    if opts.pairs:
+        manifest["pairs"] = report["pairs"]["pairs"]
     return manifest
