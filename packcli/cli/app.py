@@ -347,6 +347,8 @@ def _progress(unit: str = "docs"):
 def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
     from packcli.cli import render
 
+    for line in render.warnings(report):
+        sys.stderr.write(line + "\n")
     if json_output:
         sys.stdout.write(render.to_json(report))
     else:

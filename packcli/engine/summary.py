@@ -33,7 +33,7 @@ from packcli.write.manifest import (
     Unlearned,
     UnlearnedCause,
 )
-from packcli.write.report import no_packing_baseline
+from packcli.write.report import RowStats, no_packing_baseline
 from packcli.write.values import WEIGHT_COLUMN
 
 
@@ -194,7 +194,7 @@ def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
-    _add_pairs_and_weights(opts, counts, report)
+    _add_pairs_and_weights(opts, counts, outcome.stats, report)
     if outcome.sources is not None:
         report["mixture"] = outcome.mixture or {}
         report["sources"] = outcome.sources
@@ -223,11 +223,14 @@ def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
         }
 
 
-def _add_pairs_and_weights(opts: PackOptions, counts: IngestCounts, report: Report) -> None:
-    """Preference pairs (kept, skipped as identical, dropped as too long) and the records
-    --weight-field dropped with weight 0, when the run has them."""
+def _add_pairs_and_weights(opts: PackOptions, counts: IngestCounts, stats: RowStats, report: Report) -> None:
+    """Preference pairs (kept, skipped as identical, dropped as too long), and the records
+    --weight-field dropped with weight 0 and the weights in the rows, when the run has them."""
     if opts.weight_field is not None:
         report["documents"]["zero_weight"] = counts.zero_weight
+        weights = stats.weights.summary()
+        if weights is not None:
+            report["weights"] = weights
     if opts.pairs:
         report["pairs"] = pairs_section(counts)
 

@@ -237,6 +237,15 @@ class Documents(TypedDict):
     zero_weight: NotRequired[int]  # --weight-field: records of weight 0, dropped
 
 
+class WeightSummary(TypedDict):
+    """segment_weight over the segments of the rows (--weight-field)."""
+
+    segments: int
+    min: float
+    mean: float
+    max: float
+
+
 class PairsSummary(TypedDict):
     """Preference pairs: kept, skipped for equal sides, dropped for not fitting a row."""
 
@@ -324,6 +333,7 @@ class Report(RowSummary, total=False):
     sources: list[SourceEntry]  # --mix or --holdout: as the manifest's
     splits: dict[str, Any]  # --holdout: what `pack` returns, the report of each output by its split
     pairs: PairsSummary  # preference pairs
+    weights: WeightSummary  # --weight-field: the segments' weights in the rows
 
 
 class SequenceCap(TypedDict):
