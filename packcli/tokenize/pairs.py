@@ -120,7 +120,7 @@ class PairSequences:
         if len(kinds) > 1:
             names = [n for n in (self.prompt_field, self.chosen_field, self.rejected_field) if n is not None]
             said = ", ".join(
-                f"{n!r} {'a string' if isinstance(v, str) else 'a list of messages'}" for n, v in zip(names, values)
+                f"{n!r} is {'a string' if isinstance(v, str) else 'a list of messages'}" for n, v in zip(names, values)
             )
             raise PairProblem("mixed pair", f"{said}: give a pair's fields all as strings or all as message lists")
         if kinds == {True}:
