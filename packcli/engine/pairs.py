@@ -104,9 +104,11 @@ class PairSegmenter(Segmenter):
             c.pairs_identical += 1
             if len(c.pairs_identical_examples) < UNLEARNED_EXAMPLES:
                 c.pairs_identical_examples.append(location(record))
+        pair_index = np.arange(len(seqs.lengths) // 2, dtype=np.int64)  # the pairs of the batch, as built
         if seqs.weights is not None:
             zero = seqs.weights == 0
             c.zero_weight += int(zero.sum()) // 2
+            pair_index = pair_index[~zero[0::2]]
             seqs = _select(seqs, ~zero)
         records = seqs.records
         assert records is not None and seqs.labels is not None
@@ -129,10 +131,10 @@ class PairSegmenter(Segmenter):
         unit_lengths = (chosen + rejected)[keep]
         c.pairs += int(keep.sum())
         c.unpacked_rows += int(keep.sum())  # no packing: a pair alone in a row
-        self.batch_owners = np.flatnonzero(keep).astype(np.int64)
+        self.batch_owners = pair_index[keep]
         if self.owners is not None:
             self.owners = np.concatenate([self.owners, self._pairs_before + self.batch_owners])
-        self._pairs_before += len(keep)
+        self._pairs_before += int(pair_index[-1]) + 1 if len(pair_index) else 0
         if self.groups is not None:
             if group_values is None:
                 raise PackcliError(f"--group-by {self.groups.field}: no value for the batch's records")

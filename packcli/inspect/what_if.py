@@ -280,6 +280,8 @@ def what_if(
         longest_tokens=pad_to_longest_tokens(sequences, batch_size),
     )
     pairs = segmented is not None and segmented.first is not None
+    if pairs and segmented is not None:  # a pair is too long by its sides' room (--pad-to-multiple-of)
+        n_long = segmented.counts.overlong
     placed = segmented.placed(multiple) if segmented is not None else padded_lengths(sequences, multiple)
     cap = max_per_row // 2 if pairs and max_per_row is not None else max_per_row  # a pair is two sequences
     methods = [
@@ -288,7 +290,7 @@ def what_if(
         *_packer_entries(scale, placed, seq_len, buffer_size, piece_groups, cap),
     ]
     if pairs:  # concat never cuts a pair: next fit over the pairs in input order, each row padded
-        concat_rows = place(placed, PlanSettings(seq_len, algorithm="nf", max_per_row=cap), piece_groups)[2]
+        concat_rows = place(sequences, PlanSettings(seq_len, algorithm="nf"), piece_groups)[2]
         concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
     else:
         # concat joins whole documents (no overlong policy) and pads the last row.
