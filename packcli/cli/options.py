@@ -419,6 +419,7 @@ INPUT_OPTIONS = (
     "chosen_field",
     "rejected_field",
     "weight_field",
+    "default_weight",
     "ids_field",
     "labels_field",
     "on_bad_record",
@@ -444,5 +445,5 @@ def pack_options(inputs: list[str], arguments: dict, **own):
     from packcli.core.options import PackOptions
 
     taken = {name: arguments[name] for name in INPUT_OPTIONS}
-    default_weight = fraction("--default-weight", arguments["default_weight"])
-    return PackOptions(inputs=list(inputs), **taken, default_weight=default_weight, **own)
+    taken["default_weight"] = fraction("--default-weight", taken["default_weight"])
+    return PackOptions(inputs=list(inputs), **taken, **own)
