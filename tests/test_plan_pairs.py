@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packcli.core.errors import PackcliError
-from packcli.plan.kernels.pack import plan_lengths
 from packcli.plan.pairs import placed_lengths, plan_pairs, uncapped_pair_rows
+from packcli.plan.planner import plan_rows
 from packcli.plan.settings import PlanSettings
 
 
@@ -60,7 +60,7 @@ def test_every_pair_lands_whole_in_one_row(sizes, algorithm, multiple, shuffle):
     plan = plan_pairs(first, lengths, PlanSettings(seq_len, algorithm=algorithm, multiple=multiple, shuffle=shuffle))
     check_whole(plan, first, lengths, seq_len, multiple)
     room = placed_lengths(first, lengths, multiple)
-    assert plan.n_rows == plan_lengths(room, seq_len, algorithm).n_rows  # the packer's rows, on the pairs' room
+    assert plan.n_rows == plan_rows(room, PlanSettings(seq_len, algorithm=algorithm)).n_rows  # as segments of that room
     assert plan.placed_histogram().sum() == len(first)
 
 
