@@ -29,7 +29,7 @@ from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
 from packcli.write import outdir
 from packcli.write import remote as remote_output
-from packcli.write.columns import npy_shard_files, shard_name
+from packcli.write.columns import ids_dtype, npy_shard_files, shard_name
 from packcli.write.manifest import FORMAT_VERSION, BadRecordCounts, SourceEntry
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
@@ -153,7 +153,7 @@ def make_segmenter(
     """The segmenter both engines run: an explicit --pad-id other than EOS/BOS is refused in data."""
     refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id) else None
     if opts.per_segment_values:
-        return value_segmenter(opts, counts, refuse_pad, groups)
+        return value_segmenter(opts, counts, refuse_pad, groups, ids_dtype(setup.vocab_size))
     return Segmenter(
         opts.seq_len,
         opts.mode,

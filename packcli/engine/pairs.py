@@ -17,6 +17,7 @@ its sorted copy; the rows' per-segment columns come from the pieces' places in t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from packcli.core.options import PackOptions
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts, Locate, Segmenter, Segments, learns_after_first
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable
+from packcli.plan.pairs import start_warming
 from packcli.plan.rows import learned_bits, padded_lengths
+from packcli.plan.settings import plan_settings
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.write.gather import PieceTags
 from packcli.write.spill import Spill
@@ -36,19 +39,28 @@ from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN, Segm
 
 
 def value_segmenter(
-    opts: PackOptions, counts: IngestCounts, refuse_pad: int | None, groups: GroupTable | None = None
+    opts: PackOptions,
+    counts: IngestCounts,
+    refuse_pad: int | None,
+    groups: GroupTable | None = None,
+    token_dtype: np.dtype | None = None,
 ) -> Segmenter:
-    """The segmenter of a run whose segments carry values (opts.per_segment_values)."""
+    """The segmenter of a run whose segments carry values (opts.per_segment_values);
+    `token_dtype`: the spill's, whose rows a run of pairs loads the kernels of ahead."""
     values = SegmentValues(opts.pairs, opts.weight_field is not None)
     settings: dict[str, Any] = {
         "groups": groups,
         "keep_unlearned": opts.keep_unlearned,
         "truncation_side": opts.resolved_truncation_side,
     }
+    segmenter: Segmenter
     if opts.pairs:
-        segmenter: Segmenter = PairSegmenter(
+        pairs = PairSegmenter(
             opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, counts, multiple=opts.pad_multiple, **settings
         )
+        if token_dtype is not None:
+            pairs.warm = functools.partial(start_warming, plan_settings(opts), token_dtype)
+        segmenter = pairs
     else:
         segmenter = WeightedSegmenter(opts.seq_len, opts.mode, opts.resolved_overlong, refuse_pad, counts, **settings)
     segmenter.values = values
@@ -96,9 +108,13 @@ class PairSegmenter(Segmenter):
         super().__init__(*args, **kwargs)
         self.multiple = multiple
         self._pairs_before = 0  # pairs of earlier batches (pack_sequences' owners number pairs)
+        self.warm: Callable[[], None] | None = None  # the plan's kernels loaded ahead, on the first batch
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> Segments:
         assert seqs.records is not None and seqs.labels is not None  # a PairSequences builder's
+        if self.warm is not None:  # the input is being read: the workers are forked
+            self.warm()
+            self.warm = None
         c = self.counts
         for record in seqs.identical:
             c.pairs_identical += 1
