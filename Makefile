@@ -96,6 +96,7 @@ bench: $(BENCH_STAMP) $(QWEN)/tokenizer.json
 	$(BIN)/python scripts/bench_show.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_plan.py $(BENCH_FLAGS)
 	$(BIN)/python scripts/bench_sequences.py $(BENCH_FLAGS)
+	$(BIN)/python scripts/bench_pairs.py --tokenizer $(QWEN) $(BENCH_FLAGS)
 
 # Every extra alone, every pair and `all`, each resolved by pip in a fresh venv (nothing
 # installed): fails on a resolve over 60 s or one that would move numpy, transformers,
