@@ -323,3 +323,23 @@ def test_kill_9_then_resume_of_pairs_is_byte_identical(tmp_path, word_tokenizer,
     assert json.loads(resumed.stdout)["spill"]["reused"] is True
     verify_dir(out)
     assert shard_bytes(out) == shard_bytes(whole)
+
+
+def test_in_concat_mode_every_piece_of_a_document_carries_its_weight(tmp_path, packed, word_tokenizer):
+    texts = random_texts(40, seed=8, max_words=60)
+    records = [{"text": t, "w": 0.25 * (1 + i % 7)} for i, t in enumerate(texts)]
+    path = write_jsonl(tmp_path / "w.jsonl", records)
+    out = packed(
+        path, "--tokenizer", word_tokenizer, "--seq-len", 32, "--mode", "concat", "--no-shuffle", "--weight-field", "w"
+    )
+    rows, _ = load_rows(out)
+    stream = [t for text in texts for t in word_ids(text) + [EOS]]
+    weight_of = np.repeat([r["w"] for r in records], [len(word_ids(t)) + 1 for t in texts])
+    at = 0
+    for r in range(len(rows)):
+        cu = rows.cu_seqlens[rows.cu_offsets[r] : rows.cu_offsets[r + 1]]
+        weights = rows.segment_columns["segment_weight"][rows.seg_offsets[r] : rows.seg_offsets[r + 1]]
+        for k in range(int(rows.num_segments[r])):
+            assert rows.input_ids[r, cu[k] : cu[k + 1]].tolist() == stream[at : at + cu[k + 1] - cu[k]]
+            assert weights[k] == weight_of[at]  # the document the piece starts in
+            at += int(cu[k + 1] - cu[k])

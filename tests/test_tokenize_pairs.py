@@ -146,3 +146,18 @@ def test_usage_errors(fields, message):
     with pytest.raises(PackcliError, match=message) as raised:
         opts.validate()
     assert raised.value.usage
+
+
+def test_reasoning_of_a_pair_in_messages_is_left_out(template):
+    from packcli.tokenize.tokenizer import load_tokenizer
+
+    pairs = builder("packcli:demo", chosen_field="c", rejected_field="r", chat_template=template, mask_reasoning=True)
+    good = {"role": "assistant", "content": "<think>\nsum them\n</think>\n\nFive."}
+    bad = {"role": "assistant", "content": "<think>\nguess\n</think>\n\nSix."}
+    result = pairs.build(batch({"c": [[*CHAT, good]], "r": [[*CHAT, bad]]}))
+    demo = load_tokenizer("packcli:demo", via_transformers=True)
+    learned = [
+        demo.decode([t for t, label in zip(ids, labels) if label != IGNORE_INDEX])
+        for ids, labels in sequences_of(result)
+    ]
+    assert learned == ["\n\nFive.<|im_end|>\n<|endoftext|>", "\n\nSix.<|im_end|>\n<|endoftext|>"]
