@@ -190,3 +190,13 @@ def test_twins_call_the_twins_of_the_kernels_they_call():
     assert jit.twin(_lowest_bit) is _lowest_bit_python
     callees = [value for value in twin.__globals__.values() if id(value) in jit._kernels]
     assert callees == []  # no compiled kernel left in the twin's namespace
+
+
+def test_use_compiled_hands_out_compiled_kernels_for_any_work(monkeypatch):
+    from packcli.plan import rows
+
+    monkeypatch.setattr(jit, "SMALL_WORK", 1 << 62)
+    monkeypatch.setattr(jit, "_compiled", False)
+    assert jit.kernel(rows._cut_pieces, 1) is jit.twin(rows._cut_pieces)
+    jit.use_compiled()
+    assert jit.kernel(rows._cut_pieces, 1) is jit.compiled(rows._cut_pieces)

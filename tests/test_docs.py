@@ -175,6 +175,26 @@ def docs_world(tmp_path_factory) -> Path:
         for r in qa
     ]
     write_jsonl(world / "chats.jsonl", chats)
+    prefs = [
+        {
+            "prompt": r["question"],
+            "chosen": r["answer"],
+            "rejected": f"{i} plus {i} is {2 * i + 1}.",
+            "weight": 1 + i % 2,
+        }
+        for i, r in enumerate(qa)
+    ]
+    write_jsonl(world / "prefs.jsonl", prefs)  # preference pairs (docs/sft.md, docs/training.md)
+    write_jsonl(
+        world / "prefs-chat.jsonl",
+        [
+            {
+                "chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
+                "rejected": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["rejected"]}],
+            }
+            for r in prefs
+        ],
+    )
     shutil.copytree(
         ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out", "packed")
     )

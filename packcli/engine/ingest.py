@@ -30,6 +30,7 @@ from packcli.read.records import BadRecords
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.tokenize.setup import TokenSetup, choose_backend
 from packcli.tokenize.workers import WorkerPool, available_cores, can_fork
+from packcli.write.values import SegmentValues
 
 if TYPE_CHECKING:
     from packcli.read.records import BadRecords, RecordBatch
@@ -71,6 +72,11 @@ class IngestCounts:
     unlearned_truncated_tokens: int = 0
     # where the first few sequences with nothing to learn came from ("file:line"), for the summary
     unlearned_examples: list[str] = field(default_factory=list)
+    zero_weight: int = 0  # records of --weight-field 0: dropped before they are counted as sequences
+    pairs: int = 0  # preference pairs kept (two segments each)
+    pairs_identical: int = 0  # pairs whose chosen and rejected were equal: skipped
+    pairs_identical_examples: list[str] = field(default_factory=list)  # where the first few came from
+    pairs_overlong_dropped: int = 0  # pairs longer than a row even with their prompts cut away: dropped
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +111,7 @@ class Segmenter:
         self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
         self.group_ids = GroupIds()
         self.batch_owners = np.zeros(0, dtype=np.int64)
+        self.values: SegmentValues | None = None  # pairs, weights: each segment's values (engine/pairs.py)
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         """The segments of one batch, in input order. `group_values`: with --group-by, the
@@ -333,7 +340,7 @@ class TokenStream:
         """sections: read only this part of a path (read_batches); extra_fields: more
         fields to read, with their kinds (a mixture's --holdout-key); shared_encoder: an
         encoder another source of the run chose (setup.choose_backend)."""
-        self.opts, self.setup, self.timer = opts, setup, timer
+        self.opts, self.setup, self.timer, self.bad = opts, setup, timer, bad
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
         try:
@@ -396,7 +403,12 @@ class TokenStream:
 
         tokenized = in_workers(pool) if pool is not None else prefetch(here())
         self.cleanup.callback(tokenized.close)
-        yield from tokenized
+        for batch, sequences in tokenized:
+            for record, reason, problem in sequences.problems:  # records the builder refused
+                if self.opts.on_bad_record == "fail":
+                    raise PackcliError(f"{batch.location(record)}: {problem}")
+                self.bad.add(batch.location(record), reason, problem)
+            yield batch, sequences
 
     def close(self) -> None:
         self.cleanup.close()
@@ -448,3 +460,4 @@ class SegmentSource:
     bad: BadRecords | None = None  # the readers' tally (None: no records were read)
     group_table: GroupTable | None = None  # --group-by: the values the ids number
     group_ids: GroupIds | None = None  # --group-by: each segment's id, in input order, as batches are taken
+    values: SegmentValues | None = None  # pairs, --weight-field: each segment's values, as batches are taken

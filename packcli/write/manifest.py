@@ -26,7 +26,10 @@ from packcli.plan.grouping import GroupEntry
 # 5 added per-segment columns (`segment_source` of --mix outputs: Parquet list columns, npy
 # files with one shared segment_offsets.npy) and the manifest's `sources`; an output
 # without them has the files and columns of 4.
-FORMAT_VERSION = 5
+# 6 added preference pairs (per-segment columns `segment_pair` and `segment_chosen`, the
+# manifest's `pairs`) and loss weights (`segment_weight`, float32); an output without
+# them has the files, columns and keys of 5.
+FORMAT_VERSION = 6
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 
@@ -54,6 +57,9 @@ class Columns(TypedDict, total=False):
     cu_seqlens_unpadded: str  # with --pad-to-multiple-of
     group: str  # with --group-by
     segment_source: str  # format 5, with --mix: one entry per real segment
+    segment_pair: str  # format 6, preference pairs: the pair's index in the output
+    segment_chosen: str  # format 6, preference pairs: 1 chosen, 0 rejected
+    segment_weight: str  # format 6, --weight-field: float32
 
 
 class Totals(TypedDict):
@@ -125,6 +131,7 @@ class Manifest(TypedDict):
     group_by: NotRequired[str | None]  # format 3
     groups: NotRequired[list[GroupEntry]]  # format 3, with --group-by
     sources: NotRequired[list[SourceEntry]]  # format 5, with --mix: one entry per source, in index order
+    pairs: NotRequired[int]  # format 6, preference pairs: how many (segment_pair runs 0 to pairs - 1)
 
 
 SPLITS = ("train", "validation")  # the outputs `pack --holdout` writes inside DIR
@@ -227,6 +234,25 @@ class Documents(TypedDict):
     skipped_by_reason: dict[str, int]
     skipped_examples: list[str]
     special_token_records: int
+    zero_weight: NotRequired[int]  # --weight-field: records of weight 0, dropped
+
+
+class WeightSummary(TypedDict):
+    """segment_weight over the segments of the rows (--weight-field)."""
+
+    segments: int
+    min: float
+    mean: float
+    max: float
+
+
+class PairsSummary(TypedDict):
+    """Preference pairs: kept, skipped for equal sides, dropped for not fitting a row."""
+
+    pairs: int
+    identical_skipped: int
+    identical_examples: list[str]  # where the first few pairs with equal sides came from
+    overlong_dropped: int  # longer than a row with their prompts cut to one token (--overlong truncate)
 
 
 class Overlong(TypedDict):
@@ -306,6 +332,8 @@ class Report(RowSummary, total=False):
     mixture: dict[str, Any]  # --mix or --holdout: the seed, target_tokens, max_epochs, holdout and split
     sources: list[SourceEntry]  # --mix or --holdout: as the manifest's
     splits: dict[str, Any]  # --holdout: what `pack` returns, the report of each output by its split
+    pairs: PairsSummary  # preference pairs
+    weights: WeightSummary  # --weight-field: the segments' weights in the rows
 
 
 class SequenceCap(TypedDict):
