@@ -124,11 +124,9 @@ def _errors(debug: bool, output: str | None = None):
 
 
 def _has_manifest(output: str | None) -> bool:
-    from pathlib import Path
+    from packcli.core.storage import is_complete, is_remote
 
-    from packcli.core.storage import is_remote
-
-    return output is not None and not is_remote(output) and (Path(output) / "manifest.json").is_file()
+    return output is not None and not is_remote(output) and is_complete(output)
 
 
 def _stdout():
@@ -462,11 +460,13 @@ def _with_splits(paths: list[str]) -> list[str]:
     """The paths, a --holdout's DIR standing for its outputs (train, validation) side by side."""
     from pathlib import Path
 
+    from packcli.core.storage import is_complete
+
     out: list[str] = []
     for path in paths:
         local = Path(path)
-        if local.is_dir() and not (local / "manifest.json").is_file():
-            splits = [local / name for name in ("train", "validation") if (local / name / "manifest.json").is_file()]
+        if local.is_dir() and not is_complete(local):
+            splits = [local / name for name in ("train", "validation") if is_complete(local / name)]
             if splits:
                 out.extend(str(split) for split in splits)
                 continue
@@ -501,11 +501,9 @@ def _is_raw_input(paths: list[str], given: list[str], command: str = "stats") ->
 def _is_packed(path: str) -> bool:
     """A packed output: a directory with a manifest (stats.is_packed_output, without
     loading stats and its kernels), or a URL that holds one."""
-    from pathlib import Path
+    from packcli.core.storage import is_complete
 
-    from packcli.core.storage import is_remote_output
-
-    return (Path(path).is_dir() and (Path(path) / "manifest.json").is_file()) or is_remote_output(path)
+    return is_complete(path)
 
 
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool, html: str | None = None) -> None:

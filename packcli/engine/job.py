@@ -104,7 +104,7 @@ def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
         job = Job(opts, setup, out_dir, lock, identity, rows_per_shard)
         if opts.resume and outdir.has_entries(out_dir):
             outdir.check_resumable(out_dir, identity)
-            job.finished = outdir.is_complete(out_dir)
+            job.finished = storage.is_complete(out_dir)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 job.done_shards = outdir.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
@@ -125,7 +125,7 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
         job = Job(opts, setup, staging, lock, identity, rows_per_shard, remote=remote)
         if opts.resume and remote.names():
             remote_output.check_resumable(remote, identity)
-            job.finished = outdir.is_complete(remote)
+            job.finished = storage.is_complete(remote)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
                 segment_columns = ("segment_source",) if opts.mixed else value_columns(opts)

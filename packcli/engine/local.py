@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from packcli.core import storage
 from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
@@ -117,7 +118,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
     finally:
         stream.close()
         job.lock.release()
-        if job.remote is not None and (job.finished or outdir.is_complete(job.out_dir)):
+        if job.remote is not None and (job.finished or storage.is_complete(job.out_dir)):
             outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
 
 
@@ -136,7 +137,7 @@ def _input_source(
 
 def output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
-    return job.finished or (job.published_manifest if job.remote is not None else outdir.is_complete(job.out_dir))
+    return job.finished or (job.published_manifest if job.remote is not None else storage.is_complete(job.out_dir))
 
 
 class Gathering(NamedTuple):

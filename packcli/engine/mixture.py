@@ -159,7 +159,7 @@ def run_mixture(opts: PackOptions, started: float, progress: Progress | None) ->
             getattr(encoder, "close", lambda: None)()
         for job in jobs.values():
             job.lock.release()
-            if job.remote is not None and (job.finished or (job.out_dir / "manifest.json").is_file()):
+            if job.remote is not None and (job.finished or storage.is_complete(job.out_dir)):
                 outdir.remove_path(job.out_dir)
         if top is not None:
             top.release()

@@ -25,6 +25,7 @@ import numpy as np
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
+from packcli.core.storage import MANIFEST_FILE, is_complete
 from packcli.tokenize.tokenizer import bytes_to_unicode
 from packcli.write.columns import SEGMENT_OFFSETS_FILE, SOURCE_COLUMN, is_segment_column
 from packcli.write.manifest import Manifest
@@ -254,12 +255,12 @@ class OutputSource:
         self.path = path
         self.remote = storage.RemoteDir(path) if storage.is_remote(path) else None
         if self.remote is not None:
-            if not self.remote.exists("manifest.json"):
+            if not is_complete(self.remote):
                 raise PackcliError(f"{self.remote}: no manifest.json, so this is not a complete packcli output")
             from packcli.write.manifest import _check_format_version
 
-            manifest = self.remote.read_json("manifest.json")
-            _check_format_version(Path("manifest.json"), manifest.get("format_version"))
+            manifest = self.remote.read_json(MANIFEST_FILE)
+            _check_format_version(Path(MANIFEST_FILE), manifest.get("format_version"))
             self.manifest: Manifest = manifest
         else:
             from packcli.write.manifest import load_manifest

@@ -16,6 +16,7 @@ from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
+from packcli.core.storage import is_complete
 from packcli.plan.grouping import group_counts
 from packcli.write.manifest import (
     Manifest,
@@ -34,7 +35,7 @@ CHART_BINS = 16
 
 def is_packed_output(path) -> bool:
     """A directory with a manifest: what stats reads as a packed output, not as raw input."""
-    return Path(path).is_dir() and (Path(path) / "manifest.json").is_file()
+    return Path(path).is_dir() and is_complete(Path(path))
 
 
 def stats_dir(path: str) -> OutputStats:

@@ -15,6 +15,7 @@ from typing import Any, NotRequired, Required, TypedDict, cast
 
 from packcli.core.choices import FORMATS
 from packcli.core.errors import PackcliError
+from packcli.core.storage import MANIFEST_FILE, is_complete
 from packcli.plan.grouping import GroupEntry
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
@@ -141,7 +142,7 @@ def split_outputs(out_dir: Path | str) -> list[Path]:
     """The outputs of `pack --holdout` in `out_dir` (DIR/train, DIR/validation, those that
     exist), or [] for a directory that is not a --holdout's."""
     out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").is_file():
+    if is_complete(out_dir):
         return []
     return [out_dir / name for name in SPLITS if (out_dir / name).is_dir()]
 
@@ -153,7 +154,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     the columns of format 1 are all still there (later formats only added keys and optional
     columns), and readers compute max_seqlen where it is missing."""
     out_dir = Path(out_dir)
-    path = out_dir / "manifest.json"
+    path = out_dir / MANIFEST_FILE
     if not out_dir.is_dir():
         raise PackcliError(f"{out_dir}: no such directory")
     if not path.is_file():
