@@ -163,11 +163,11 @@ PACKAGE_IMPORTS = [imp for path in sorted(PACKAGE.rglob("*.py")) for imp in scan
 
 def test_the_scan_sees_function_level_and_optional_imports():
     found = {(imp.file, imp.name, imp.scope, imp.extra, imp.used_when_present) for imp in PACKAGE_IMPORTS}
-    assert ("packcli/load/torch.py", "torch", "<module>", "torch", False) in found
+    assert ("packcli/load/torch_batch.py", "torch", "<module>", "torch", False) in found
     assert ("packcli/load/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
     assert ("packcli/cli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
     assert ("packcli/cli/app.py", "rich", "_progress", None, False) in found
-    assert ("packcli/load/torch.py", "flash_attn", "_flash_varlen", None, True) in found
+    assert ("packcli/load/torch_attention.py", "flash_attn", "_flash_varlen", None, True) in found
 
 
 def test_every_import_under_packcli_is_declared():
@@ -250,9 +250,14 @@ def parquet_out(tmp_path_factory) -> Path:
     return tmp / "out"
 
 
-def _import_torch_data(parquet_out, monkeypatch):
-    monkeypatch.delitem(sys.modules, "packcli.load.torch", raising=False)
-    importlib.import_module("packcli.load.torch")
+def _importing(module: str):
+    """A trigger that imports `module` afresh (one imported already would not run again)."""
+
+    def trigger(parquet_out, monkeypatch):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        importlib.import_module(module)
+
+    return trigger
 
 
 def _hf_load_parquet(parquet_out, monkeypatch):
@@ -317,7 +322,11 @@ def site_module(file: str) -> str:
 
 # Each `needs_extra` block under packcli/, by (module, function), and a call that reaches it.
 TRIGGERS = {
-    ("load/torch", "<module>"): _import_torch_data,
+    ("load/torch_attention", "<module>"): _importing("packcli.load.torch_attention"),
+    ("load/torch_batch", "<module>"): _importing("packcli.load.torch_batch"),
+    ("load/torch_collate", "<module>"): _importing("packcli.load.torch_collate"),
+    ("load/torch_dataset", "<module>"): _importing("packcli.load.torch_dataset"),
+    ("load/torch_pairs", "<module>"): _importing("packcli.load.torch_pairs"),
     ("load/hf", "load"): _hf_load_parquet,
     ("load/hf", "rows_to_dataset"): _hf_rows_to_dataset,
     ("cli/render", "matplotlib_figure"): _plot,
@@ -325,7 +334,7 @@ TRIGGERS = {
     ("export/mds", "_snappy"): _export_mds_snappy,
     ("core/storage", "filesystem"): _remote_url,
     ("engine/ray_tasks", "connect"): _ray_engine,
-    ("load/torch", "packed_seq_params"): _packed_seq_params,
+    ("load/torch_batch", "packed_seq_params"): _packed_seq_params,
     ("tokenize/bpe_encoders", "gigatoken_bpe_class"): _gigatoken,
 }
 SITES = sorted({(site_module(imp.file), imp.scope) for imp in PACKAGE_IMPORTS if imp.extra})
