@@ -365,7 +365,7 @@ def test_local_through_the_sorted_spill_is_byte_identical_to_ray(
 def test_the_sorted_parts_read_as_the_sorted_whole(tmp_path_factory, parts, masked, seed):
     """Pieces placed in the parts' own sorted copies (joined end to end) by the ranks of
     the whole input's sorted file: the same tokens and learned bits as from the whole one."""
-    from packcli.engine.ray_tasks import PartedSortedCopy, part_histogram
+    from packcli.engine.ray_write import PartedSortedCopy, part_histogram
     from packcli.plan.buckets import Buckets
     from packcli.write.by_length import sort_spill
     from packcli.write.spill import SpillWriter
@@ -476,7 +476,8 @@ def test_a_killed_sort_task_is_retried_and_a_resumed_driver_keeps_the_sorted_par
     """A sort task killed mid-way is retried; a driver stopped before the manifest, with
     one part's sorted copy left half-written, keeps the parts and the whole copies on
     --resume and sorts that one part again: the same output."""
-    from packcli.engine.ray_tasks import SORTED_COMPLETE_FILE, part_path
+    from packcli.engine.ray_tasks import part_path
+    from packcli.engine.ray_write import SORTED_COMPLETE_FILE
     from packcli.write.by_length import SORTED_TOKENS_FILE
 
     common = {"mode": "bin", "format": "npy", "rows_per_shard": 20, **SFT, "shuffle": True}

@@ -5,7 +5,7 @@ engine's plan step (job.PlanStep): where that plans from the length histogram
 (`histogram_suffices`: bin mode of short sequences), so does the driver, from the parts' histograms added up: it holds the patterns and a count
 per part and length, nothing per sequence. Otherwise it reads the parts' lengths and
 holds what the local engine's plan holds (docs/scale-out.md). The tasks are in
-ray_tasks.py.
+ray_tasks.py (reading) and ray_write.py (sorting and writing).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from packcli.core.errors import PackcliError
 from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
+from packcli.engine import ray_write
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
 from packcli.engine.pairs import spill_values
@@ -143,9 +144,9 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
     timer.seconds["write"] += wall["write"]
-    outcome.stats = tasks.merge_stats(opts.seq_len, results)
+    outcome.stats = ray_write.merge_stats(opts.seq_len, results)
     outcome.shards = [ShardInfo(**r["info"]) for r in results]
-    outcome.group_counts = tasks.merge_group_counts(results)
+    outcome.group_counts = ray_write.merge_group_counts(results)
     attempts = tasks.count_attempts(spill_dir)
     ran = len(parts) - reused + len(sorting) + len(results)
     outcome.engine = {
@@ -172,12 +173,12 @@ def _part_histograms(spill_dir: Path, parts: int) -> np.ndarray:
 
 def _sort_parts(ray: Any, job: Job, metas: list[dict[str, Any]]) -> list[Any]:
     """One task per part whose sorted copy is not complete (a resumed run keeps the rest)."""
-    remote = ray.remote(tasks.sort_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    remote = ray.remote(ray_write.sort_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
     spill_dir = job.spill_dir
     return [
         remote.remote(str(tasks.part_path(spill_dir, i)), str(spill_dir), i, job.opts.seq_len)
         for i, meta in enumerate(metas)
-        if not tasks.sorted_complete(tasks.part_path(spill_dir, i), meta)
+        if not ray_write.sorted_complete(tasks.part_path(spill_dir, i), meta)
     ]
 
 
@@ -236,7 +237,7 @@ def _warm_writers(ray: Any, job: Job, parts: int) -> list[Any]:
     """The idle workers load the row kernels while this process plans: every worker the part
     tasks used, as any of them may get a shard."""
     count = min(parts, int(ray.cluster_resources().get("CPU", 1)))
-    warm = ray.remote(tasks.warm_writer).options(max_retries=0, num_cpus=1)
+    warm = ray.remote(ray_write.warm_writer).options(max_retries=0, num_cpus=1)
     dtype = ids_dtype(job.setup.vocab_size).name
     return [warm.remote(dtype) for _ in range(count)]
 
@@ -260,7 +261,7 @@ def _write_shards(
     opts = job.opts
     rows = job.rows_per_shard
     count = (plan.n_rows + rows - 1) // rows
-    shard_job = tasks.ShardJob(
+    shard_job = ray_write.ShardJob(
         part_dirs=[str(tasks.part_path(job.spill_dir, i)) for i in range(len(part_tokens))],
         part_tokens=part_tokens,
         plan=plan,
@@ -271,13 +272,13 @@ def _write_shards(
         vocab_size=job.setup.vocab_size,
         pad_id=job.setup.pad_id,
         output=job.remote.url if job.remote is not None else str(job.out_dir),
-        ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
+        ledger=str(Path(job.spill_dir) / ray_write.LEDGER_DIR),
         multiple=opts.pad_multiple,
         part_counts=part_counts,
         tags=tags,
     )
     shared = ray.put(shard_job)
-    remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
+    remote = ray.remote(ray_write.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
     return tasks.resolved(ray, [remote.remote(shared, i, str(job.spill_dir)) for i in range(count)])
 
 
