@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import njit
+from packcli.core.storage import MANIFEST_FILE
 from packcli.plan.grouping import group_counts, row_token_hashes
 from packcli.plan.rows import IGNORE_INDEX, Rows, longest_segments, segment_table
 from packcli.write.columns import (
@@ -417,7 +418,7 @@ def verify_dir(out_dir: Path | str) -> dict[str, Any]:
     for key, value in manifest.get("totals", {}).items():
         if totals.get(key) != value:
             raise PackcliError(
-                f"manifest.json: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
+                f"{MANIFEST_FILE}: totals say {value:,} {key.replace('_', ' ')}, the shards hold {totals.get(key):,}"
             )
     mixed = verify_sources(manifest, per_source)
     grouped = verify_groups(out_dir, manifest)
@@ -433,16 +434,18 @@ def verify_sources(manifest: Manifest, per_source: np.ndarray | None) -> dict[st
     if table is None:
         return {}
     if [entry.get("index") for entry in table] != list(range(len(table))):
-        raise PackcliError("manifest.json: a source table not numbered 0, 1, ...")
+        raise PackcliError(f"{MANIFEST_FILE}: a source table not numbered 0, 1, ...")
     if per_source is None:
         if manifest["shards"] and any(entry.get("tokens", {}).get("out") for entry in table):
-            raise PackcliError(f"manifest.json: lists {len(table)} sources, the shards have no {SOURCE_COLUMN} column")
+            raise PackcliError(
+                f"{MANIFEST_FILE}: lists {len(table)} sources, the shards have no {SOURCE_COLUMN} column"
+            )
         per_source = np.zeros(len(table), dtype=np.int64)
     for entry, value in zip(table, per_source.tolist()):
         listed = entry.get("tokens", {}).get("out")
         if listed is not None and listed != value:
             raise PackcliError(
-                f"manifest.json: source {entry['index']} ({entry.get('name')!r}) lists {listed:,} tokens out, "
+                f"{MANIFEST_FILE}: source {entry['index']} ({entry.get('name')!r}) lists {listed:,} tokens out, "
                 f"its segments in the shards hold {value:,} real tokens"
             )
     return {"sources": len(table)}
@@ -528,7 +531,7 @@ def verify_pairs(manifest: Manifest, found: list[tuple[str, list[tuple[np.ndarra
     blocks = [(path, pair, row) for path, parts in found for pair, row in parts]
     if listed is None:
         if blocks:
-            raise PackcliError(f"manifest.json: lists no pairs, the shards have a {PAIR_COLUMN} column")
+            raise PackcliError(f"{MANIFEST_FILE}: lists no pairs, the shards have a {PAIR_COLUMN} column")
         return
     seen = np.zeros(listed, dtype=np.int64)
     for path, pair, row in blocks:
@@ -545,7 +548,7 @@ def verify_pairs(manifest: Manifest, found: list[tuple[str, list[tuple[np.ndarra
             raise PackcliError(f"{path} row {int(row[k])}: pair {int(pair[k])} is in the output twice")
     missing = np.flatnonzero(seen == 0)
     if len(missing):
-        raise PackcliError(f"manifest.json: lists {listed:,} pairs, pair {int(missing[0])} is in no row")
+        raise PackcliError(f"{MANIFEST_FILE}: lists {listed:,} pairs, pair {int(missing[0])} is in no row")
 
 
 def _sum_sources(total: np.ndarray | None, more: np.ndarray | None) -> np.ndarray | None:
@@ -814,7 +817,7 @@ def verify_groups(out_dir: Path | str, manifest: Manifest) -> dict[str, int]:
         return {}
     table = manifest.get("groups")
     if not isinstance(table, list) or [entry.get("id") for entry in table] != list(range(len(table))):
-        raise PackcliError("manifest.json: --group-by output without a group table numbered 0, 1, ...")
+        raise PackcliError(f"{MANIFEST_FILE}: --group-by output without a group table numbered 0, 1, ...")
     counted = np.zeros((len(table), 3), dtype=np.int64)
     hashes = np.zeros(len(table), dtype=np.uint64)
     for shard in manifest["shards"]:
@@ -823,7 +826,7 @@ def verify_groups(out_dir: Path | str, manifest: Manifest) -> dict[str, int]:
         for key, value in (("rows", rows), ("sequences", sequences), ("real_tokens", real)):
             if entry.get(key) != value:
                 raise PackcliError(
-                    f"manifest.json: group {entry['id']} ({entry.get('value')!r}) lists {entry.get(key)} "
+                    f"{MANIFEST_FILE}: group {entry['id']} ({entry.get('value')!r}) lists {entry.get(key)} "
                     f"{key.replace('_', ' ')}, its rows in the shards hold {value:,}"
                 )
         listed = entry.get("token_hash")
