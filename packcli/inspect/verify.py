@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -54,6 +54,48 @@ BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big 
 HASH_CHUNK = 1 << 22
 
 
+class SegmentColumns(NamedTuple):
+    """The per-segment columns of a block of rows: where each row's entries start (rows + 1
+    offsets, global in a block of an npy shard) and the values of each column."""
+
+    offsets: np.ndarray
+    columns: dict[str, np.ndarray]
+
+
+class RowBlock(NamedTuple):
+    """A block of rows as bare arrays, what the checks take (npy shards are checked straight
+    from their memory maps). `offsets` index `cu` and may be global (offsets[0] > 0, a block
+    of an npy shard over its slice of cu_seqlens); `unpadded` is cu_seqlens_unpadded. A
+    column the rows lack is None, `segments` None for rows without per-segment columns."""
+
+    ids: np.ndarray
+    labels: np.ndarray
+    positions: np.ndarray
+    cu: np.ndarray
+    offsets: np.ndarray
+    num_segments: np.ndarray
+    max_seqlen: np.ndarray | None
+    unpadded: np.ndarray | None
+    segments: SegmentColumns | None
+
+    @classmethod
+    def of(cls, rows: Rows, max_seqlen: bool = True) -> RowBlock:
+        """The arrays of `rows`; `max_seqlen` False for a shard without that column (Rows
+        computes it where it is missing, so it would pass unseen)."""
+        segments = SegmentColumns(rows.seg_offsets, rows.segment_columns) if rows.segment_columns else None
+        return cls(
+            rows.input_ids,
+            rows.labels,
+            rows.position_ids,
+            rows.cu_seqlens,
+            rows.cu_offsets,
+            rows.num_segments,
+            rows.max_seqlen if max_seqlen else None,
+            rows.cu_seqlens_unpadded,
+            segments,
+        )
+
+
 def check_rows(
     rows: Rows,
     *,
@@ -77,48 +119,39 @@ def check_rows(
     which `segment_source` values must be below. `output_rules(manifest)` gives all of
     these for the rows of a packed output.
     """
-    block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
     rules = {"seq_len": seq_len, "pad_id": pad_id, "vocab_size": vocab_size, "labels_follow_ids": labels_follow_ids}
     multiple = pad_to_multiple_of or 0
-    segments = (rows.seg_offsets, rows.segment_columns) if rows.segment_columns else None
-    extra = (rows.max_seqlen, rows.cu_seqlens_unpadded)
-    _check_block(block, extra, rules, True, multiple, where, first_row, segments, sources)
-
-
-Segments = tuple[np.ndarray, dict[str, np.ndarray]] | None  # (offsets [rows + 1], {column: values}) of a block
+    _check_block(RowBlock.of(rows), rules, True, multiple, where, first_row, sources)
 
 
 def _check_block(
-    block: tuple,
-    extra: tuple,
+    block: RowBlock,
     rules: dict[str, Any],
     has_max: bool,
     multiple: int,
     where: str,
     first_row: int,
-    segments: Segments = None,
     sources: int | None = None,
 ) -> tuple[int, int, SegmentFigures]:
-    """Every rule on one block of rows: (ids, labels, positions, cu, offsets, num_segments),
-    (max_seqlen, cu_seqlens_unpadded), the per-segment columns. Returns (sequences, real
+    """Every rule on one block of rows: its rows, their max_seqlen (`has_max`) and
+    cu_seqlens_unpadded (`multiple`), its per-segment columns. Returns (sequences, real
     tokens, what the per-segment columns add up to)."""
     follow = rules["labels_follow_ids"]
     # Inner pads carry -100 inside a segment: the row kernel checks such rows with loose
     # labels and check_padded_segments checks the labels of the real tokens.
     kernel_rules = {**rules, "labels_follow_ids": follow and not multiple}
-    sequences, real = _check_arrays(*block, **kernel_rules, where=where, first_row=first_row)
+    sequences, real = _check_arrays(block, **kernel_rules, where=where, first_row=first_row)
     if has_max:
-        check_max_seqlen(block[3], block[4], extra[0], where=where, first_row=first_row)
+        check_max_seqlen(block.cu, block.offsets, block.max_seqlen, where=where, first_row=first_row)
     if multiple:
         padded = {"multiple": multiple, "pad_id": rules["pad_id"], "labels_follow_ids": follow}
-        ids, labels, positions, cu, offsets, num_segments = block
-        real = check_padded_segments(
-            ids, labels, positions, cu, offsets, num_segments, extra[1], **padded, where=where, first_row=first_row
-        )
+        arrays = (block.ids, block.labels, block.positions, block.cu, block.offsets, block.num_segments)
+        real = check_padded_segments(*arrays, block.unpadded, **padded, where=where, first_row=first_row)
     figures = SegmentFigures()
-    if segments is not None:
+    if block.segments is not None:
+        cu, offsets, num_segments, unpadded = block.cu, block.offsets, block.num_segments, block.unpadded
         figures = check_segment_columns(
-            block[3], block[4], block[5], extra[1], segments, sources, where=where, first_row=first_row
+            cu, offsets, num_segments, unpadded, block.segments, sources, where=where, first_row=first_row
         )
     return sequences, real, figures
 
@@ -133,7 +166,7 @@ class SegmentFigures:
 
 
 def check_segment_columns(
-    cu, offsets, num_segments, unpadded, segments: tuple, sources: int | None, *, where: str, first_row: int
+    cu, offsets, num_segments, unpadded, segments: SegmentColumns, sources: int | None, *, where: str, first_row: int
 ) -> SegmentFigures:
     """The per-segment columns of rows whose cu_seqlens are checked: each row holds
     num_segments entries of each, `segment_source` values name a source (0 to
@@ -233,12 +266,7 @@ def _source_tokens(cu, offsets, num_segments, unpadded, columns, seg_offsets, so
 
 
 def _check_arrays(
-    ids,
-    labels,
-    positions,
-    cu,
-    offsets,
-    num_segments,
+    block: RowBlock,
     *,
     seq_len,
     pad_id,
@@ -247,10 +275,10 @@ def _check_arrays(
     where,
     first_row,
 ) -> tuple[int, int]:
-    """check_rows on bare arrays (npy shards are checked straight from their memory maps).
-
-    `offsets` may be global (offsets[0] > 0, as in a whole npy shard): rows index into
-    `cu` through them. Returns (sequences, real tokens) of the rows."""
+    """The rules of one row on every row of a block (its input_ids, labels, position_ids,
+    cu_seqlens and num_segments). Returns (sequences, real tokens) of the rows."""
+    ids, labels, positions = block.ids, block.labels, block.positions
+    cu, offsets, num_segments = block.cu, block.offsets, block.num_segments
     n = len(ids)
 
     def fail(row: int, message: str):
@@ -626,17 +654,15 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     sources, listed = options.pop("sources", None), options.pop("segment_columns", ())
     seq_len = options["seq_len"]
     block_rows = max(1, BLOCK_TOKENS // seq_len)
-    for block, extra, segments in _shard_blocks(path, fmt, seq_len, block_rows):
+    for block in _shard_blocks(path, fmt, seq_len, block_rows):
         if stop is not None and stop.is_set():
             break
-        missing = [column for column in listed if segments is None or column not in segments[1]]
+        missing = [column for column in listed if block.segments is None or column not in block.segments.columns]
         if missing:
             raise PackcliError(f"{name}: no {', '.join(missing)} column, but the manifest lists it")
         where, first = f"{name} row", counted["rows"]
-        sequences, real, figures = _check_block(
-            block, extra, options, has_max, multiple, where, first, segments, sources
-        )
-        counted["rows"] += len(block[0])
+        sequences, real, figures = _check_block(block, options, has_max, multiple, where, first, sources)
+        counted["rows"] += len(block.ids)
         counted["sequences"] += sequences
         counted["real_tokens"] += real
         counted["sources"] = _sum_sources(counted["sources"], figures.per_source)
@@ -646,10 +672,8 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     return counted
 
 
-def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[tuple[tuple, tuple, Segments]]:
-    """((ids, labels, positions, cu, offsets, num_segments), (max_seqlen, cu_seqlens_unpadded),
-    the per-segment columns) per block of rows; an extra column a shard lacks is None, the
-    per-segment columns None for a shard without them."""
+def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[RowBlock]:
+    """A shard's rows, `block_rows` at a time; a column the shard lacks is None."""
     if fmt == "npy":
         arrays = _npy_shard_maps(path, seq_len)
         n = len(arrays["input_ids"])
@@ -661,29 +685,23 @@ def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterat
             segments = None
             if seg_offsets is not None:
                 seg = np.asarray(seg_offsets[start : stop + 1], dtype=np.int64)
-                segments = (seg, {name: values[seg[0] : seg[-1]] for name, values in columns.items()})
-            yield (
-                (
-                    arrays["input_ids"][start:stop],
-                    arrays["labels"][start:stop],
-                    arrays["position_ids"][start:stop],
-                    arrays["cu_seqlens"][lo:hi],
-                    offsets[start : stop + 1],
-                    arrays["num_segments"][start:stop],
-                ),
-                (
-                    arrays["max_seqlen"][start:stop] if "max_seqlen" in arrays else None,
-                    arrays["cu_seqlens_unpadded"][lo:hi] if "cu_seqlens_unpadded" in arrays else None,
-                ),
+                segments = SegmentColumns(seg, {name: values[seg[0] : seg[-1]] for name, values in columns.items()})
+            yield RowBlock(
+                arrays["input_ids"][start:stop],
+                arrays["labels"][start:stop],
+                arrays["position_ids"][start:stop],
+                arrays["cu_seqlens"][lo:hi],
+                offsets[start : stop + 1],
+                arrays["num_segments"][start:stop],
+                arrays["max_seqlen"][start:stop] if "max_seqlen" in arrays else None,
+                arrays["cu_seqlens_unpadded"][lo:hi] if "cu_seqlens_unpadded" in arrays else None,
                 segments,
             )
         return
     pages = ShardPages.of(path)  # without pyarrow's list decoding, most of its read
     names = _parquet_columns(path) if pages is None else pages.columns
     for rows in read_shard(path, fmt, seq_len, block_rows=block_rows) if pages is None else pages.rows(seq_len):
-        block = (rows.input_ids, rows.labels, rows.position_ids, rows.cu_seqlens, rows.cu_offsets, rows.num_segments)
-        segments = (rows.seg_offsets, rows.segment_columns) if rows.segment_columns else None
-        yield block, (rows.max_seqlen if "max_seqlen" in names else None, rows.cu_seqlens_unpadded), segments
+        yield RowBlock.of(rows, "max_seqlen" in names)
 
 
 def _parquet_columns(path: Path) -> list[str]:
