@@ -260,9 +260,9 @@ def test_first_bad_row_wins_whatever_the_kind():
 
 
 def test_row_numbers_across_check_blocks(monkeypatch):
-    import packcli.inspect.verify as verify
+    import packcli.inspect.row_checks as row_checks
 
-    monkeypatch.setattr(verify, "CHECK_BLOCK_ROWS", 7)
+    monkeypatch.setattr(row_checks, "CHECK_BLOCK_ROWS", 7)
     rows = make_rows(50, vocab=300)
     check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
     rows.position_ids[23, 15] += 5
