@@ -324,10 +324,10 @@ def test_verify_cli_summary_line(output, cli):
 
 @pytest.mark.parametrize("fmt", ["npy", "parquet"])
 def test_shards_read_in_small_blocks_keep_row_numbers(output, monkeypatch, fmt):
-    import packcli.inspect.verify as verify
+    import packcli.inspect.shard_checks as shard_checks
 
     out = output(fmt)
-    monkeypatch.setattr(verify, "BLOCK_TOKENS", 3 * 32)  # blocks of 3 rows
+    monkeypatch.setattr(shard_checks, "BLOCK_TOKENS", 3 * 32)  # blocks of 3 rows
     assert verify_dir(out)["rows"] == json.loads((out / "manifest.json").read_text())["totals"]["rows"]
     if fmt == "npy":
         tamper_npy(out, "shard-00001", "position_ids", lambda p: p.__setitem__((7, 0), 3))

@@ -13,48 +13,33 @@ release the GIL), since sha256 is most of the cost.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from packcli.core.errors import PackcliError
 from packcli.core.storage import MANIFEST_FILE
-from packcli.inspect.row_checks import RowBlock, check_block, check_max_seqlen, check_padded_segments, check_rows
+from packcli.inspect.row_checks import check_max_seqlen, check_padded_segments, check_rows
 from packcli.inspect.segment_checks import (
-    SegmentColumns,
     SegmentFigures,
     check_pairs,
     check_segment_columns,
     check_weights,
     sum_sources,
 )
+from packcli.inspect.shard_checks import check_shard, shard_checksum
 from packcli.plan.grouping import group_counts, row_token_hashes
-from packcli.write.columns import (
-    NPY_FILES,
-    OPTIONAL_NPY_FILES,
-    SOURCE_COLUMN,
-    is_segment_column,
-    npy_shard_files,
-)
+from packcli.write.columns import SOURCE_COLUMN, is_segment_column, npy_shard_files
 from packcli.write.manifest import Manifest, ShardEntry, load_manifest
-from packcli.write.shard_pages import ShardPages
-from packcli.write.shard_reader import (
-    map_npy,
-    npy_segment_maps,
-    read_group_column,
-    read_shard,
-)
+from packcli.write.shard_reader import read_group_column, read_shard
 from packcli.write.values import PAIR_COLUMN
 
-__all__ = [  # the checks of the modules verify_dir runs, public here as they were before they moved
+__all__ = [  # its own checks and the row checks it runs (row_checks.py, segment_checks.py): one import for all
     "SegmentFigures",
     "check_max_seqlen",
     "check_padded_segments",
@@ -62,13 +47,14 @@ __all__ = [  # the checks of the modules verify_dir runs, public here as they we
     "check_rows",
     "check_segment_columns",
     "check_weights",
+    "missing_npy_files",
+    "output_rules",
+    "segment_columns_of",
+    "verify_dir",
+    "verify_groups",
+    "verify_pairs",
+    "verify_sources",
 ]
-
-BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
-HASH_CHUNK = 1 << 22
-
-
-# ------------------------------------------------------------------------------ verify DIR
 
 
 def verify_dir(out_dir: Path | str) -> dict[str, Any]:
@@ -161,8 +147,8 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
         path = out_dir / shards[index]["path"]
         if index not in tasks and path.exists():
             tasks[index] = (
-                pool.submit(_sha256, path, stop),
-                pool.submit(_check_shard, path, fmt, shards[index]["path"], rules, stop),
+                pool.submit(shard_checksum, path, stop),
+                pool.submit(check_shard, path, fmt, shards[index]["path"], rules, stop),
             )
 
     try:
@@ -247,123 +233,6 @@ def _add_counts(totals: dict[str, int], shard: ShardEntry, counted: dict[str, An
         if value != listed:
             raise PackcliError(f"{shard['path']}: has {value:,} {key.replace('_', ' ')}, the manifest says {listed:,}")
         totals[key] += value
-
-
-def _sha256(path: Path, stop: threading.Event) -> tuple[str | None, int]:
-    """The manifest's checksum of a shard file or npy directory, and its size in bytes.
-
-    The same definition as the writer's (format.md), computed here on purpose: verify
-    trusts nothing of the code that wrote the shards."""
-    if not path.exists():
-        return None, 0
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
-    buffer = bytearray(HASH_CHUNK)
-    view = memoryview(buffer)
-    size = 0
-    for file in files:
-        if path.is_dir():
-            digest.update(file.name.encode() + b"\0")
-        with open(file, "rb", buffering=0) as f:
-            while (got := f.readinto(buffer)) and not stop.is_set():
-                digest.update(view[:got])
-                size += got
-    return "sha256:" + digest.hexdigest(), size
-
-
-def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading.Event | None = None) -> dict:
-    """Rows, sequences and real tokens of one shard (and real tokens per segment_source
-    value, or None), checking every row on the way. `options`: output_rules, whether the
-    shards hold a max_seqlen column, and the per-segment columns the manifest lists."""
-    counted: dict[str, Any] = {"rows": 0, "sequences": 0, "real_tokens": 0, "sources": None, "pairs": []}
-    options = dict(options)
-    has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_to_multiple_of", None) or 0
-    sources, listed = options.pop("sources", None), options.pop("segment_columns", ())
-    seq_len = options["seq_len"]
-    block_rows = max(1, BLOCK_TOKENS // seq_len)
-    for block in _shard_blocks(path, fmt, seq_len, block_rows):
-        if stop is not None and stop.is_set():
-            break
-        missing = [column for column in listed if block.segments is None or column not in block.segments.columns]
-        if missing:
-            raise PackcliError(f"{name}: no {', '.join(missing)} column, but the manifest lists it")
-        where, first = f"{name} row", counted["rows"]
-        sequences, real, figures = check_block(block, options, has_max, multiple, where, first, sources)
-        counted["rows"] += len(block.ids)
-        counted["sequences"] += sequences
-        counted["real_tokens"] += real
-        counted["sources"] = sum_sources(counted["sources"], figures.per_source)
-        if figures.pairs is not None:
-            pair, row = figures.pairs
-            counted["pairs"].append((pair, row + first))
-    return counted
-
-
-def _shard_blocks(path: Path, fmt: str, seq_len: int, block_rows: int) -> Iterator[RowBlock]:
-    """A shard's rows, `block_rows` at a time; a column the shard lacks is None."""
-    if fmt == "npy":
-        arrays = _npy_shard_maps(path, seq_len)
-        n = len(arrays["input_ids"])
-        offsets = arrays["cu_seqlens_offsets"]
-        seg_offsets, columns = npy_segment_maps(path, n)
-        for start in range(0, n, block_rows):
-            stop = min(start + block_rows, n)
-            lo, hi = offsets[start], offsets[stop]
-            segments = None
-            if seg_offsets is not None:
-                seg = np.asarray(seg_offsets[start : stop + 1], dtype=np.int64)
-                segments = SegmentColumns(seg, {name: values[seg[0] : seg[-1]] for name, values in columns.items()})
-            yield RowBlock(
-                arrays["input_ids"][start:stop],
-                arrays["labels"][start:stop],
-                arrays["position_ids"][start:stop],
-                arrays["cu_seqlens"][lo:hi],
-                offsets[start : stop + 1],
-                arrays["num_segments"][start:stop],
-                arrays["max_seqlen"][start:stop] if "max_seqlen" in arrays else None,
-                arrays["cu_seqlens_unpadded"][lo:hi] if "cu_seqlens_unpadded" in arrays else None,
-                segments,
-            )
-        return
-    pages = ShardPages.of(path)  # without pyarrow's list decoding, most of its read
-    names = _parquet_columns(path) if pages is None else pages.columns
-    for rows in read_shard(path, fmt, seq_len, block_rows=block_rows) if pages is None else pages.rows(seq_len):
-        yield RowBlock.of(rows, "max_seqlen" in names)
-
-
-def _parquet_columns(path: Path) -> list[str]:
-    """The columns a Parquet shard holds (readers compute max_seqlen where it is missing)."""
-    try:
-        return list(pq.read_schema(str(path)).names)
-    except Exception:
-        return []  # read_shard names the damage
-
-
-def _npy_shard_maps(path: Path, seq_len: int) -> dict:
-    """Memory maps of an npy shard: the kernel streams through them, nothing is copied."""
-    missing = [name for name in NPY_FILES if not (path / name).is_file()]
-    if missing:
-        raise PackcliError(f"{path.name}: missing file(s) {', '.join(missing)}")
-    try:
-        names = [*NPY_FILES, *(name for name in OPTIONAL_NPY_FILES if (path / name).is_file())]
-        arrays = {name[:-4]: map_npy(path / name) for name in names}
-    except Exception as exc:
-        raise PackcliError(
-            f"{path.name}: cannot read shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        ) from exc
-    n = len(arrays["input_ids"])
-    for name in ("input_ids", "labels", "position_ids"):
-        if arrays[name].shape != (n, seq_len):
-            raise PackcliError(f"{path.name}: {name}.npy has shape {arrays[name].shape}, expected ({n}, {seq_len})")
-    offsets = arrays["cu_seqlens_offsets"]
-    if (
-        len(offsets) != n + 1
-        or len(arrays["num_segments"]) != n
-        or offsets[0] != 0
-        or offsets[-1] != len(arrays["cu_seqlens"])
-    ):
-        raise PackcliError(f"{path.name}: cu_seqlens_offsets, num_segments and cu_seqlens do not match {n} rows")
-    return arrays
 
 
 # ------------------------------------------------------------------------------ --group-by
