@@ -80,8 +80,8 @@ def check_rows(
     --pad-to-multiple-of, whose segments must each be real tokens then fewer than that
     many pads, as `cu_seqlens_unpadded` says. Per-segment columns (`rows.segment_columns`)
     hold one entry per real segment; `sources`: the number of the manifest's sources,
-    which `segment_source` values must be below. `output_rules(manifest)` gives all of
-    these for the rows of a packed output.
+    which `segment_source` values must be below. `verify.output_rules(manifest)` gives all
+    of these for the rows of a packed output.
     """
     rules = {"seq_len": seq_len, "pad_id": pad_id, "vocab_size": vocab_size, "labels_follow_ids": labels_follow_ids}
     multiple = pad_to_multiple_of or 0
@@ -98,8 +98,9 @@ def check_block(
     sources: int | None = None,
 ) -> tuple[int, int, SegmentFigures]:
     """Every rule on one block of rows: its rows, their max_seqlen (`has_max`) and
-    cu_seqlens_unpadded (`multiple`), its per-segment columns. Returns (sequences, real
-    tokens, what the per-segment columns add up to)."""
+    cu_seqlens_unpadded (`multiple`), its per-segment columns. `rules`: check_rows'
+    seq_len, pad_id, vocab_size and labels_follow_ids. Returns (sequences, real tokens,
+    what the per-segment columns add up to)."""
     follow = rules["labels_follow_ids"]
     # Inner pads carry -100 inside a segment: the row kernel checks such rows with loose
     # labels and check_padded_segments checks the labels of the real tokens.
