@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import random_texts, write_jsonl
 from mixed import mixed_output
-from test_write_shards import make_rows
+from test_inspect_row_checks import first_inner_pad
 
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import check_rows, verify_dir
@@ -173,39 +173,6 @@ def test_verify_cli_exit_codes(output, cli):
     assert result.exit_code == 1 and result.stderr.startswith("error: shard-00000 row 0")
 
 
-@pytest.mark.parametrize(
-    "damage, message",
-    [
-        (lambda r: r.labels.__setitem__((1, 0), 5), "the first token of a segment"),
-        (lambda r: r.num_segments.__setitem__(0, r.num_segments[0] + 2), "num_segments"),
-        (lambda r: r.cu_seqlens.__setitem__(1, 0), "strictly increasing"),
-    ],
-)
-def test_check_rows_names_each_kind_of_damage(damage, message):
-    rows = make_rows(6, vocab=300)
-    check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
-    damage(rows)
-    with pytest.raises(PackcliError, match=message):
-        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
-
-
-def test_padding_must_hold_the_pad_id():
-    rows = make_rows(50, vocab=300)
-    padded = np.flatnonzero(rows.real_lengths() < 16)
-    row = int(padded[0])
-    rows.input_ids[row, -1] = 4
-    with pytest.raises(PackcliError, match=f"row {row}: padding holds token 4"):
-        check_rows(rows, seq_len=16, pad_id=3)
-
-
-def test_token_outside_vocabulary():
-    rows = make_rows(4, vocab=300)
-    rows.input_ids[1, 0] = 300
-    rows.labels[1, 0] = -100
-    with pytest.raises(PackcliError, match="row 1: token id 300 outside the vocabulary"):
-        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
-
-
 # ----------------------------------------------------------------------------- more kinds
 
 
@@ -250,56 +217,6 @@ def test_manifest_that_lies_about_sequences_or_tokens(output, key, words):
     expect_failure(out, "shard-00002", f"{words}, the manifest says")
 
 
-def test_first_bad_row_wins_whatever_the_kind():
-    rows = make_rows(40, vocab=300)
-    row = int(np.flatnonzero(rows.num_segments[10:] > 0)[0]) + 10
-    rows.position_ids[row + 5, 0] = 1  # a later row, a check that comes first
-    rows.labels[row, 0] = 9  # first token of a segment must be -100
-    with pytest.raises(PackcliError, match=f"^row {row}: label at position 0 .the first token of a segment."):
-        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
-
-
-def test_row_numbers_across_check_blocks(monkeypatch):
-    import packcli.inspect.verify as verify
-
-    monkeypatch.setattr(verify, "CHECK_BLOCK_ROWS", 7)
-    rows = make_rows(50, vocab=300)
-    check_rows(rows, seq_len=16, pad_id=3, vocab_size=300)
-    rows.position_ids[23, 15] += 5
-    with pytest.raises(PackcliError, match="^s row 123: position_ids do not restart"):
-        check_rows(rows, seq_len=16, pad_id=3, vocab_size=300, where="s row", first_row=100)
-
-
-def test_any_damaged_label_or_position_is_named_with_its_row():
-    """Random single-cell damage: the kernel flags the row and the message names the damage."""
-    rng = np.random.default_rng(0)
-    clean = make_rows(60, seq_len=24, vocab=300, seed=4)
-    for trial in range(150):
-        rows = make_rows(60, seq_len=24, vocab=300, seed=4)
-        row, col = int(rng.integers(60)), int(rng.integers(24))
-        column = rows.labels if trial % 2 else rows.position_ids
-        column[row, col] += int(rng.choice([-1, 1, 7, 1000]))
-        with pytest.raises(PackcliError) as info:
-            check_rows(rows, seq_len=24, pad_id=3, vocab_size=300)
-        message = str(info.value)
-        assert message.startswith(f"row {row}: "), message
-        assert f"position {col}" in message and "could not name" not in message, message
-    check_rows(clean, seq_len=24, pad_id=3, vocab_size=300)
-
-
-def test_sft_labels_may_be_masked_inside_a_segment():
-    rows = make_rows(20, vocab=300)
-    first_lengths = rows.cu_seqlens[rows.cu_offsets[:-1] + 1]
-    r = int(np.flatnonzero((rows.num_segments > 0) & (first_lengths > 1))[0])
-    rows.labels[r, 1] = -100  # a prompt token
-    check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=False)
-    with pytest.raises(PackcliError, match=f"row {r}: label at position 1 is -100"):
-        check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=True)
-    rows.labels[r, 1] = 299 if rows.input_ids[r, 1] != 299 else 298
-    with pytest.raises(PackcliError, match=f"row {r}: label at position 1"):
-        check_rows(rows, seq_len=16, pad_id=3, labels_follow_ids=False)
-
-
 def test_uint32_ids_pass_and_out_of_vocabulary_is_caught(tmp_path, packed, big_tokenizer):
     texts = [" ".join(f"w{69_000 + i % 900}" for i in range(k)) for k in range(1, 40)]
     path = write_jsonl(tmp_path / "big.jsonl", [{"text": t} for t in texts])
@@ -324,10 +241,10 @@ def test_verify_cli_summary_line(output, cli):
 
 @pytest.mark.parametrize("fmt", ["npy", "parquet"])
 def test_shards_read_in_small_blocks_keep_row_numbers(output, monkeypatch, fmt):
-    import packcli.inspect.verify as verify
+    import packcli.inspect.shard_checks as shard_checks
 
     out = output(fmt)
-    monkeypatch.setattr(verify, "BLOCK_TOKENS", 3 * 32)  # blocks of 3 rows
+    monkeypatch.setattr(shard_checks, "BLOCK_TOKENS", 3 * 32)  # blocks of 3 rows
     assert verify_dir(out)["rows"] == json.loads((out / "manifest.json").read_text())["totals"]["rows"]
     if fmt == "npy":
         tamper_npy(out, "shard-00001", "position_ids", lambda p: p.__setitem__((7, 0), 3))
@@ -387,34 +304,6 @@ def test_padded_parquet_inner_pad_and_max_seqlen(padded):
     expect_failure(out, "shard-00001 row 3", "max_seqlen is")
 
 
-def test_check_rows_takes_the_multiple_and_checks_padded_segments():
-    import packcli
-
-    sequences = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
-    rows = packcli.pack_sequences(sequences, 16, pad_id=0, pad_to_multiple_of=4, shuffle=False).rows
-    check_rows(rows, seq_len=16, pad_id=0, vocab_size=300, pad_to_multiple_of=4)  # plain-text labels hold
-    with pytest.raises(PackcliError, match="cu_seqlens_unpadded does not fit --pad-to-multiple-of 8"):
-        check_rows(rows, seq_len=16, pad_id=0, pad_to_multiple_of=8)
-    row, position = _first_inner_pad(rows)
-    rows.input_ids[row, position] = 7
-    check_rows(rows, seq_len=16, pad_id=0, labels_follow_ids=False)  # without the multiple a pad is a masked token
-    with pytest.raises(PackcliError, match=rf"^row {row}: the pad at position {position} is not pad id 0"):
-        check_rows(rows, seq_len=16, pad_id=0, pad_to_multiple_of=4)
-    bare = packcli.pack_sequences(sequences, 16, pad_id=0).rows
-    with pytest.raises(PackcliError, match="cu_seqlens_unpadded is missing"):
-        check_rows(bare, seq_len=16, pad_id=0, pad_to_multiple_of=4)
-
-
-def _first_inner_pad(rows) -> tuple[int, int]:
-    for r in range(len(rows)):
-        lo, hi = rows.cu_offsets[r], rows.cu_offsets[r + 1]
-        cu, real = rows.cu_seqlens[lo:hi], rows.cu_seqlens_unpadded[lo:hi]
-        for k in range(int(rows.num_segments[r])):
-            if real[k + 1] - real[k] < cu[k + 1] - cu[k]:
-                return r, int(cu[k] + real[k + 1] - real[k])
-    raise AssertionError("no inner pad")
-
-
 def test_output_rules_give_check_rows_the_multiple_of_an_output(padded, output):
     from helpers import load_rows
 
@@ -425,7 +314,7 @@ def test_output_rules_give_check_rows_the_multiple_of_an_output(padded, output):
     rules = output_rules(manifest)
     assert rules["pad_to_multiple_of"] == 8 and rules["labels_follow_ids"] is True
     check_rows(rows, **rules)
-    row, position = _first_inner_pad(rows)
+    row, position = first_inner_pad(rows)
     rows.labels[row, position] = rows.input_ids[row, position]
     with pytest.raises(PackcliError, match=f"row {row}: the pad at position {position}"):
         check_rows(rows, **rules)
@@ -534,49 +423,7 @@ def test_a_removed_segment_file_is_named_as_missing(mixed):
     expect_failure(out, "shard-00000: segment_offsets.npy missing")
 
 
-def test_check_rows_knows_the_number_of_sources():
-    rows = make_rows(6, seed=1, vocab=300)
-    count = int(rows.num_segments.sum())
-    rows.segment_columns = {"segment_source": np.full(count, 2, dtype=np.int32)}
-    check_rows(rows, seq_len=16, pad_id=3, sources=3)
-    with pytest.raises(PackcliError, match="segment_source 2 is not one of the manifest's 2 sources"):
-        check_rows(rows, seq_len=16, pad_id=3, sources=2)
-    rows.segment_columns = {"segment_source": np.zeros(count + 1, dtype=np.int32)}
-    with pytest.raises(PackcliError, match="entries for"):
-        check_rows(rows, seq_len=16, pad_id=3)
-
-
-# ----------------------------------------------------------------------------- preference pairs and weights
-
-
-def pair_rows():
-    import packcli
-
-    rng = np.random.default_rng(2)
-    chosen = [rng.integers(3, 90, size=int(rng.integers(2, 9))).tolist() for _ in range(12)]
-    rejected = [c[:1] + rng.integers(3, 90, size=int(rng.integers(1, 6))).tolist() for c in chosen]
-    packed = packcli.pack_pairs(chosen, rejected, 32, sample_weights=[1.0] * 12, pad_id=0, shuffle=False)
-    return packed.rows
-
-
-@pytest.mark.parametrize(
-    ("tamper", "message"),
-    [
-        (lambda c: c["segment_chosen"].__setitem__(slice(0, 2), [0, 1]), "first segment has segment_chosen 0, not 1"),
-        (lambda c: c["segment_pair"].__setitem__(1, 99), r"pair \d+ is followed by pair 99"),
-        (lambda c: c["segment_weight"].__setitem__(1, 0.5), "two sides have weights 1.0 and 0.5"),
-        (lambda c: c["segment_weight"].__setitem__(slice(0, 2), -1.0), "segment_weight -1.0 is not a finite number"),
-        (lambda c: c.pop("segment_chosen"), "segment_pair without segment_chosen"),
-    ],
-)
-def test_pairs_must_be_whole_and_matched(tamper, message):
-    rows = pair_rows()
-    check_rows(rows, seq_len=32, pad_id=0, labels_follow_ids=False)
-    rows.segment_columns = {name: values.copy() for name, values in rows.segment_columns.items()}
-    tamper(rows.segment_columns)
-    with pytest.raises(PackcliError, match=message) as raised:
-        check_rows(rows, seq_len=32, pad_id=0, labels_follow_ids=False)
-    assert str(raised.value).startswith("row 0: ")
+# ----------------------------------------------------------------------------- preference pairs
 
 
 def test_every_pair_is_in_the_output_once():
