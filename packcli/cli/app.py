@@ -1,7 +1,7 @@
 """Typer commands only: options in, one call into the core, report out.
 
 Heavy libraries are imported inside the commands so `packcli --help` stays instant.
-Core code raises PackcliError; here it becomes one line on stderr and exit 1 (2 for
+Core code raises PackcliError; cli.errors makes it one line on stderr and exit 1 (2 for
 usage errors), with the traceback only under --debug.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 
+from packcli.cli.console import note, progress, stdout
+from packcli.cli.errors import one_line_errors
 from packcli.cli.options import (
     INPUT_OPTIONS,
     OUTPUT,
@@ -75,7 +76,7 @@ from packcli.core.choices import (
     MODES,
     REMAINDER_POLICIES,
 )
-from packcli.core.errors import Interrupted, PackcliError
+from packcli.core.errors import PackcliError
 from packcli.core.version import __version__
 
 app = typer.Typer(
@@ -101,38 +102,6 @@ def _root(
     ] = False,
 ) -> None:
     """packcli: read -> tokenize -> pack -> write shards + report."""
-
-
-@contextmanager
-def _errors(debug: bool, output: str | None = None):
-    """Errors as one line. `output`: pack's output directory, which a signal reports as
-    complete once its manifest.json is written (the SPEC's definition of complete)."""
-    try:
-        yield
-    except (PackcliError, Interrupted, KeyboardInterrupt) as exc:
-        if debug:
-            raise
-        if not isinstance(exc, PackcliError):
-            stop = (
-                exc
-                if isinstance(exc, Interrupted)
-                else Interrupted("SIGINT", 2, getattr(exc, "output_complete", False))
-            )
-            exc = stop.completed() if not stop.complete and _has_manifest(output) else stop
-        sys.stderr.write(f"error: {exc}\n")
-        raise typer.Exit(exc.exit_code) from None
-
-
-def _has_manifest(output: str | None) -> bool:
-    from packcli.core.storage import is_complete, is_remote
-
-    return output is not None and not is_remote(output) and is_complete(output)
-
-
-def _stdout():
-    from rich.console import Console
-
-    return Console(soft_wrap=False)
 
 
 @app.command(cls=PlainCommand)
@@ -267,7 +236,7 @@ def pack(
     debug: Debug = False,
 ) -> None:
     """Tokenize INPUT... (or a mixture's sources) and pack it into shards of rows of exactly --seq-len tokens."""
-    with _errors(debug, output):
+    with one_line_errors(debug, output):
         from packcli.core.flow import arrow_from_system, signals_raise
 
         arrow_from_system()
@@ -297,8 +266,8 @@ def pack(
             holdout_key=holdout_key,
         )
         with signals_raise():  # SIGTERM after the run too: told as SIGINT is
-            with _progress() as progress:
-                report = run_pack(options, progress=progress)
+            with progress() as advance:
+                report = run_pack(options, progress=advance)
             pause("done")
             splits = report.get("splits")
             if splits is not None and not json_output:  # --holdout: train, then validation
@@ -306,40 +275,6 @@ def pack(
                     _show_report(part, f"packed into {output.rstrip('/')}/{side}", False)
             else:
                 _show_report(report, f"packed into {output}", json_output)
-
-
-@contextmanager
-def _progress(unit: str = "docs"):
-    """A live bar on stderr when it is a terminal (ETA when the input size is known); nothing otherwise."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    columns = (
-        BarColumn(bar_width=20),
-        TextColumn(
-            "{task.fields[docs]:,} " + unit + "  {task.fields[tokens]:,} tokens  {task.fields[rate]:,.0f} tok/s"
-        ),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("pack", total=None, docs=0, tokens=0, rate=0.0)
-        totals = {"docs": 0, "tokens": 0}
-
-        def advance(docs: int, tokens: int, done_bytes: int = 0, total_bytes: int | None = None) -> None:
-            totals["docs"] += docs
-            totals["tokens"] += tokens
-            elapsed = bar.tasks[0].elapsed or 0.0
-            rate = totals["tokens"] / elapsed if elapsed > 0 else 0.0
-            bar.update(
-                task, completed=done_bytes, total=total_bytes, rate=rate, docs=totals["docs"], tokens=totals["tokens"]
-            )
-
-        yield advance
 
 
 def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
@@ -350,7 +285,7 @@ def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> No
     if json_output:
         sys.stdout.write(render.to_json(report))
     else:
-        _stdout().print(render.render_table(report, title))
+        stdout().print(render.render_table(report, title))
 
 
 @app.command(cls=PlainCommand)
@@ -430,7 +365,7 @@ def stats(
     """Efficiency of packed output, recomputed from its shards; or, on raw input, what every packer would give.
 
     On raw input, the input options read and tokenize exactly as for pack."""
-    with _errors(debug):
+    with one_line_errors(debug):
         arguments = locals()
         paths = _with_splits(paths)
         given = [name for name in ("seq_len", "pad_to_multiple_of", *INPUT_OPTIONS) if _on_command_line(ctx, name)]
@@ -533,7 +468,7 @@ def _stats_dirs(paths: list[str], plot: str | None, json_output: bool, html: str
     if json_output:
         sys.stdout.write(render.to_json(reports[0] if len(reports) == 1 else dict(zip(paths, reports))))
         return
-    console = _stdout()
+    console = stdout()
     if len(reports) == 1:
         render.render_stats(console, paths[0], reports[0])
     else:
@@ -550,15 +485,15 @@ def _stats_raw(options, plot: str | None, json_output: bool) -> None:
 
     if plot:  # fail before the work, not after it
         render.matplotlib_figure()
-    with _progress() as progress:
-        report = stats_raw(options, progress=progress)
+    with progress() as advance:
+        report = stats_raw(options, progress=advance)
     if plot:
         render.plot_what_if(plot, report)
     report.pop("_lengths")
     if json_output:
         sys.stdout.write(render.to_json(report))
         return
-    console = _stdout()
+    console = stdout()
     render.render_what_if(console, report)
     if plot:
         console.print(f"[dim]plot written to {plot}[/dim]")
@@ -657,7 +592,7 @@ def show(
 
     On raw input (pack's input options, --tokenizer), the segments pack would make of the
     first records, with the reason for any record skipped, dropped or cut."""
-    with _errors(debug):
+    with one_line_errors(debug):
         from packcli.core.options import check_choice
 
         check_choice("--color", color, COLOR_CHOICES)
@@ -717,7 +652,7 @@ def _show_output(
 
     source = show.OutputSource(path)
     indices = show.parse_selection(row, rows, random, source.total_rows, seed)
-    decoder = show.output_decoder(source.manifest, tokenizer, lambda line: sys.stderr.write(f"note: {line}\n"))
+    decoder = show.output_decoder(source.manifest, tokenizer, note)
     views = list(show.read_views(source, indices))
     if html:
         from packcli.cli import show_html
@@ -728,7 +663,7 @@ def _show_output(
 
             report = dir_stats(path)[0]
         show_html.write_page(html, f"packcli show {path}", views, decoder, report)
-        sys.stderr.write(f"note: page written to {html}\n")
+        note(f"page written to {html}")
     if json_output:
         from packcli.cli import render
 
@@ -772,7 +707,7 @@ def _show_raw(
         show_html.write_page(
             html, "packcli show " + " ".join(options.inputs), shown.views, shown.decoder, None, shown.bad
         )
-        sys.stderr.write(f"note: page written to {html}\n")
+        note(f"page written to {html}")
     if json_output:
         from packcli.cli import render
 
@@ -792,7 +727,7 @@ def verify(
     debug: Debug = False,
 ) -> None:
     """Check every shard against the manifest and every row invariant; exit 1 on the first violation."""
-    with _errors(debug):
+    with one_line_errors(debug):
         from packcli.cli import render
         from packcli.core.storage import fetched_output
         from packcli.inspect.verify import verify_dir
@@ -853,17 +788,17 @@ ExportOut = Annotated[
 
 def _export(kind: str, debug: bool, json_output: bool, **options: Any) -> None:
     """Run one directory export with a progress bar on a terminal, then report it."""
-    with _errors(debug):
+    with one_line_errors(debug):
         import importlib
 
         from packcli.cli import render
         from packcli.export.base import summary_line
 
         run = getattr(importlib.import_module(f"packcli.export.{kind}"), f"export_{kind}")
-        with _progress("rows") as progress:
-            summary = run(**options, progress=progress)
-        for note in summary["notes"]:
-            sys.stderr.write(f"note: {note}\n")
+        with progress("rows") as advance:
+            summary = run(**options, progress=advance)
+        for line in summary["notes"]:
+            note(line)
         if json_output:
             sys.stdout.write(render.to_json(summary))
             return
