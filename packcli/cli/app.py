@@ -8,11 +8,11 @@ usage errors), with the traceback only under --debug.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from packcli.cli import pack_command
 from packcli.cli.console import note, progress, stdout
 from packcli.cli.errors import one_line_errors
 from packcli.cli.export_commands import export_app
@@ -62,8 +62,6 @@ from packcli.cli.options import (
     Weight,
     WeightField,
     Workers,
-    fraction,
-    mixture,
     one_of,
     option,
     pack_options,
@@ -238,13 +236,7 @@ def pack(
 ) -> None:
     """Tokenize INPUT... (or a mixture's sources) and pack it into shards of rows of exactly --seq-len tokens."""
     with one_line_errors(debug, output):
-        from packcli.core.flow import arrow_from_system, signals_raise
-
-        arrow_from_system()
-        from packcli.core.pause import pause
-        from packcli.engine.pack import run_pack
-
-        options = pack_options(
+        pack_command.run(
             inputs,
             locals(),
             output=output,
@@ -262,31 +254,14 @@ def pack(
             tmp_dir=tmp_dir,
             engine=engine,
             ray_address=ray_address,
-            mix=mixture(mix, source, weight, epochs),
-            holdout=fraction("--holdout", holdout),
+            mix=mix,
+            source=source,
+            weight=weight,
+            epochs=epochs,
+            holdout=holdout,
             holdout_key=holdout_key,
+            json_output=json_output,
         )
-        with signals_raise():  # SIGTERM after the run too: told as SIGINT is
-            with progress() as advance:
-                report = run_pack(options, progress=advance)
-            pause("done")
-            splits = report.get("splits")
-            if splits is not None and not json_output:  # --holdout: train, then validation
-                for side, part in splits.items():
-                    _show_report(part, f"packed into {output.rstrip('/')}/{side}", False)
-            else:
-                _show_report(report, f"packed into {output}", json_output)
-
-
-def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
-    from packcli.cli import render
-
-    for line in render.warnings(report):
-        sys.stderr.write(line + "\n")
-    if json_output:
-        sys.stdout.write(render.to_json(report))
-    else:
-        stdout().print(render.render_table(report, title))
 
 
 @app.command(cls=PlainCommand)
