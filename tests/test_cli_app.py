@@ -323,26 +323,6 @@ def test_missing_input_and_no_documents(cli, tmp_path, word_tokenizer):
     assert not (tmp_path / "o2" / "manifest.json").exists()
 
 
-def test_debug_shows_the_traceback(tmp_path, word_tokenizer):
-    args = [
-        sys.executable,
-        "-m",
-        "packcli",
-        "pack",
-        str(tmp_path / "none.jsonl"),
-        "-o",
-        str(tmp_path / "o"),
-        "--tokenizer",
-        str(word_tokenizer),
-        "--seq-len",
-        "8",
-    ]
-    plain = subprocess.run(args, capture_output=True, text=True)
-    assert plain.returncode == 1 and "Traceback" not in plain.stderr
-    debug = subprocess.run(args + ["--debug"], capture_output=True, text=True)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr and "PackcliError" in debug.stderr
-
-
 def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_tokenizer):
     from helpers import random_texts
 
