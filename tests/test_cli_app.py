@@ -142,32 +142,6 @@ def test_stats_bad_choice_exits_2_with_one_line(cli, doc, word_tokenizer, option
     assert message in line
 
 
-def test_verify_prints_human_sizes_and_speeds(cli, packed, tmp_path, word_tokenizer, monkeypatch):
-    import re
-
-    from packcli.cli.render import human_bytes
-    from packcli.inspect import verify
-
-    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2 w3"}] * 5)
-    out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 8)
-    result = cli("verify", out)
-    assert result.exit_code == 0, result.stderr
-    size = sum(f.stat().st_size for f in out.rglob("shard-*") if f.is_file())
-    checked = re.search(r"\((\S+ \S+) checked (at (\S+) (\S+)/s|in under 1 ms)\)$", result.stdout.strip())
-    assert checked and checked.group(1) == human_bytes(size) and "0.0 " not in result.stdout
-    if checked.group(3):
-        assert float(checked.group(3)) > 0 and checked.group(4) in ("B", "kB", "MB", "GB")
-    summary = {"shards": 1, "rows": 3, "sequences": 5, "real_tokens": 20}
-    for size, seconds, expected in (
-        (12_345, 0.0, "12.3 kB checked in under 1 ms"),
-        (3_000_000_000, 0.5, "3.00 GB checked at 6.00 GB/s"),
-        (999_600, 2.0, "1.00 MB checked at 500 kB/s"),
-    ):
-        monkeypatch.setattr(verify, "verify_dir", lambda _, s=size, t=seconds: {**summary, "bytes": s, "seconds": t})
-        line = cli("verify", out).stdout.strip()
-        assert line.endswith(f"({expected})"), line
-
-
 def test_help_is_light():
     """`packcli --help` must not import the heavy libraries."""
     code = "import sys; from packcli.cli.app import app; print(sorted(m for m in ('numpy','numba','transformers','pyarrow') if m in sys.modules))"
@@ -323,26 +297,6 @@ def test_missing_input_and_no_documents(cli, tmp_path, word_tokenizer):
     assert not (tmp_path / "o2" / "manifest.json").exists()
 
 
-def test_debug_shows_the_traceback(tmp_path, word_tokenizer):
-    args = [
-        sys.executable,
-        "-m",
-        "packcli",
-        "pack",
-        str(tmp_path / "none.jsonl"),
-        "-o",
-        str(tmp_path / "o"),
-        "--tokenizer",
-        str(word_tokenizer),
-        "--seq-len",
-        "8",
-    ]
-    plain = subprocess.run(args, capture_output=True, text=True)
-    assert plain.returncode == 1 and "Traceback" not in plain.stderr
-    debug = subprocess.run(args + ["--debug"], capture_output=True, text=True)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr and "PackcliError" in debug.stderr
-
-
 def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_tokenizer):
     from helpers import random_texts
 
@@ -363,13 +317,6 @@ def test_pack_prints_a_table_and_stats_and_verify_agree(cli, tmp_path, word_toke
         "fill_per_row",
     ):
         assert stats[key] == report[key], key
-
-
-def test_stats_and_verify_on_something_that_is_no_output(cli, tmp_path):
-    line = one_error_line(cli("verify", tmp_path))
-    assert "no manifest.json" in line
-    line = one_error_line(cli("stats", tmp_path / "missing"))
-    assert "no such directory" in line
 
 
 def test_the_process_ends_with_the_commands_code_after_atexit_handlers(tmp_path):

@@ -166,7 +166,7 @@ def test_the_scan_sees_function_level_and_optional_imports():
     assert ("packcli/load/torch_batch.py", "torch", "<module>", "torch", False) in found
     assert ("packcli/load/hf.py", "datasets", "rows_to_dataset", "hf", False) in found
     assert ("packcli/cli/render.py", "matplotlib", "matplotlib_figure", "plot", False) in found
-    assert ("packcli/cli/app.py", "rich", "_progress", None, False) in found
+    assert ("packcli/cli/console.py", "rich", "progress", None, False) in found
     assert ("packcli/load/torch_attention.py", "flash_attn", "_flash_varlen", None, True) in found
 
 

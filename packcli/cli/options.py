@@ -1,7 +1,8 @@
-"""The options `pack` and `stats` share, each defined once, and the panels `--help` shows.
+"""The options `pack`, `stats` and `show` share, each defined once, the panels `--help`
+shows, and which of them a command line gave.
 
-Both commands take every input option of `pack` through these aliases, and
-`pack_options` turns them into the one `PackOptions`, so the two cannot drift.
+`stats` and `show` take every input option of `pack` through these aliases, and
+`pack_options` turns them into the one `PackOptions`, so the three cannot drift.
 """
 
 from __future__ import annotations
@@ -438,6 +439,17 @@ INPUT_OPTIONS = (
     "workers",
     "no_cache",
 )
+
+
+def on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave option `name` (a default or the environment does not count)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def given_options(ctx: typer.Context, *names: str) -> list[str]:
+    """The options among `names` that the command line gave, in that order."""
+    return [name for name in names if on_command_line(ctx, name)]
 
 
 def pack_options(inputs: list[str], arguments: dict, **own):
