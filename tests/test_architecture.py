@@ -213,3 +213,44 @@ def test_nothing_in_the_package_imports_an_old_name():
     graph = import_graph()
     old = {f"packcli.{name}" for name in old_names()}
     assert [module for module, targets in sorted(graph.items()) if targets & old] == []
+
+
+MAX_MODULE_LINES = 600
+MAX_BODY_LINES = 80
+
+
+def body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body from its first statement after the docstring to its end."""
+    body = function.body
+    has_docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = body[1] if has_docstring and len(body) > 1 else body[0]
+    assert function.end_lineno is not None
+    return function.end_lineno - first.lineno + 1
+
+
+def oversized(paths: list[Path]) -> list[str]:
+    """Each module over MAX_MODULE_LINES and each function whose body is over MAX_BODY_LINES."""
+    found = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{path.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body_lines(node) > MAX_BODY_LINES:
+                found.append(f"{path.name}:{node.lineno} {node.name}: {body_lines(node)} lines")
+    return found
+
+
+def test_the_size_checker_sees_long_modules_and_bodies(tmp_path):
+    statements = "\n".join(f"    x{i} = {i}" for i in range(MAX_BODY_LINES))
+    short = tmp_path / "short.py"
+    short.write_text(f'def f():\n    """Doc."""\n{statements}\n')
+    assert oversized([short]) == []
+    long = tmp_path / "long.py"
+    long.write_text(f"def g():\n{statements}\n    return 0\n" + "\n" * MAX_MODULE_LINES)
+    assert oversized([long]) == [f"long.py: {MAX_BODY_LINES + 2 + MAX_MODULE_LINES} lines", "long.py:1 g: 81 lines"]
+
+
+def test_every_module_and_function_body_is_short():
+    """A module holds one idea (at most 600 lines), a function one step (a body of at most 80)."""
+    assert oversized(sorted(modules().values())) == []
