@@ -36,6 +36,31 @@ def slot_map(lengths, multiple):
     return [starts[i] for i in order], [lengths[i] for i in order]
 
 
+def patterns_of_runs(runs, n_rows, part_starts=()):
+    """The rows runs make, one slot at a time: run (length, first_row, step, rows, offset,
+    copies) puts `copies` slots of `length` side by side from `offset` in rows first_row,
+    first_row + step, ...; each row's slots by offset; a row with the layout of the row
+    before it joins its pattern unless a part starts there. (row_start, slot_offsets,
+    slot_len, slot_pos) as lists."""
+    rows = [[] for _ in range(n_rows)]
+    for length, first, step, count, offset, copies in runs:
+        for i in range(count):
+            for c in range(copies):
+                rows[first + i * step].append((offset + c * length, length))
+    starts, layouts_ = [], []
+    for r, row in enumerate(rows):
+        layout = sorted(row)
+        if not layouts_ or layout != layouts_[-1] or r in part_starts:
+            starts.append(r)
+            layouts_.append(layout)
+    slot_offsets = [0]
+    for layout in layouts_:
+        slot_offsets.append(slot_offsets[-1] + len(layout))
+    slot_len = [n for layout in layouts_ for _, n in layout]
+    slot_pos = [o for layout in layouts_ for o, _ in layout]
+    return [*starts, n_rows], slot_offsets, slot_len, slot_pos
+
+
 def sorted_spill(tokens, lengths, multiple, groups=None, learned=None):
     """The spill sorted by (group, placed length), input order inside each, every sequence
     in a record of its placed length (its tokens, then zeros): the file's tokens, its

@@ -1,15 +1,16 @@
 """Rows as patterns (packcli/plan/layouts.py): the packers' runs made row patterns hold
-the rows of the packers' own placement."""
+the rows of the packers' own placement; several groups' runs at once make each group's
+patterns, as tests/naive_slots.py lays them out slot by slot."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_slots import layouts
+from naive_slots import layouts, patterns_of_runs
 
 from packcli.plan.kernels.pack import pack_lengths
-from packcli.plan.layouts import patterns_from_runs, runs_from_counts
+from packcli.plan.layouts import Patterns, joined, lexsort_order, merged, patterns_from_runs, runs_from_counts
 
 ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
 
@@ -27,3 +28,73 @@ def test_patterns_are_the_packers_rows(capacity, raw, algorithm):
     assert n_rows == packed.n_rows
     expected = [sorted(lengths[packed.row == r].tolist()) for r in range(n_rows)]
     assert [sorted(n for _, n in layout) for layout in layouts(patterns)] == expected
+
+
+@st.composite
+def grouped_runs(draw):
+    """The runs of a few groups' lengths, each group's rows after the ones before: (runs,
+    rows, the row where each group starts)."""
+    capacity = draw(st.integers(1, 120))
+    algorithm = draw(st.sampled_from(ALGORITHMS))
+    cap = 0 if algorithm == "bfd" else draw(st.sampled_from([0, 0, 2, 5]))
+    groups = draw(st.lists(st.lists(st.integers(1, capacity), min_size=1, max_size=80), max_size=5))
+    tables, starts, rows = [], [], 0
+    for lengths in groups:
+        runs, n_rows = runs_from_counts(np.bincount(lengths, minlength=capacity + 1), capacity, algorithm, cap)
+        runs[:, 1] += rows
+        tables.append(runs)
+        starts.append(rows)
+        rows += n_rows
+    return (np.concatenate(tables) if tables else np.zeros((0, 6), dtype=np.int64)), rows, starts
+
+
+@settings(max_examples=150, deadline=None)
+@given(grouped_runs())
+def test_patterns_of_several_groups_are_the_naive_patterns(data):
+    """Every group's runs made patterns at once: the rows the runs make slot by slot, no
+    pattern across a group's first row; each group's the patterns its runs alone make."""
+    runs, n_rows, starts = data
+    got = patterns_from_runs(runs, n_rows, np.array(starts, dtype=np.int64))
+    want = patterns_of_runs(runs.tolist(), n_rows, set(starts))
+    assert [a.tolist() for a in (got.row_start, got.slot_offsets, got.slot_len, got.slot_pos)] == list(want)
+    alone = []
+    for k, first in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else n_rows
+        own = runs[(runs[:, 1] >= first) & (runs[:, 1] < end)].copy()
+        own[:, 1] -= first
+        alone.append(patterns_from_runs(own, end - first))
+    together = joined(alone)
+    for name in ("row_start", "slot_offsets", "slot_len", "slot_pos"):
+        assert getattr(got, name).tolist() == getattr(together, name).tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([(), (4,), (4, 4), (2, 6), (6, 2)])), max_size=12),
+    st.sets(st.integers(0, 40)),
+)
+def test_merged_joins_neighbours_of_one_layout(shapes, part_starts):
+    """The same rows, fewer patterns: a pattern after one of the same layout joins it,
+    unless a part starts at its first row."""
+    row_start = np.concatenate([[0], np.cumsum([r for r, _ in shapes])]).astype(np.int64)
+    slot_offsets = np.concatenate([[0], np.cumsum([len(lay) for _, lay in shapes])]).astype(np.int64)
+    slot_len = np.array([n for _, lay in shapes for n in lay], dtype=np.int64)
+    slot_pos = np.array([sum(lay[:i]) for _, lay in shapes for i in range(len(lay))], dtype=np.int64)
+    p = Patterns(row_start, slot_offsets, slot_len, slot_pos)
+    m = merged(p, np.array(sorted(part_starts), dtype=np.int64))
+    assert layouts(m) == layouts(p)
+    assert set(m.row_start.tolist()) <= set(row_start.tolist())
+    joins = [(lay, r) for (r, lay) in zip(row_start.tolist(), [lay for _, lay in shapes])]
+    expected = [r for k, (lay, r) in enumerate(joins) if k == 0 or lay != joins[k - 1][0] or r in part_starts]
+    assert m.row_start.tolist()[:-1] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-3, 50), st.integers(0, 5), st.integers(0, 2**40)), max_size=60),
+    st.integers(1, 3),
+)
+def test_lexsort_order_is_lexsorts_order(rows, n_keys):
+    """Ties, negative keys and keys too wide to combine included: np.lexsort's order."""
+    keys = tuple(np.array([row[i] for row in rows], dtype=np.int64) for i in range(n_keys))
+    assert lexsort_order(keys).tolist() == np.lexsort(keys).tolist()
