@@ -28,11 +28,13 @@ def fill_slots(layouts, row_groups, placed, groups, shuffle=False, seed=0, windo
     return sorted(out)
 
 
-def slot_map(lengths, multiple):
-    """Spill starts sorted by placed length, input order inside each; real lengths beside."""
+def slot_map(lengths, multiple, groups=None):
+    """Spill starts sorted by (group, placed length), input order inside each; real
+    lengths beside."""
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     placed = [-(-n // multiple) * multiple for n in lengths]
-    order = sorted(range(len(lengths)), key=lambda i: (placed[i], i))
+    of = [0] * len(lengths) if groups is None else groups
+    order = sorted(range(len(lengths)), key=lambda i: (of[i], placed[i], i))
     return [starts[i] for i in order], [lengths[i] for i in order]
 
 
@@ -59,6 +61,22 @@ def patterns_of_runs(runs, n_rows, part_starts=()):
     slot_len = [n for layout in layouts_ for _, n in layout]
     slot_pos = [o for layout in layouts_ for o, _ in layout]
     return [*starts, n_rows], slot_offsets, slot_len, slot_pos
+
+
+def slot_ranks(row_start, slot_offsets, slot_len, part):
+    """(base, step) of every pattern slot, walking every row in plan order and its slots in
+    order, counting the slots of each (part, length): a slot's base is the count it meets
+    in its pattern's first row, its step the copies of its length in the pattern."""
+    taken, base, step = {}, [None] * len(slot_len), [None] * len(slot_len)
+    for p in range(len(row_start) - 1):
+        own = slot_len[slot_offsets[p] : slot_offsets[p + 1]]
+        for r in range(row_start[p], row_start[p + 1]):
+            for s in range(slot_offsets[p], slot_offsets[p + 1]):
+                key = (part[p], slot_len[s])
+                if r == row_start[p]:
+                    base[s], step[s] = taken.get(key, 0), own.count(slot_len[s])
+                taken[key] = taken.get(key, 0) + 1
+    return base, step
 
 
 def sorted_spill(tokens, lengths, multiple, groups=None, learned=None):
