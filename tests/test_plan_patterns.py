@@ -229,3 +229,48 @@ def test_slot_ranks_count_each_length_of_each_part_row_by_row(shapes, data):
     base, step = patterns._slot_ranks(p, part, 7)
     want_base, want_step = slot_ranks(row_start.tolist(), slot_offsets.tolist(), slot_len.tolist(), part.tolist())
     assert base.tolist() == want_base and step.tolist() == want_step
+
+
+def python_calls(function) -> int:
+    """Calls of Python functions and builtins while `function` runs, a kernel's body
+    (compiled, or run as Python under NUMBA_DISABLE_JIT) counted as one call."""
+    import sys
+
+    from packcli.core import jit
+
+    kernels = {k.py_func.__code__ for k in list(jit._kernels.values()) if getattr(k, "py_func", None) is not None}
+    count, inside = 0, 0
+
+    def profile(frame, event, arg):
+        nonlocal count, inside
+        if frame.f_code in kernels and event in ("call", "return"):
+            count += event == "call" and not inside
+            inside += 1 if event == "call" else -1
+        elif not inside and event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        function()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_a_grouped_plan_calls_python_per_group_not_per_pattern():
+    """The grouped plan works out every group's patterns, repair choice and ranks in one
+    pass each: its Python calls are a few per group (the packer's runs, a repaired group)
+    and per plan, none per pattern, slot or length. 50 groups, then ten times the
+    sequences (about ten times the patterns): about 90 calls per group both times, where
+    a pipeline per group takes about 400 and a loop per pattern grows with them."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(60), 0.9, 200_000).astype(np.int64), 1, 2048)
+    groups = (np.arange(len(lengths)) % 50).astype(np.int32)
+    calls, n_patterns = [], []
+    for n in (20_000, 200_000):
+        pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n])  # kernels compiled or loaded first
+        calls.append(python_calls(lambda n=n: pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n])))
+        n_patterns.append(len(pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n]).patterns.slot_offsets) - 1)
+    assert n_patterns[1] > 5 * n_patterns[0]
+    assert max(calls) < 200 * 50 + 1000
+    assert calls[1] - calls[0] < 20 * 50
