@@ -55,16 +55,23 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check packcli tests scripts benchmarks
 	$(BIN)/mypy
 
+# The suite on every core (pytest-xdist): each test file runs whole, in order, in one worker,
+# so a file's module fixtures (a Ray cluster, an S3 server) start once. Files go out in their
+# order (xdist would put those of few tests last, and the docs' blocks with them). A test that
+# must have no other beside it is marked `alone` (tests/conftest.py). PARALLEL= runs it in one process.
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+
 test: lint browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 # `make test` 5 times in a row with a busy loop on every core beside it (STRESS_FLAGS=--runs 2 ...).
 stress: $(TEST_STAMP)
 	$(BIN)/python scripts/stress_test.py $(STRESS_FLAGS)
 
-# The suite with the Numba kernels run as plain Python, under coverage, and the total.
+# The suite with the Numba kernels run as plain Python, under coverage, and the total:
+# pytest-cov measures every worker and combines their data into .coverage.
 cov: $(TEST_STAMP) browser
-	NUMBA_DISABLE_JIT=1 $(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider
+	NUMBA_DISABLE_JIT=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --cov --cov-report=
 	$(BIN)/python -m coverage report
 
 # Benchmarks (the benchmarks/ package, docs/benchmarks.md). `make bench` prints ratios to

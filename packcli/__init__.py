@@ -3,7 +3,7 @@
 from packcli.core.errors import PackcliError
 from packcli.core.version import __version__
 
-__all__ = ["PackcliError", "PackedSequences", "__version__", "pack_sequences"]
+__all__ = ["PackcliError", "PackedSequences", "__version__", "pack_pairs", "pack_sequences"]
 
 
 def __getattr__(name: str):
@@ -12,4 +12,8 @@ def __getattr__(name: str):
         from packcli.engine import memory as api
 
         return getattr(api, name)
+    if name == "pack_pairs":
+        from packcli.engine.memory_pairs import pack_pairs
+
+        return pack_pairs
     raise AttributeError(f"module 'packcli' has no attribute {name!r}")

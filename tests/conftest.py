@@ -1,14 +1,33 @@
 """Shared fixtures: tokenizers built in the test (no downloads), a CLI runner, and
 `packed(...)`, which runs `packcli pack` and checks the output with the same
-invariant checker `packcli verify` uses before a test looks at it."""
+invariant checker `packcli verify` uses before a test looks at it; and the turns that
+let a test marked `alone` run with no other test beside it.
+
+`make test` runs the suite on every core (pytest-xdist, `--dist loadfile`): each test file
+runs whole, in order, in one worker process, beside the files other workers run. So every
+test must bear another test running at the same time in another process: it writes only
+under its own `tmp_path` (or `tmp_path_factory`), listens on a free port (never a fixed
+one), and looks for nothing by a fixed name in the system's temporary directory or the
+checkout. Every worker collects the whole suite and must find the same tests: no time,
+random value or set order in a parameter or its id. A test that measures what a neighbour
+disturbs (the peak memory of a run, how long something takes) is marked
+`@pytest.mark.alone`: no other test runs while it does. A test that needs the kernels
+compiled is marked `@pytest.mark.compiled` (see `pytest_pyfunc_call`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -17,7 +36,79 @@ os.environ["COLUMNS"] = "100"  # Rich output stable whatever the terminal
 from helpers import word_level_tokenizer, write_chatml_tokenizer
 
 from packcli.cli.app import app
+from packcli.core import jit
 from packcli.tokenize.tokenizer import BUNDLED_DIR, load_tokenizer
+
+# Hypothesis fails an example that takes over 200 ms (its deadline) and a data generation it
+# finds slow (the too_slow health check): timings, which the other workers, or every core
+# kept busy (`make stress`), stretch, and which no test here is about. The profile CI gets
+# (Hypothesis loads it where CI is set) has neither; the rest of the current one is kept.
+settings.register_profile(
+    "untimed", settings(settings.default, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+)
+settings.load_profile("untimed")
+
+# ----------------------------------------------------------------------------- running alone
+
+
+@contextlib.contextmanager
+def turn(config: pytest.Config, alone: bool) -> Iterator[None]:
+    """Waits until the test may run, and holds its turn while it does: any number of tests
+    at once, or one `alone` test with none beside it.
+
+    A readers-writer lock between the xdist workers of one run, on two files in the
+    temporary directory they share: every test holds `turns.lock` shared, an `alone` test
+    holds it exclusive. The `turns.gate` each test passes first is held by an `alone` test
+    while it waits, so that the other workers' next tests queue behind it instead of
+    keeping the shared lock held forever. In a run without workers nothing runs beside a
+    test, and there is nothing to wait for."""
+    if not hasattr(config, "workerinput"):
+        yield
+        return
+    shared = Path(config.option.basetemp).parent  # the workers' own are popen-gw0, popen-gw1, ... in it
+    with open(shared / "turns.gate", "a") as gate, open(shared / "turns.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # behind an `alone` test that waits for its turn
+        if alone:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test's setup, call and teardown in its turn (see `turn`)."""
+    with turn(item.config, alone=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs a test marked `compiled` in a child pytest without NUMBA_DISABLE_JIT when this
+    process has it (`make cov`), and passes if the child does.
+
+    Such a test checks numba's own objects, or what a kernel does at a scale (a million
+    lengths) that the kernels run as Python, under coverage, take many minutes over; the
+    kernels' lines are covered by the tests of their small cases all the same."""
+    if pyfuncitem.get_closest_marker("compiled") is None or not jit.DISABLE_JIT:
+        return None
+    env = {name: value for name, value in os.environ.items() if name != "NUMBA_DISABLE_JIT"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid]
+    child = subprocess.run(command, env=env, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-2000:]
+    assert "1 passed" in child.stdout, child.stdout[-3000:]
+    return True
+
+
+# ----------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,7 +3,6 @@ interpreted twins for small work."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -78,30 +77,7 @@ def _run(small_work: int, *extra: str) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def compiled_only(test):
-    """A test of numba's dispatchers, which exist only with the JIT on: under
-    NUMBA_DISABLE_JIT (`make cov`) it runs in a child process without it."""
-
-    @functools.wraps(test)
-    def run() -> None:
-        if os.environ.get("NUMBA_DISABLE_JIT", "0") == "0":
-            test()
-            return
-        env = {key: value for key, value in os.environ.items() if key != "NUMBA_DISABLE_JIT"}
-        where = f"{Path(__file__).resolve()}::{test.__name__}"
-        child = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", where],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        assert child.returncode == 0, child.stdout[-3000:]
-
-    return run
-
-
-@compiled_only
+@pytest.mark.compiled  # numba's dispatchers exist only with the JIT on
 def test_njit_with_cache_loads_through_the_runtime_only_cache():
     def double(x):
         return 2 * x
@@ -203,7 +179,7 @@ def test_the_twins_pass_the_reference_checks(interpreted, check):
     check()
 
 
-@compiled_only
+@pytest.mark.compiled  # numba's dispatchers exist only with the JIT on
 def test_twins_call_the_twins_of_the_kernels_they_call():
     from packcli.plan.kernels.bitset import _lowest_bit, _lowest_bit_python
     from packcli.plan.kernels.fit import _bfd_kernel
@@ -214,3 +190,13 @@ def test_twins_call_the_twins_of_the_kernels_they_call():
     assert jit.twin(_lowest_bit) is _lowest_bit_python
     callees = [value for value in twin.__globals__.values() if id(value) in jit._kernels]
     assert callees == []  # no compiled kernel left in the twin's namespace
+
+
+def test_use_compiled_hands_out_compiled_kernels_for_any_work(monkeypatch):
+    from packcli.plan import rows
+
+    monkeypatch.setattr(jit, "SMALL_WORK", 1 << 62)
+    monkeypatch.setattr(jit, "_compiled", False)
+    assert jit.kernel(rows._cut_pieces, 1) is jit.twin(rows._cut_pieces)
+    jit.use_compiled()
+    assert jit.kernel(rows._cut_pieces, 1) is jit.compiled(rows._cut_pieces)

@@ -147,3 +147,22 @@ def test_urls_with_credentials_are_refused_and_redacted():
     assert storage.redact("az://acct/c/x.parquet?sig=abc") == "az://acct/c/x.parquet"
     assert storage.is_remote("s3://b/k") and not storage.is_remote("C://x") and not storage.is_remote("file:///tmp/x")
     assert storage.local_path("file:///tmp/x") == "/tmp/x"
+
+
+def test_an_output_is_complete_once_its_manifest_is_there(tmp_path):
+    """Local or remote (a RemoteDir or its URL), the one check: the manifest, written last."""
+    from packcli.core.storage import MANIFEST_FILE, RemoteDir, is_complete
+
+    assert not is_complete(tmp_path)
+    (tmp_path / "report.json").write_text("{}")
+    (tmp_path / f".{MANIFEST_FILE}.tmp").write_text("{}")  # not renamed into place yet
+    assert not is_complete(tmp_path)
+    (tmp_path / MANIFEST_FILE).write_text("{}")
+    assert is_complete(tmp_path)
+    remote = RemoteDir(f"memory://{tmp_path.name}/out")
+    remote.write_json("report.json", {})
+    assert not is_complete(remote) and not is_complete(str(remote))
+    remote.write_json(MANIFEST_FILE, {})
+    assert is_complete(remote) and is_complete(str(remote))
+    remote.remove(MANIFEST_FILE)
+    assert not is_complete(remote)

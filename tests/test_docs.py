@@ -152,8 +152,10 @@ def docs_world(tmp_path_factory) -> Path:
     shutil.copytree(BUNDLED_DIR, world / "tok")
     texts = random_texts(400, seed=5, max_words=40)
     words = [t.replace("w", "word ") for t in texts]  # plain English-ish text for the demo tokenizer
-    write_jsonl(world / "data" / "part-0.jsonl", [{"text": t} for t in words[:150]])
-    write_jsonl(world / "data" / "part-1.jsonl", [{"text": t} for t in words[150:300]])
+    # data/*.jsonl: two rows at --seq-len 4096, a batch of more than one row for the readers
+    # and the Trainer, whose steps cost the more the more rows a batch holds
+    write_jsonl(world / "data" / "part-0.jsonl", [{"text": t} for t in words[:50]])
+    write_jsonl(world / "data" / "part-1.jsonl", [{"text": t} for t in words[150:200]])
     compress(world / "data" / "part-1.jsonl", world / "data" / "part-2.jsonl.zst")
     (world / "data" / "part-1.jsonl").rename(world / "data" / "part-1b.jsonl")
     write_jsonl(world / "corpus" / "a.jsonl", [{"text": t} for t in words[:200]])
@@ -173,6 +175,26 @@ def docs_world(tmp_path_factory) -> Path:
         for r in qa
     ]
     write_jsonl(world / "chats.jsonl", chats)
+    prefs = [
+        {
+            "prompt": r["question"],
+            "chosen": r["answer"],
+            "rejected": f"{i} plus {i} is {2 * i + 1}.",
+            "weight": 1 + i % 2,
+        }
+        for i, r in enumerate(qa)
+    ]
+    write_jsonl(world / "prefs.jsonl", prefs)  # preference pairs (docs/sft.md, docs/training.md)
+    write_jsonl(
+        world / "prefs-chat.jsonl",
+        [
+            {
+                "chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
+                "rejected": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["rejected"]}],
+            }
+            for r in prefs
+        ],
+    )
     shutil.copytree(
         ROOT / "docs" / "examples", world / "docs" / "examples", ignore=shutil.ignore_patterns("out", "packed")
     )

@@ -552,3 +552,60 @@ def test_a_mixture_on_ray_is_byte_identical_to_local(
             == json.loads((local / name / "report.json").read_text())["sources"]
         )
     assert not (on_ray / ".packcli-spill-sources").exists()
+
+
+# ----------------------------------------------------------------------------- preference pairs and weights
+
+
+@pytest.fixture(scope="module")
+def pair_corpus(tmp_path_factory) -> Path:
+    """Preference pairs with a weight (and a group), in three JSONL files and a Parquet file."""
+    root = tmp_path_factory.mktemp("pairs")
+    texts = random_texts(480, seed=29, max_words=40)
+    records = [
+        {
+            "prompt": texts[3 * i],
+            "chosen": texts[3 * i + 1],
+            "rejected": texts[3 * i + 2] + " w1",
+            "w": (i % 5) / 2,
+            "g": i % 3,
+        }
+        for i in range(160)
+    ]
+    for n in range(3):
+        write_jsonl(root / f"{n}.jsonl", records[n * 40 : (n + 1) * 40])
+    rest = records[120:]
+    pq.write_table(pa.table({key: [r[key] for r in rest] for key in rest[0]}), root / "3.parquet", row_group_size=15)
+    return root
+
+
+PAIRS = {"prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"}
+PAIR_CASES = [
+    ("bin", "parquet", {**PAIRS, "weight_field": "w", "shuffle": True, "seed": 2}),
+    ("concat", "npy", PAIRS),
+    ("bin", "npy", {**PAIRS, "group_by": "g", "pad_to_multiple_of": 8, "algorithm": "ffd"}),
+    ("bin", "parquet", {"text_field": "chosen", "weight_field": "w"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "fmt", "extra"),
+    PAIR_CASES,
+    ids=[f"{m}-{f}-{'pairs' if 'chosen_field' in e else 'weights'}" for m, f, e in PAIR_CASES],
+)
+def test_pairs_and_weights_on_ray_are_byte_identical_to_local(
+    cluster, pair_corpus, word_tokenizer, tmp_path, mode, fmt, extra
+):
+    from packcli.inspect.verify import verify_dir
+
+    common = {"mode": mode, "format": fmt, "rows_per_shard": 8, "seq_len": 128, **extra}
+    local = dict(run_pack(PackOptions([str(pair_corpus)], str(tmp_path / "local"), str(word_tokenizer), **common)))
+    opts = PackOptions([str(pair_corpus)], str(tmp_path / "ray"), str(word_tokenizer), engine="ray", **common)
+    report = dict(run_pack(opts))
+    _assert_same(tmp_path / "local", tmp_path / "ray")
+    assert report.get("pairs") == local.get("pairs") and report["documents"] == local["documents"]
+    verified = verify_dir(tmp_path / "ray")
+    if "chosen_field" in extra:
+        weighted = "weight_field" in extra
+        kept = 160 - (32 if weighted else 0)  # a weight of 0 drops the pair: i % 5 == 0
+        assert report["pairs"]["pairs"] == kept and verified["sequences"] == 2 * kept

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import load_rows, random_texts, write_jsonl
@@ -129,3 +131,30 @@ def test_prefault_leaves_the_map_closable_and_the_values_as_they_are(tmp_path):
     prefault(mapped[123:456], values[:3], np.zeros(0, dtype=np.int32))
     assert mapped[123:456].tolist() == values[123:456].tolist()
     mapped._mmap.close()  # raises BufferError while anything still exports the map
+
+
+def test_formats_of_documents_refuse_pairs_and_the_others_say_what_they_leave_out(
+    tmp_path, packed, cli, word_tokenizer
+):
+    texts = random_texts(60, seed=3, max_words=20)
+    records = [{"p": texts[3 * i], "c": texts[3 * i + 1], "r": texts[3 * i + 2] + " w1", "w": 1.0} for i in range(20)]
+    path = write_jsonl(tmp_path / "pairs.jsonl", records)
+    fields = ("--prompt-field", "p", "--chosen-field", "c", "--rejected-field", "r")
+    pairs = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 96, *fields)
+    for name in ("megatron", "nanotron"):
+        result = cli("export", name, pairs, tmp_path / name)
+        assert result.exit_code == 1 and not (tmp_path / name).exists()
+        assert result.stderr.startswith(f"error: export {name}: an output of preference pairs cannot be exported, as ")
+    energon = cli("export", "energon", pairs, tmp_path / "energon", "--json")
+    assert energon.exit_code == 0
+    assert json.loads(energon.stdout)["notes"] == [
+        "segment_pair, segment_chosen not exported: this format's samples hold the row columns only "
+        "(pairs stay two adjacent segments of a row, chosen first)"
+    ]
+    weighted = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 96, "--text-field", "c", "--weight-field", "w")
+    megatron = cli("export", "megatron", weighted, tmp_path / "mega", "--json")
+    assert megatron.exit_code == 0
+    assert (
+        "segment_weight not exported: this format's samples hold the row columns only"
+        in json.loads(megatron.stdout)["notes"]
+    )

@@ -328,3 +328,24 @@ def test_a_mixed_output_exports_its_rows(tmp_path, cli, fmt):
         "num_segments",
     }
     assert_same_rows(samples, source, np.uint16)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_pairs_and_weights_read_back_per_segment(tmp_path, packed, cli, word_tokenizer, compression):
+    texts = random_texts(240, seed=6, max_words=30)
+    records = [
+        {"p": texts[3 * i], "c": texts[3 * i + 1], "r": texts[3 * i + 2] + " w2", "w": i % 4 / 2} for i in range(80)
+    ]
+    path = write_jsonl(tmp_path / "pairs.jsonl", records)
+    fields = ("--prompt-field", "p", "--chosen-field", "c", "--rejected-field", "r", "--weight-field", "w")
+    source = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 96, "--rows-per-shard", 16, *fields)
+    summary = export(cli, source, tmp_path / "mds", *(["--compression", compression] if compression else []))
+    assert summary["notes"] == []
+    samples = read_back(tmp_path / "mds", tmp_path)
+    assert_same_rows(samples, source, np.uint16)
+    rows, _ = load_rows(source)
+    seg = rows.seg_offsets
+    for r, sample in enumerate(samples):
+        for name, dtype in (("segment_pair", np.int32), ("segment_chosen", np.int32), ("segment_weight", np.float32)):
+            assert sample[name].dtype == dtype
+            assert sample[name].tolist() == rows.segment_columns[name][seg[r] : seg[r + 1]].tolist()

@@ -46,14 +46,19 @@ def export_ok(cli, kind, source, out, *options):
 @pytest.mark.parametrize("kind", ["mds", "energon", "nanotron"])
 def test_a_remote_out_holds_what_a_local_export_writes(s3_server, tmp_path, source, cli, monkeypatch, kind):
     uploaded: list[str] = []
+    staged: list[Path] = []
     put = storage.RemoteDir.put
 
     def recording_put(self, local, name):
         uploaded.append(name)
+        staged.append(Path(local))
         put(self, local, name)
 
     export_ok(cli, kind, source, tmp_path / "local")
     monkeypatch.setattr(storage.RemoteDir, "put", recording_put)
+    temporary = tmp_path / "tmp"  # the export's staging, where no other test's is
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     result = export_ok(cli, kind, source, f"s3://{BUCKET}/{kind}-out")
     assert result.stdout.startswith(f"ok: wrote s3://{BUCKET}/{kind}-out ({kind}, ")
     local = files(tmp_path / "local")
@@ -66,7 +71,8 @@ def test_a_remote_out_holds_what_a_local_export_writes(s3_server, tmp_path, sour
         assert all(name.startswith(".nv-meta/") for name in uploaded[first_meta:])
     if kind == "nanotron":  # a file's .ds, which the reader lists, after its index and loss mask
         assert all(uploaded.index(name) > uploaded.index(name + ".index") for name in uploaded if name.endswith(".ds"))
-    assert not list(Path(tempfile.gettempdir()).glob("packcli-export-*"))
+    assert all(temporary in path.parents for path in staged)
+    assert not list(temporary.glob("packcli-export-*"))
 
 
 def test_streaming_reads_an_mds_export_from_the_store(s3_server, tmp_path, source, cli, monkeypatch):

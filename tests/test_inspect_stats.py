@@ -543,3 +543,55 @@ def test_an_output_without_sources_has_no_source_table(packed, corpus, word_toke
     out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64)
     assert "sources" not in json.loads(cli("stats", out, "--json").stdout)
     assert "source documents" not in cli("stats", out).stdout
+
+
+# ----------------------------------------------------------------------------- preference pairs and weights
+
+
+def pair_corpus(tmp_path, n: int = 80):
+    texts = random_texts(3 * n, seed=12, max_words=50)
+    records = [
+        {"p": texts[3 * i], "c": texts[3 * i + 1], "r": texts[3 * i + 2] + " w3", "w": 1 + i % 3} for i in range(n)
+    ]
+    return write_jsonl(tmp_path / "pairs.jsonl", records)
+
+
+PAIRS = ("--prompt-field", "p", "--chosen-field", "c", "--rejected-field", "r")
+
+
+@pytest.mark.parametrize("extra", [(), ("--pad-to-multiple-of", 8), ("--max-sequences-per-row", 4)])
+def test_what_if_on_raw_pairs_places_them_as_pack(tmp_path, cli, packed, word_tokenizer, extra):
+    path = pair_corpus(tmp_path)
+    options = ("--tokenizer", word_tokenizer, *PAIRS, *extra)
+    result = cli("stats", path, "--seq-len", 96, *options, "--json")
+    assert result.exit_code == 0, result.stderr
+    what = json.loads(result.stdout)["what_if"][0]
+    report = json.loads((packed(path, "--seq-len", 96, *options) / "report.json").read_text())
+    bfd = next(m for m in what["methods"] if m["method"] == "bfd")
+    assert what["pairs"] == report["pairs"]["pairs"] and bfd["rows"] == report["rows"]
+    assert what["real_tokens"] == report["real_tokens"] and what["overlong"]["count"] == report["overlong"]["count"]
+    if not extra:  # concat takes neither option
+        concat = next(m for m in what["methods"] if m["kind"] == "concat")
+        by_concat = json.loads(
+            (packed(path, "--seq-len", 96, *options, "--mode", "concat") / "report.json").read_text()
+        )
+        assert concat["rows"] == by_concat["rows"] and by_concat["remainder"]["tokens"] == 0
+    table = cli("stats", path, "--seq-len", 96, *options)
+    assert f"{what['sequences']:,} pairs, each placed whole" in table.stdout and "never cut" in table.stdout
+
+
+def test_stats_counts_pairs_and_weights(tmp_path, packed, cli, word_tokenizer):
+    out = packed(pair_corpus(tmp_path), "--tokenizer", word_tokenizer, "--seq-len", 128, *PAIRS, "--weight-field", "w")
+    report = stats_dir(str(out))
+    rows, _ = load_rows(out)
+    assert report["pairs"]["pairs"] == 80 == report["sequences_packed"] // 2
+    assert report["pairs"]["pairs_per_row"]["max"] == int(rows.num_segments.max()) // 2
+    assert report["no_packing"]["rows"] == 80  # a pair alone in a row
+    assert report["weights"] == {
+        "segments": 160,
+        "min": 1.0,
+        "mean": pytest.approx((27 * 1 + 27 * 2 + 26 * 3) / 80),
+        "max": 3.0,
+    }
+    table = cli("stats", out)
+    assert "pairs per row" in table.stdout and "segment weights" in table.stdout

@@ -357,7 +357,7 @@ def padded(tmp_path, packed, word_tokenizer):
 def test_padded_output_is_checked(padded):
     out = padded("npy")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["format_version"] == 5 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
+    assert manifest["format_version"] == 6 and manifest["columns"]["cu_seqlens_unpadded"] == "int32"
     report = json.loads((out / "report.json").read_text())
     assert manifest["totals"]["real_tokens"] == report["real_tokens"] == report["tokens_read"]
 
@@ -544,3 +544,55 @@ def test_check_rows_knows_the_number_of_sources():
     rows.segment_columns = {"segment_source": np.zeros(count + 1, dtype=np.int32)}
     with pytest.raises(PackcliError, match="entries for"):
         check_rows(rows, seq_len=16, pad_id=3)
+
+
+# ----------------------------------------------------------------------------- preference pairs and weights
+
+
+def pair_rows():
+    import packcli
+
+    rng = np.random.default_rng(2)
+    chosen = [rng.integers(3, 90, size=int(rng.integers(2, 9))).tolist() for _ in range(12)]
+    rejected = [c[:1] + rng.integers(3, 90, size=int(rng.integers(1, 6))).tolist() for c in chosen]
+    packed = packcli.pack_pairs(chosen, rejected, 32, sample_weights=[1.0] * 12, pad_id=0, shuffle=False)
+    return packed.rows
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (lambda c: c["segment_chosen"].__setitem__(slice(0, 2), [0, 1]), "first segment has segment_chosen 0, not 1"),
+        (lambda c: c["segment_pair"].__setitem__(1, 99), r"pair \d+ is followed by pair 99"),
+        (lambda c: c["segment_weight"].__setitem__(1, 0.5), "two sides have weights 1.0 and 0.5"),
+        (lambda c: c["segment_weight"].__setitem__(slice(0, 2), -1.0), "segment_weight -1.0 is not a finite number"),
+        (lambda c: c.pop("segment_chosen"), "segment_pair without segment_chosen"),
+    ],
+)
+def test_pairs_must_be_whole_and_matched(tamper, message):
+    rows = pair_rows()
+    check_rows(rows, seq_len=32, pad_id=0, labels_follow_ids=False)
+    rows.segment_columns = {name: values.copy() for name, values in rows.segment_columns.items()}
+    tamper(rows.segment_columns)
+    with pytest.raises(PackcliError, match=message) as raised:
+        check_rows(rows, seq_len=32, pad_id=0, labels_follow_ids=False)
+    assert str(raised.value).startswith("row 0: ")
+
+
+def test_every_pair_is_in_the_output_once():
+    from packcli.inspect.verify import verify_pairs
+
+    manifest = {"pairs": 3}
+    block = (np.array([0, 2]), np.array([0, 4]))
+    verify_pairs(
+        manifest, [("shard-00000.parquet", [block]), ("shard-00001.parquet", [(np.array([1]), np.array([7]))])]
+    )
+    twice = [("shard-00000.parquet", [block]), ("shard-00001.parquet", [(np.array([2]), np.array([7]))])]
+    with pytest.raises(PackcliError, match=r"^shard-00001.parquet row 7: pair 2 is in the output twice$"):
+        verify_pairs(manifest, twice)
+    with pytest.raises(PackcliError, match="lists 3 pairs, pair 1 is in no row"):
+        verify_pairs(manifest, [("shard-00000.parquet", [block])])
+    with pytest.raises(PackcliError, match="pair 5 is not one of the manifest's 3 pairs"):
+        verify_pairs(manifest, [("shard-00000.parquet", [(np.array([5]), np.array([0]))])])
+    with pytest.raises(PackcliError, match="lists no pairs, the shards have a segment_pair column"):
+        verify_pairs({}, [("shard-00000.parquet", [block])])

@@ -79,7 +79,7 @@ def test_rows_never_mix_groups_and_each_group_keeps_its_sequences(grouped, packe
     path, records = grouped
     out = packed(path, "--tokenizer", word_tokenizer, "--seq-len", 64, "--algorithm", algorithm, "--group-by", "source")
     rows, manifest, groups = assert_no_row_mixes(out)
-    assert manifest["group_by"] == "source" and manifest["format_version"] == 5
+    assert manifest["group_by"] == "source" and manifest["format_version"] == 6
     # ids in order of first appearance, JSON types kept apart
     firsts = []
     for r in records:

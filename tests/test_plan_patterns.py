@@ -86,6 +86,7 @@ def test_the_slot_rule_and_the_rows(data, algorithm, shuffle, cap):
     assert plan.placed_histogram().sum() == len(lengths)
 
 
+@pytest.mark.compiled  # a million lengths, the point here, take the kernels run as Python many minutes
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_million_lengths_make_a_plan_of_kilobytes(algorithm):
     rng = np.random.default_rng(0)

@@ -489,3 +489,59 @@ def test_segments_of_an_output_without_sources_have_no_source_key(tmp_path, pack
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": list(range(5, 5 + n))} for n in (3, 9, 4)])
     out = packed(path, "--ids-field", "ids", "--eos-token", "1", "--pad-id", "0", "--seq-len", 16)
     assert all("source" not in s for row in show_json(out, "--rows", "0:") for s in row["segments"])
+
+
+# ----------------------------------------------------------------------------- preference pairs
+
+PAIR_FIELDS = ("--prompt-field", "q", "--chosen-field", "good", "--rejected-field", "bad")
+
+
+def pair_records() -> list[dict]:
+    return [
+        {"q": f"Question {i}: name a prime.", "good": f"{[2, 3, 5][i % 3]} is prime.", "bad": "Nine.", "w": 0.5 + i % 2}
+        for i in range(12)
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy"])
+def test_a_pair_is_shown_labelled_side_by_side(tmp_path, packed, cli, show_json, demo, fmt):
+    records = pair_records()
+    path = write_jsonl(tmp_path / "pairs.jsonl", records)
+    out = packed(
+        path, "--tokenizer", "packcli:demo", "--seq-len", 64, "--format", fmt, *PAIR_FIELDS, "--weight-field", "w"
+    )
+    views = show_json(out, "--rows", "0:100")
+    seen = set()
+    for view in views:
+        real = [s for s in view["segments"] if not s["padding"]]
+        assert view["pairs"] == len(real) // 2
+        for chosen, rejected in zip(real[0::2], real[1::2]):
+            assert (chosen["side"], rejected["side"]) == ("chosen", "rejected") and chosen["pair"] == rejected["pair"]
+            record = records[chosen["pair"]]
+            assert chosen["weight"] == rejected["weight"] == record["w"]
+            assert [r["text"] for r in chosen["learned"]] == [record["good"] + demo.eos_token]
+            seen.add(chosen["pair"])
+    assert seen == set(range(12))
+    shown = cli("show", out, "--row", 0, "--color", "never")
+    assert re.search(r"seg 0 · \d+ · pair \d+ chosen · weight (0\.5|1\.5)", shown.stdout)
+    assert (
+        re.search(r"seg 1 · \d+ · pair \d+ rejected", shown.stdout) and " pairs · " in shown.stdout
+    ) or " pair · " in shown.stdout
+    tokens = cli("show", out, "--row", 0, "--tokens", "--color", "never")
+    assert "pair" in tokens.stdout and "chosen" in tokens.stdout
+
+
+def test_raw_pairs_are_shown_as_pack_would_cut_them(tmp_path, show_json):
+    records = pair_records()[:3]
+    records[1]["bad"] = records[1]["good"]  # the same on both sides
+    records[2]["q"] = " ".join(["long"] * 200)
+    path = write_jsonl(tmp_path / "pairs.jsonl", records)
+    views = show_json(path, "--tokenizer", "packcli:demo", "--seq-len", 64, *PAIR_FIELDS, "--rows", "0:3")
+    assert [v["written"] for v in views] == [True, False, True]
+    assert [s["side"] for s in views[0]["segments"]] == ["chosen", "rejected"]
+    assert views[1]["notes"] == ["skipped and counted: the pair's chosen and rejected are the same"]
+    assert (
+        views[2]["notes"][0].startswith("truncated: ")
+        and "cut from the start of both sides' prompt" in views[2]["notes"][0]
+    )
+    assert sum(s["end"] - s["start"] for s in views[2]["segments"]) <= 64

@@ -232,3 +232,95 @@ def test_template_rewriting_earlier_turns_is_still_refused(tmp_path, cli, chatml
         *extra,
     )
     assert result.exit_code == 1 and "chat.jsonl:1" in result.stderr and "as a prefix" in result.stderr
+
+
+# ----------------------------------------------------------------------------- --train-on and --mask-reasoning
+
+TURNS_CHATS = [
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is two and two?"},
+        {"role": "assistant", "content": "<think>\nadd them\n</think>\n\nFour."},
+        {"role": "user", "content": "And three?"},
+        {"role": "assistant", "content": "<think>\none more\n</think>\n\nFive."},
+    ],
+    # special-token strings in a content (the careful path) and a block that is never closed
+    [
+        {"role": "user", "content": "Say <|im_end|> or <|eot_id|> please"},
+        {"role": "assistant", "content": "No <think>\nhmm"},
+    ],
+    # a user quoting a block: matched in the render like any other
+    [{"role": "user", "content": "<think>quoted</think> is that a block?"}, {"role": "assistant", "content": "Yes."}],
+]
+
+
+@pytest.fixture(scope="module")
+def llama3_tokenizer(tmp_path_factory):
+    from chat_labels import write_llama3_tokenizer
+
+    return write_llama3_tokenizer(tmp_path_factory.mktemp("tok") / "llama3")
+
+
+@pytest.mark.parametrize("reasoning", [False, True], ids=["", "mask-reasoning"])
+@pytest.mark.parametrize("train_on", ["assistant", "last", "all", "user,assistant"])
+@pytest.mark.parametrize("template", ["chatml", "chatml-markers", "llama3"])
+def test_each_train_on_choice_learns_what_the_independent_checker_says(
+    tmp_path, packed, chatml_tokenizer, llama3_tokenizer, template, train_on, reasoning
+):
+    from chat_labels import learned_runs, render, segment_runs
+
+    layout = "llama3" if template == "llama3" else "chatml"
+    tokenizer_dir = llama3_tokenizer if layout == "llama3" else chatml_tokenizer
+    tok = load_tokenizer(str(tokenizer_dir), via_transformers=True)
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": c} for c in TURNS_CHATS])
+    options = ["--tokenizer", tokenizer_dir, "--seq-len", 512, "--algorithm", "nf", "--no-shuffle"]
+    options += ["--messages-field", "messages", "--train-on", train_on, "--keep-unlearned"]
+    if layout == "chatml":
+        options += [
+            "--chat-template",
+            chatml_tokenizer / ("chatml.jinja" if template == "chatml-markers" else "chatml-no-markers.jinja"),
+        ]
+    if reasoning:
+        options.append("--mask-reasoning")
+    rows, _ = load_rows(packed(path, *options))
+    eos = None if layout == "llama3" else EOT  # Llama-3's render ends with its EOS, <|eot_id|>
+    markers = template == "chatml-markers" and train_on in ("assistant", "all")
+    cu = rows.cu_seqlens[rows.cu_offsets[0] : rows.cu_offsets[1]]
+    for k, conversation in enumerate(TURNS_CHATS):
+        ids = rows.input_ids[0, cu[k] : cu[k + 1]].tolist()
+        labels = rows.labels[0, cu[k] : cu[k + 1]].tolist()
+        text, _ = render(layout, conversation)
+        assert tok.decode(ids, skip_special_tokens=False) == text + (eos or "")
+        want = learned_runs(
+            layout,
+            conversation,
+            train_on,
+            markers=markers,
+            reasoning=("<think>", "</think>") if reasoning else None,
+            eos=eos,
+        )
+        assert segment_runs(tok, ids, labels) == want, (k, template, train_on, reasoning)
+
+
+def test_train_on_choices_are_checked(cli, tmp_path):
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])
+    base = ("pack", path, "-o", tmp_path / "o", "--tokenizer", "packcli:demo", "--seq-len", 64)
+    bad = cli(*base, "--messages-field", "messages", "--train-on", "first")
+    assert bad.exit_code == 2 and "--train-on takes last or all, or roles" in bad.stderr
+    sft = cli(*base, "--prompt-field", "a", "--completion-field", "b", "--mask-reasoning")
+    assert sft.exit_code == 2 and "--mask-reasoning goes with --messages-field or preference pairs" in sft.stderr
+    lone = cli(*base, "--messages-field", "messages", "--reasoning-open", "<r>")
+    assert lone.exit_code == 2 and "go with --mask-reasoning" in lone.stderr
+
+
+def test_reasoning_delimiters_are_settable(tmp_path, packed, demo):
+    chat = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "[[plan: greet]] Hello."}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": chat}])
+    (tmp_path / "t.jinja").write_text(NO_MARKER_TEMPLATE)
+    options = ["--tokenizer", "packcli:demo", "--seq-len", 128, "--messages-field", "messages"]
+    options += ["--chat-template", tmp_path / "t.jinja", "--mask-reasoning"]
+    rows, _ = load_rows(packed(path, *options, "--reasoning-open", "[[", "--reasoning-close", "]]"))
+    learned = learned_text_per_segment(rows, demo)[0]
+    assert "plan" not in learned and learned.startswith(" Hello.")
+    rows, _ = load_rows(packed(path, *options))  # the default <think> block: none here
+    assert learned_text_per_segment(rows, demo)[0].startswith("[[plan: greet]] Hello.")

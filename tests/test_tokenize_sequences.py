@@ -222,7 +222,7 @@ def test_sequences_with_no_label_are_dropped_and_counted(tmp_path, packed):
         (("--prompt-field", "p"), "go together"),
         (("--labels-field", "l"), "--labels-field goes with --ids-field"),
         (("--chat-template", "x.jinja"), "--chat-template goes with --messages-field"),
-        (("--messages-field", "m", "--train-on", "robot"), "--train-on takes roles"),
+        (("--messages-field", "m", "--train-on", "robot"), "--train-on takes last or all, or roles"),
     ],
 )
 def test_conflicting_field_options(tmp_path, cli, word_tokenizer, options, message):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from packcli.core.options import PackOptions
 from packcli.tokenize import sequences
 from packcli.tokenize.chat import ChatSequences
@@ -37,3 +39,27 @@ def test_one_source_is_the_plain_setup(word_tokenizer):
         plain.pad_id,
         plain.fingerprint,
     )
+
+
+def test_a_source_borrows_the_encoder_another_chose_where_it_serves(chatml_tokenizer):
+    """A mixture's text sources share one encoder (one vocabulary in memory): the second
+    source borrows the first's, and encodes exactly as an encoder of its own would."""
+    from packcli.read.records import RecordBatch
+    from packcli.tokenize.setup import Borrowed, choose_backend
+
+    texts = ["hello world, say forged answers", "user assistant system: hello", "endoftext im_start"] * 5
+    batch = RecordBatch("a.jsonl", "line", np.arange(1, len(texts) + 1), {"text": texts})
+    first, second, alone = setup_sources([options(chatml_tokenizer) for _ in range(3)])
+    choose_backend(options(chatml_tokenizer), first, batch, threads=1)
+    assert first.encoder is not None and first.backend in ("tiktoken", "gigatoken")
+    choose_backend(options(chatml_tokenizer), second, batch, threads=1, shared=first.encoder)
+    assert isinstance(second.encoder, Borrowed) and second.encoder.owner is first.encoder
+    assert second.backend == first.backend
+    choose_backend(options(chatml_tokenizer), alone, batch, threads=1)
+    assert not isinstance(alone.encoder, Borrowed)
+    for got, want in zip(second.builder.encode(texts), alone.builder.encode(texts)):
+        assert np.array_equal(got, want)
+    second.close()  # a borrower closes nothing: the owner still encodes
+    assert first.builder.encode(texts[:1])[0].size
+    first.close()
+    alone.close()

@@ -65,7 +65,7 @@ def rewrite_manifest(out, change) -> None:
 def test_pack_writes_the_current_format_in_the_documented_key_order(output):
     manifest = json.loads((output / "manifest.json").read_text())
     assert list(manifest) == MANIFEST_KEYS
-    assert manifest["format_version"] == FORMAT_VERSION == 5
+    assert manifest["format_version"] == FORMAT_VERSION == 6
 
 
 @pytest.mark.parametrize("reader", READERS, ids=list(READERS))

@@ -92,23 +92,3 @@ def test_resume_refuses_without_a_readable_run_record(tmp_path):
     stdin = run_identity({"seq_len": 8}, ["-"], "tok", "1.0")
     with pytest.raises(PackcliError, match="cannot check input read from stdin"):
         check_resumable(out, stdin)
-
-
-def test_an_output_is_complete_once_its_manifest_is_there(tmp_path):
-    """Local or remote, the one check: the manifest, written last."""
-    from packcli.core.storage import RemoteDir
-    from packcli.write.outdir import MANIFEST_FILE, is_complete
-
-    assert not is_complete(tmp_path)
-    (tmp_path / "report.json").write_text("{}")
-    (tmp_path / f".{MANIFEST_FILE}.tmp").write_text("{}")  # not renamed into place yet
-    assert not is_complete(tmp_path)
-    (tmp_path / MANIFEST_FILE).write_text("{}")
-    assert is_complete(tmp_path)
-    remote = RemoteDir(f"memory://{tmp_path.name}/out")
-    remote.write_json("report.json", {})
-    assert not is_complete(remote)
-    remote.write_json(MANIFEST_FILE, {})
-    assert is_complete(remote)
-    remote.remove(MANIFEST_FILE)
-    assert not is_complete(remote)

@@ -273,6 +273,7 @@ def _token_count(path: Path) -> int:
     return len(pq.read_table(path).column("ids").combine_chunks().flatten())
 
 
+@pytest.mark.alone  # a test beside it changes how far reading runs ahead, and with that the peak
 def test_memory_does_not_grow_with_the_corpus(tmp_path):
     """4x the tokens (pre-tokenized documents) and the peak RSS stays flat: the tokens live
     in the spill; memory holds a few bytes per sequence. Both corpora are long enough to

@@ -22,8 +22,10 @@ from packcli.cli.options import (
     Bos,
     BufferSize,
     ChatTemplate,
+    ChosenField,
     CompletionField,
     Debug,
+    DefaultWeight,
     Eos,
     EosToken,
     Epochs,
@@ -34,6 +36,7 @@ from packcli.cli.options import (
     Json,
     KeepUnlearned,
     LabelsField,
+    MaskReasoning,
     MaxSequencesPerRow,
     MessagesField,
     Mix,
@@ -45,6 +48,9 @@ from packcli.cli.options import (
     PlainCommand,
     PlainGroup,
     PromptField,
+    ReasoningClose,
+    ReasoningOpen,
+    RejectedField,
     Source,
     TextField,
     Tokenizer,
@@ -52,6 +58,7 @@ from packcli.cli.options import (
     TrainOn,
     TruncationSide,
     Weight,
+    WeightField,
     Workers,
     fraction,
     mixture,
@@ -117,11 +124,9 @@ def _errors(debug: bool, output: str | None = None):
 
 
 def _has_manifest(output: str | None) -> bool:
-    from pathlib import Path
+    from packcli.core.storage import is_complete, is_remote
 
-    from packcli.core.storage import is_remote
-
-    return output is not None and not is_remote(output) and (Path(output) / "manifest.json").is_file()
+    return output is not None and not is_remote(output) and is_complete(output)
 
 
 def _stdout():
@@ -149,6 +154,13 @@ def pack(
     messages_field: MessagesField = None,
     chat_template: ChatTemplate = None,
     train_on: TrainOn = "assistant",
+    mask_reasoning: MaskReasoning = False,
+    reasoning_open: ReasoningOpen = "<think>",
+    reasoning_close: ReasoningClose = "</think>",
+    chosen_field: ChosenField = None,
+    rejected_field: RejectedField = None,
+    weight_field: WeightField = None,
+    default_weight: DefaultWeight = None,
     ids_field: IdsField = None,
     labels_field: LabelsField = None,
     on_bad_record: OnBadRecord = "fail",
@@ -333,6 +345,8 @@ def _progress(unit: str = "docs"):
 def _show_report(report: Mapping[str, Any], title: str, json_output: bool) -> None:
     from packcli.cli import render
 
+    for line in render.warnings(report):
+        sys.stderr.write(line + "\n")
     if json_output:
         sys.stdout.write(render.to_json(report))
     else:
@@ -356,6 +370,13 @@ def stats(
     messages_field: MessagesField = None,
     chat_template: ChatTemplate = None,
     train_on: TrainOn = "assistant",
+    mask_reasoning: MaskReasoning = False,
+    reasoning_open: ReasoningOpen = "<think>",
+    reasoning_close: ReasoningClose = "</think>",
+    chosen_field: ChosenField = None,
+    rejected_field: RejectedField = None,
+    weight_field: WeightField = None,
+    default_weight: DefaultWeight = None,
     ids_field: IdsField = None,
     labels_field: LabelsField = None,
     on_bad_record: OnBadRecord = "fail",
@@ -439,11 +460,13 @@ def _with_splits(paths: list[str]) -> list[str]:
     """The paths, a --holdout's DIR standing for its outputs (train, validation) side by side."""
     from pathlib import Path
 
+    from packcli.core.storage import is_complete
+
     out: list[str] = []
     for path in paths:
         local = Path(path)
-        if local.is_dir() and not (local / "manifest.json").is_file():
-            splits = [local / name for name in ("train", "validation") if (local / name / "manifest.json").is_file()]
+        if local.is_dir() and not is_complete(local):
+            splits = [local / name for name in ("train", "validation") if is_complete(local / name)]
             if splits:
                 out.extend(str(split) for split in splits)
                 continue
@@ -478,11 +501,9 @@ def _is_raw_input(paths: list[str], given: list[str], command: str = "stats") ->
 def _is_packed(path: str) -> bool:
     """A packed output: a directory with a manifest (stats.is_packed_output, without
     loading stats and its kernels), or a URL that holds one."""
-    from pathlib import Path
+    from packcli.core.storage import is_complete
 
-    from packcli.core.storage import is_remote_output
-
-    return (Path(path).is_dir() and (Path(path) / "manifest.json").is_file()) or is_remote_output(path)
+    return is_complete(path)
 
 
 def _stats_dirs(paths: list[str], plot: str | None, json_output: bool, html: str | None = None) -> None:
@@ -601,6 +622,13 @@ def show(
     messages_field: MessagesField = None,
     chat_template: ChatTemplate = None,
     train_on: TrainOn = "assistant",
+    mask_reasoning: MaskReasoning = False,
+    reasoning_open: ReasoningOpen = "<think>",
+    reasoning_close: ReasoningClose = "</think>",
+    chosen_field: ChosenField = None,
+    rejected_field: RejectedField = None,
+    weight_field: WeightField = None,
+    default_weight: DefaultWeight = None,
     ids_field: IdsField = None,
     labels_field: LabelsField = None,
     on_bad_record: OnBadRecord = "fail",

@@ -143,7 +143,8 @@ TextField = Annotated[
     option(metavar="FIELD", panel=INPUT, help="Field holding plain text; every token is learned. (default: text)"),
 ]
 PromptField = Annotated[
-    str | None, option(metavar="FIELD", panel=INPUT, help="SFT: field of the prompt (its tokens get label -100).")
+    str | None,
+    option(metavar="FIELD", panel=INPUT, help="SFT and pairs: field of the prompt (its tokens get label -100)."),
 ]
 CompletionField = Annotated[
     str | None, option(metavar="FIELD", panel=INPUT, help="SFT: field of the completion (learned, with EOS).")
@@ -163,10 +164,56 @@ ChatTemplate = Annotated[
 TrainOn = Annotated[
     str,
     option(
-        metavar="ROLES",
+        metavar="TURNS",
         panel=INPUT,
         show_default=True,
-        help=f"Chat: roles whose turns are learned, comma-separated ({', '.join(ROLES)}).",
+        help=f"Chat: what is learned: roles' turns, comma-separated ({', '.join(ROLES)}); last (the last assistant "
+        "turn); all (every turn's content, the template's markup around it not).",
+    ),
+]
+MaskReasoning = Annotated[
+    bool,
+    option(
+        "--mask-reasoning",
+        panel=INPUT,
+        help="Chat and pairs in messages: leave every reasoning block of the rendered conversation "
+        "(<think>...</think>) out of the loss.",
+    ),
+]
+ReasoningOpen = Annotated[
+    str,
+    option(metavar="TEXT", panel=INPUT, show_default=True, help="--mask-reasoning: the text that opens a block."),
+]
+ReasoningClose = Annotated[
+    str,
+    option(metavar="TEXT", panel=INPUT, show_default=True, help="--mask-reasoning: the text that closes a block."),
+]
+ChosenField = Annotated[
+    str | None,
+    option(
+        metavar="FIELD",
+        panel=INPUT,
+        help="Preference pairs: the chosen completion (a string, with --prompt-field; or messages).",
+    ),
+]
+RejectedField = Annotated[
+    str | None,
+    option(metavar="FIELD", panel=INPUT, help="Preference pairs: the rejected completion, as --chosen-field's."),
+]
+WeightField = Annotated[
+    str | None,
+    option(
+        metavar="FIELD",
+        panel=INPUT,
+        help="A loss weight per record (a number, 0 or more; 0 drops the record): column segment_weight.",
+    ),
+]
+DefaultWeight = Annotated[
+    str | None,
+    option(
+        metavar="W",
+        panel=INPUT,
+        help="--weight-field: the weight of a record without the field. (default: such a record is bad)",
     ),
 ]
 IdsField = Annotated[
@@ -366,6 +413,13 @@ INPUT_OPTIONS = (
     "messages_field",
     "chat_template",
     "train_on",
+    "mask_reasoning",
+    "reasoning_open",
+    "reasoning_close",
+    "chosen_field",
+    "rejected_field",
+    "weight_field",
+    "default_weight",
     "ids_field",
     "labels_field",
     "on_bad_record",
@@ -390,4 +444,6 @@ def pack_options(inputs: list[str], arguments: dict, **own):
     """PackOptions from a command's arguments (its input options, taken by name) and its own options."""
     from packcli.core.options import PackOptions
 
-    return PackOptions(inputs=list(inputs), **{name: arguments[name] for name in INPUT_OPTIONS}, **own)
+    taken = {name: arguments[name] for name in INPUT_OPTIONS}
+    taken["default_weight"] = fraction("--default-weight", taken["default_weight"])
+    return PackOptions(inputs=list(inputs), **taken, **own)

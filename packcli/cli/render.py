@@ -73,12 +73,18 @@ def render_table(report: Mapping[str, Any], title: str) -> Table | Group:
         if docs["skipped"]:
             lines.append(("documents skipped", f"{docs['skipped']:,}"))
             notes += _skipped_notes(docs.get("skipped_examples") or [], docs["skipped"])
+        if docs.get("zero_weight"):
+            lines.append(("documents of weight 0", f"{docs['zero_weight']:,} (dropped)"))
+    lines += _pair_lines(report.get("pairs"))
     if "overlong" in report and report["overlong"]["count"]:
         over = report["overlong"]
         lines.append((f"overlong ({over['policy']})", f"{over['count']:,} ({over['tokens_lost']:,} tokens lost)"))
     lines += _unlearned_lines(report.get("unlearned"))
     notes += _unlearned_notes(report.get("unlearned"))
     lines += packing_lines(report)
+    if report.get("weights"):
+        w = report["weights"]
+        lines.append(("segment weights", f"min {w['min']:.4g}, mean {w['mean']:.4g}, max {w['max']:.4g}"))
     if "remainder" in report and report["remainder"]["tokens"]:
         rem = report["remainder"]
         lines.append((f"remainder ({rem['policy']})", f"{rem['tokens']:,} tokens"))
@@ -150,6 +156,32 @@ def render_sources(sources: Sequence[Mapping[str, Any]]) -> list[Table]:
             table.add_row(*(row[column] for column in columns))
         tables.append(table)
     return tables
+
+
+def _pair_lines(pairs: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Preference pairs: kept (pack) or counted in the rows (stats), and what pack left out."""
+    if not pairs:
+        return []
+    lines = [("pairs", f"{pairs['pairs']:,}")]
+    if "pairs_per_row" in pairs:
+        per_row = pairs["pairs_per_row"]
+        lines.append(("pairs per row", f"mean {per_row['mean']:.2f}, max {per_row['max']}"))
+    if pairs.get("identical_skipped"):
+        lines.append(("  chosen = rejected", f"{pairs['identical_skipped']:,} skipped"))
+    if pairs.get("overlong_dropped"):
+        lines.append(("  too long for a row", f"{pairs['overlong_dropped']:,} dropped"))
+    return lines
+
+
+def warnings(report: Mapping[str, Any]) -> list[str]:
+    """What pack did that a user must hear of even under --json (on stderr)."""
+    pairs = report.get("pairs") or {}
+    identical = pairs.get("identical_skipped", 0)
+    if not identical:
+        return []
+    first = pairs.get("identical_examples") or []
+    where = f" (first: {first[0]})" if first else ""
+    return [f"warning: skipped {identical:,} pair(s) whose chosen and rejected are the same{where}"]
 
 
 UNLEARNED_CAUSES = {"no_labels": "no labels", "split_pieces": "split pieces", "truncated": "truncated"}
@@ -381,7 +413,8 @@ def render_what_if(console: Console, report: Mapping[str, Any]) -> None:
     console.print(render_chart(title, bins, console.width))
     for result in report["what_if"]:
         over = result["overlong"]
-        title = f"what if --seq-len {result['seq_len']}: {result['sequences']:,} sequences"
+        placed = "pairs, each placed whole" if "pairs" in result else "sequences"
+        title = f"what if --seq-len {result['seq_len']}: {result['sequences']:,} {placed}"
         if over["count"]:
             lost = f", {over['tokens_lost']:,} tokens lost" if over["tokens_lost"] else ""
             if over.get("dropped_without_labels") and "unlearned" not in result:
@@ -420,7 +453,12 @@ def render_what_if(console: Console, report: Mapping[str, Any]) -> None:
     console.print(
         "[dim]speed-up: tokens a model processes without packing / with it (padding included;"
         " attention's quadratic term left out). pad to longest/N: batches of N in input order."
-        " concat: documents joined and cut at row ends.[/dim]"
+        + (
+            " concat: pairs in input order, next fit, never cut."
+            if any("pairs" in r for r in report["what_if"])
+            else " concat: documents joined and cut at row ends."
+        )
+        + "[/dim]"
     )
 
 

@@ -89,6 +89,8 @@ def _segment(view: View, number: int, segment: Segment, decoder: Decoder | None,
 
     if segment.source is not None:
         attrs += f' data-source="{_e(segment.source)}"'
+    if segment.pair is not None:
+        attrs += f' data-pair="{segment.pair}" data-side="{segment.side}"'
     parts = [
         f'<div class="seg s{segment.index % 2}" {attrs}>',
         f'<span class="mark">{_e(segment_mark(segment))}</span>',

@@ -72,6 +72,7 @@ def header_line(view: View) -> Text:
         text.append(f"  {h['shard']} row {h['shard_row']:,}", style="dim")
         parts = [
             f"{h['num_segments']} segment{'s' if h['num_segments'] != 1 else ''}",
+            *([f"{h['pairs']} pair{'s' if h['pairs'] != 1 else ''}"] if "pairs" in h else []),
             f"{h['real_tokens']:,} real tokens",
             f"{h['learned_tokens']:,} learned",
             f"fill {h['fill']:.1%}",
@@ -92,9 +93,19 @@ def header_line(view: View) -> Text:
 
 
 def segment_mark(segment: Segment) -> str:
-    """A real segment's marker text: its index, real length and, in a mixture, its source."""
-    mark = f"seg {segment.index} · {segment.real_end - segment.start:,}"
-    return mark if segment.source is None else f"{mark} · {segment.source}"
+    """A real segment's marker text: its index, real length and, in a mixture, its source;
+    a preference pair's side (`pair 12 chosen`); a weight."""
+    return " · ".join([f"seg {segment.index}", f"{segment.real_end - segment.start:,}", *segment_labels(segment)])
+
+
+def segment_labels(segment: Segment) -> list[str]:
+    """What a segment carries besides its tokens, as its marker and the token table name it."""
+    labels = [] if segment.source is None else [str(segment.source)]
+    if segment.pair is not None:
+        labels.append(f"pair {segment.pair} {segment.side}")
+    if segment.weight is not None:
+        labels.append(f"weight {segment.weight:g}")
+    return labels
 
 
 def render_view(view: View, decoder: Decoder | None, plain: bool, learned_only: bool = False) -> Group:
@@ -167,7 +178,7 @@ def render_tokens(view: View, decoder: Decoder | None) -> Group:
             table.add_row("", str(pad), f"pad ×{segment.length:,}", "-100", style=PAD_STYLE)
             continue
         length = segment.real_end - segment.start
-        about = f"{length:,} tokens" + ("" if segment.source is None else f" · {segment.source}")
+        about = " · ".join([f"{length:,} tokens", *segment_labels(segment)])
         table.add_row(Text(f"seg {segment.index}", style=marker_style), "", Text(about, style=marker_style), "")
         for i in range(segment.start, segment.real_end):
             token = int(view.input_ids[i])

@@ -185,6 +185,13 @@ def runtime_only_cache() -> type:
     return RuntimeOnlyCache
 
 
+def use_compiled() -> None:
+    """Kernels run compiled from now on, whatever their work: for a run that knows it will
+    need them and loads them ahead (plan/pairs.py's `warm`, while the input is read)."""
+    global _compiled
+    _compiled = True
+
+
 def kernel(dispatcher: Any, work: int) -> Callable[..., Any]:
     """The callable a wrapper runs for `work` loop iterations: the interpreted twin while
     that is cheaper than loading compiled code, else the compiled kernel."""

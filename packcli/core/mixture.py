@@ -262,11 +262,8 @@ def _assignment(flag: str, given: str, form: str) -> tuple[str, str]:
 def _parse_toml(path: Path, text: str) -> dict[str, Any]:
     try:
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise _usage("--mix needs Python 3.11 or later (or the tomli package)") from None
+    except ModuleNotFoundError:  # Python 3.10 has no TOML reader of its own
+        raise _usage("--mix needs Python 3.11 or later (its tomllib reads the mixture file)") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -12,9 +12,11 @@ from packcli.core.choices import (
     FORMATS,
     MODES,
     OVERLONG_POLICIES,
+    REASONING_DELIMITERS,
     REMAINDER_POLICIES,
     ROLES,
     TOKENIZER_BACKENDS,
+    TRAIN_ON_TURNS,
     TRUNCATION_SIDES,
 )
 from packcli.core.errors import PackcliError
@@ -35,7 +37,14 @@ class PackOptions:
     completion_field: str | None = None
     messages_field: str | None = None
     chat_template: str | None = None
-    train_on: str = "assistant"
+    train_on: str = "assistant"  # roles, comma-separated, or "last" or "all" (TRAIN_ON_TURNS)
+    mask_reasoning: bool = False  # chat: an assistant turn's reasoning block is left out of the loss
+    reasoning_open: str = REASONING_DELIMITERS[0]
+    reasoning_close: str = REASONING_DELIMITERS[1]
+    chosen_field: str | None = None  # preference pairs: the chosen completion (a string or messages)
+    rejected_field: str | None = None  # preference pairs: the rejected completion
+    weight_field: str | None = None  # a non-negative loss weight per record
+    default_weight: float | None = None  # the weight of a record without --weight-field (None: a bad record)
     ids_field: str | None = None
     labels_field: str | None = None
     mode: str = "bin"
@@ -73,7 +82,10 @@ class PackOptions:
 
     @property
     def input_kind(self) -> str:
-        """text, prompt (prompt/completion), chat or ids; validate() makes it unambiguous."""
+        """text, prompt (prompt/completion), chat, ids or pairs (preference pairs);
+        validate() makes it unambiguous."""
+        if self.chosen_field or self.rejected_field:
+            return "pairs"
         if self.prompt_field or self.completion_field:
             return "prompt"
         if self.messages_field:
@@ -92,13 +104,26 @@ class PackOptions:
     @property
     def masked(self) -> bool:
         """Whether some tokens are not learned (SFT, chat, ids with labels)."""
-        return self.input_kind in ("prompt", "chat") or bool(self.labels_field)
+        return self.input_kind in ("prompt", "chat", "pairs") or bool(self.labels_field)
 
     @property
     def resolved_truncation_side(self) -> str:
         """left (keep the completion, cut the prompt's start) where labels are masked; right
         (keep the start) for plain text."""
         return self.truncation_side or ("left" if self.masked else "right")
+
+    @property
+    def pairs(self) -> bool:
+        """Whether records are preference pairs (--chosen-field/--rejected-field): each is
+        two segments placed together."""
+        return self.input_kind == "pairs"
+
+    @property
+    def per_segment_values(self) -> bool:
+        """Whether segments carry values of their own beside their tokens (preference
+        pairs, --weight-field): the run plans per piece, each segment found by its place
+        in a spill in input order (engine/pairs.py)."""
+        return self.pairs or self.weight_field is not None
 
     @property
     def mixed(self) -> bool:
@@ -142,6 +167,7 @@ class PackOptions:
         self._check_mixture()
         self._check_values()
         self._check_input_kind()
+        self._check_pairs_and_weights()
         if self.resume and self.overwrite:
             raise _usage("--resume and --overwrite exclude each other")
         self._check_engine()
@@ -216,24 +242,18 @@ class PackOptions:
             raise _usage(
                 "--group-by with --mode concat plans one stream per group over the whole input: drop --buffer-size"
             )
-        tokenized = (
-            self.text_field or ("text" if self.input_kind == "text" else None),
-            self.prompt_field,
-            self.completion_field,
-            self.messages_field,
-            self.ids_field,
-            self.labels_field,
-        )
-        if self.group_by in tokenized:
+        if self.group_by in self._tokenized_fields():
             raise _usage(f"--group-by {self.group_by}: that field is the one tokenized; group by another field")
 
     def _check_input_kind(self) -> None:
         """Exactly one kind of input, and the options that go with it."""
+        pairs = bool(self.chosen_field or self.rejected_field)
         given = {
             "--text-field": self.text_field is not None,
-            "--prompt-field/--completion-field": bool(self.prompt_field or self.completion_field),
+            "--prompt-field/--completion-field": bool(self.completion_field or (self.prompt_field and not pairs)),
             "--messages-field": self.messages_field is not None,
             "--ids-field": self.ids_field is not None,
+            "--chosen-field/--rejected-field": pairs,
         }
         kinds = [flag for flag, present in given.items() if present]
         if len(kinds) > 1:
@@ -245,7 +265,9 @@ class PackOptions:
         ):
             if value == "":
                 raise _usage(f"{flag} must name a field")
-        if bool(self.prompt_field) != bool(self.completion_field):
+        if pairs:
+            self._check_pair_fields()
+        elif bool(self.prompt_field) != bool(self.completion_field):
             raise _usage("--prompt-field and --completion-field go together")
         if self.prompt_field and self.prompt_field == self.completion_field:
             raise _usage("--prompt-field and --completion-field must name different fields")
@@ -271,13 +293,80 @@ class PackOptions:
     def _check_companions(self) -> None:
         if self.labels_field and not self.ids_field:
             raise _usage("--labels-field goes with --ids-field")
-        if self.chat_template and not self.messages_field:
-            raise _usage("--chat-template goes with --messages-field")
-        roles = tuple(r.strip() for r in self.train_on.split(",") if r.strip())
-        if not roles or any(r not in ROLES for r in roles):
-            raise _usage(f"--train-on takes roles from {', '.join(ROLES)}, not {self.train_on!r}")
+        if self.chat_template and not self.messages_field and self.input_kind != "pairs":
+            raise _usage("--chat-template goes with --messages-field (or preference pairs in messages)")
+        if self.train_on not in TRAIN_ON_TURNS:
+            roles = tuple(r.strip() for r in self.train_on.split(",") if r.strip())
+            if not roles or any(r not in ROLES for r in roles):
+                raise _usage(
+                    f"--train-on takes {' or '.join(TRAIN_ON_TURNS)}, or roles from {', '.join(ROLES)} "
+                    f"(comma-separated), not {self.train_on!r}"
+                )
         if self.train_on != "assistant" and not self.messages_field:
-            raise _usage("--train-on goes with --messages-field")
+            why = " (a pair learns its two completions)" if self.input_kind == "pairs" else ""
+            raise _usage(f"--train-on goes with --messages-field{why}")
+        delimiters = (self.reasoning_open, self.reasoning_close) != REASONING_DELIMITERS
+        if (self.mask_reasoning or delimiters) and self.input_kind not in ("chat", "pairs"):
+            flag = "--mask-reasoning" if self.mask_reasoning else "--reasoning-open/--reasoning-close"
+            raise _usage(f"{flag} goes with --messages-field or preference pairs (chat turns)")
+        if delimiters and not self.mask_reasoning:
+            raise _usage("--reasoning-open/--reasoning-close go with --mask-reasoning")
+        if self.mask_reasoning and (not self.reasoning_open or not self.reasoning_close):
+            raise _usage("--reasoning-open and --reasoning-close must not be empty")
+
+    def _check_pair_fields(self) -> None:
+        """--chosen-field and --rejected-field, with or without --prompt-field."""
+        if not self.chosen_field or not self.rejected_field:
+            raise _usage("--chosen-field and --rejected-field go together (and each names a field)")
+        names = [name for name in (self.prompt_field, self.chosen_field, self.rejected_field) if name]
+        if len(set(names)) != len(names):
+            raise _usage("--prompt-field, --chosen-field and --rejected-field must name different fields")
+
+    def _check_pairs_and_weights(self) -> None:
+        """What preference pairs and --weight-field allow (each is planned per piece over the
+        whole input, from a spill in input order)."""
+        if self.default_weight is not None:
+            if self.weight_field is None:
+                raise _usage("--default-weight goes with --weight-field")
+            if not (self.default_weight >= 0 and self.default_weight != float("inf")):
+                raise _usage(f"--default-weight must be a non-negative number, not {self.default_weight:g}")
+        if self.weight_field is not None:
+            if not self.weight_field:
+                raise _usage("--weight-field must name a field")
+            if self.weight_field in self._tokenized_fields():
+                raise _usage(f"--weight-field {self.weight_field}: that field is the one tokenized; name another field")
+        for wanted, flag in ((self.pairs, "preference pairs"), (self.weight_field is not None, "--weight-field")):
+            if not wanted:
+                continue
+            if self.mixed:
+                raise _usage(
+                    f"{flag} do not apply to a mixture (--mix, --source, --holdout): pack each input on its own"
+                )
+            if self.buffer_size is not None:
+                raise _usage(f"{flag} are planned over the whole input: drop --buffer-size")
+        if not self.pairs:
+            return
+        if self.overlong == "split":
+            raise _usage("--overlong split cuts sequences, and a pair is never cut: use truncate, drop or error")
+        if self.truncation_side == "right":
+            raise _usage(
+                "--truncation-side right would cut a pair's completions: a pair is truncated from its prompt's start"
+            )
+        if self.max_sequences_per_row is not None and self.max_sequences_per_row < 2:
+            raise _usage("--max-sequences-per-row must be at least 2 with preference pairs (a pair is two sequences)")
+
+    def _tokenized_fields(self) -> tuple[str | None, ...]:
+        """The fields whose text or ids become tokens."""
+        return (
+            self.text_field or ("text" if self.input_kind == "text" else None),
+            self.prompt_field,
+            self.completion_field,
+            self.messages_field,
+            self.ids_field,
+            self.labels_field,
+            self.chosen_field,
+            self.rejected_field,
+        )
 
     @property
     def pad_multiple(self) -> int:

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from packcli.core.errors import PackcliError, needs_extra
 
+MANIFEST_FILE = "manifest.json"  # written last, atomically: its presence means the output is complete
+
 SAMPLE_BYTES = 1 << 16
 _GLOB_CHARS = frozenset("*?[")
 
@@ -211,9 +213,19 @@ class RemoteDir:
             f.write((json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
 
+def is_complete(output: Path | str | RemoteDir) -> bool:
+    """Whether a packcli output, a local directory or a remote one (a RemoteDir or a URL),
+    is complete: its manifest is there, and it is written last, so nothing else is missing."""
+    if isinstance(output, str) and is_remote(output):
+        output = RemoteDir(output)
+    if isinstance(output, RemoteDir):
+        return output.exists(MANIFEST_FILE)
+    return (Path(output) / MANIFEST_FILE).is_file()
+
+
 def is_remote_output(path: str) -> bool:
-    """A URL that holds a complete packcli output (its manifest.json)."""
-    return is_remote(path) and RemoteDir(path).exists("manifest.json")
+    """A URL that holds a complete packcli output."""
+    return is_remote(path) and is_complete(path)
 
 
 @contextmanager
@@ -224,8 +236,8 @@ def fetched_output(path: str) -> Iterator[str]:
         yield path
         return
     remote = RemoteDir(path)
-    if not remote.exists("manifest.json"):
-        raise PackcliError(f"{remote}: no manifest.json, so this is not a complete packcli output")
+    if not is_complete(remote):
+        raise PackcliError(f"{remote}: no {MANIFEST_FILE}, so this is not a complete packcli output")
     with tempfile.TemporaryDirectory(prefix="packcli-fetch-") as tmp:
         local = Path(tmp) / "out"
         local.mkdir()

@@ -30,9 +30,11 @@ from packcli.read.records import BadRecords
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.tokenize.setup import TokenSetup, choose_backend
 from packcli.tokenize.workers import WorkerPool, available_cores, can_fork
+from packcli.write.values import SegmentValues
 
 if TYPE_CHECKING:
     from packcli.read.records import BadRecords, RecordBatch
+    from packcli.tokenize.fastbpe import Encoder
 
 READ_BATCH = 1024
 UNLEARNED_EXAMPLES = 10  # sequences with nothing to learn named in the report, as bad records are
@@ -70,6 +72,11 @@ class IngestCounts:
     unlearned_truncated_tokens: int = 0
     # where the first few sequences with nothing to learn came from ("file:line"), for the summary
     unlearned_examples: list[str] = field(default_factory=list)
+    zero_weight: int = 0  # records of --weight-field 0: dropped before they are counted as sequences
+    pairs: int = 0  # preference pairs kept (two segments each)
+    pairs_identical: int = 0  # pairs whose chosen and rejected were equal: skipped
+    pairs_identical_examples: list[str] = field(default_factory=list)  # where the first few came from
+    pairs_overlong_dropped: int = 0  # pairs longer than a row even with their prompts cut away: dropped
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +111,7 @@ class Segmenter:
         self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
         self.group_ids = GroupIds()
         self.batch_owners = np.zeros(0, dtype=np.int64)
+        self.values: SegmentValues | None = None  # pairs, weights: each segment's values (engine/pairs.py)
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         """The segments of one batch, in input order. `group_values`: with --group-by, the
@@ -327,10 +335,12 @@ class TokenStream:
         timer: Timer,
         sections: dict[str, tuple[int, ...]] | None = None,
         extra_fields: dict[str, FieldKind] | None = None,
+        shared_encoder: Encoder | None = None,
     ):
         """sections: read only this part of a path (read_batches); extra_fields: more
-        fields to read, with their kinds (a mixture's --holdout-key)."""
-        self.opts, self.setup, self.timer = opts, setup, timer
+        fields to read, with their kinds (a mixture's --holdout-key); shared_encoder: an
+        encoder another source of the run chose (setup.choose_backend)."""
+        self.opts, self.setup, self.timer, self.bad = opts, setup, timer, bad
         self.cleanup = ExitStack()  # closed last-in first-out: tokenizing, reading, workers, encoder
         self.cleanup.callback(setup.close)
         try:
@@ -355,7 +365,7 @@ class TokenStream:
             whole = self.first is not None and self.second is None  # the input is one batch
             with timer.stage("tokenize"):
                 if setup.encoder is None:  # a setup reused across runs (the Ray engine's tasks) has one
-                    choose_backend(opts, setup, self.first, threads=threads, whole_input=whole)
+                    choose_backend(opts, setup, self.first, threads=threads, whole_input=whole, shared=shared_encoder)
             # one batch in all: a worker would run it alone, after a fork
             self.processes = 0 if whole else worker_processes(opts, setup.backend)
             self.workers = workers_used(opts, self.processes, getattr(setup.encoder, "threads", None))
@@ -393,7 +403,12 @@ class TokenStream:
 
         tokenized = in_workers(pool) if pool is not None else prefetch(here())
         self.cleanup.callback(tokenized.close)
-        yield from tokenized
+        for batch, sequences in tokenized:
+            for record, reason, problem in sequences.problems:  # records the builder refused
+                if self.opts.on_bad_record == "fail":
+                    raise PackcliError(f"{batch.location(record)}: {problem}")
+                self.bad.add(batch.location(record), reason, problem)
+            yield batch, sequences
 
     def close(self) -> None:
         self.cleanup.close()
@@ -445,3 +460,4 @@ class SegmentSource:
     bad: BadRecords | None = None  # the readers' tally (None: no records were read)
     group_table: GroupTable | None = None  # --group-by: the values the ids number
     group_ids: GroupIds | None = None  # --group-by: each segment's id, in input order, as batches are taken
+    values: SegmentValues | None = None  # pairs, --weight-field: each segment's values, as batches are taken

@@ -18,8 +18,10 @@ from packcli.core.flow import Timer
 from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.engine.pairs import value_columns, value_segmenter
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupEntry, GroupTable
+from packcli.plan.pairs import PairPlan, plan_pairs, uncapped_pair_rows
 from packcli.plan.patterns import PatternPlan, histogram_plan
 from packcli.plan.planner import from_counts, plan_window, uncapped_rows
 from packcli.plan.settings import plan_settings
@@ -27,7 +29,7 @@ from packcli.read.records import BadRecords
 from packcli.tokenize.setup import TokenSetup
 from packcli.write import outdir
 from packcli.write import remote as remote_output
-from packcli.write.columns import npy_shard_files, shard_name
+from packcli.write.columns import ids_dtype, npy_shard_files, shard_name
 from packcli.write.manifest import FORMAT_VERSION, BadRecordCounts, SourceEntry
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo
@@ -102,7 +104,7 @@ def open_job(opts: PackOptions, setup: TokenSetup, paths: list[str]) -> Job:
         job = Job(opts, setup, out_dir, lock, identity, rows_per_shard)
         if opts.resume and outdir.has_entries(out_dir):
             outdir.check_resumable(out_dir, identity)
-            job.finished = outdir.is_complete(out_dir)
+            job.finished = storage.is_complete(out_dir)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 job.done_shards = outdir.completed_shards(out_dir, lambda i: shard_name(i, opts.format))
         else:
@@ -123,10 +125,10 @@ def _open_remote_job(opts: PackOptions, setup: TokenSetup, identity: dict[str, A
         job = Job(opts, setup, staging, lock, identity, rows_per_shard, remote=remote)
         if opts.resume and remote.names():
             remote_output.check_resumable(remote, identity)
-            job.finished = outdir.is_complete(remote)
+            job.finished = storage.is_complete(remote)
             if not job.finished and opts.engine == "local":  # Ray's shard tasks keep a ledger instead
                 name = lambda i: shard_name(i, opts.format)  # noqa: E731
-                segment_columns = ("segment_source",) if opts.mixed else ()
+                segment_columns = ("segment_source",) if opts.mixed else value_columns(opts)
                 files = npy_shard_files(
                     opts.pad_to_multiple_of is not None, opts.group_by is not None, segment_columns=segment_columns
                 )
@@ -150,6 +152,8 @@ def make_segmenter(
 ) -> Segmenter:
     """The segmenter both engines run: an explicit --pad-id other than EOS/BOS is refused in data."""
     refuse_pad = opts.pad_id if opts.pad_id is not None and opts.pad_id not in (setup.eos_id, setup.bos_id) else None
+    if opts.per_segment_values:
+        return value_segmenter(opts, counts, refuse_pad, groups, ids_dtype(setup.vocab_size))
     return Segmenter(
         opts.seq_len,
         opts.mode,
@@ -201,6 +205,7 @@ def spills_by_length(opts: PackOptions) -> bool:
         and opts.buffer_size is None
         and opts.group_by is None
         and opts.pad_multiple == 1
+        and not opts.per_segment_values  # found by their places in a spill in input order
         and from_counts(opts.algorithm, opts.max_sequences_per_row)
     )
 
@@ -218,9 +223,10 @@ class PlanStep:
     def gathers_by_bucket(self, tokens: int, sequences: int) -> bool:
         """Whether a window of `sequences` segments and `tokens` tokens is gathered by bucket
         (from the spill's sorted copy or its chunks): bin mode planned from counts, rows of
-        many sequences."""
+        many sequences; never with per-segment values, found by their places in a spill in
+        input order."""
         s = self.settings
-        if s.mode != "bin" or not from_counts(s.algorithm, s.max_per_row):
+        if s.mode != "bin" or not from_counts(s.algorithm, s.max_per_row) or self.opts.per_segment_values:
             return False
         return tokens * BY_BUCKET_SEQUENCES_PER_ROW <= sequences * s.seq_len
 
@@ -247,6 +253,16 @@ class PlanStep:
             plan = plan_window(lengths, self.settings, window, final, groups, by_bucket)
         if self.settings.max_per_row is not None:
             self.outcome.uncapped_rows += uncapped_rows(lengths, self.settings, groups)
+        self.account(plan)
+        return plan
+
+    def plan_pairs(self, first: np.ndarray, lengths: np.ndarray, groups: np.ndarray | None = None) -> PairPlan:
+        """The plan of preference pairs placed whole (plan/pairs.py): `first`, each pair's
+        chosen length, and `lengths`, its two segments', in spill order."""
+        with self.timer.stage("plan"):
+            plan = plan_pairs(first, lengths, self.settings, groups)
+        if self.opts.max_sequences_per_row is not None:
+            self.outcome.uncapped_rows += uncapped_pair_rows(first, lengths, self.settings, groups)
         self.account(plan)
         return plan
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from packcli.core import storage
 from packcli.core.errors import Interrupted, PackcliError
 from packcli.core.flow import Timer, prefetch, signals_raise
 from packcli.core.options import PackOptions
@@ -39,6 +40,7 @@ from packcli.engine.job import (
     publish,
     spills_by_length,
 )
+from packcli.engine.pairs import spill_values, value_tags
 from packcli.engine.summary import run_manifest, run_report
 from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import GroupTable, load_group_ids, save_group_ids
@@ -100,7 +102,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
 
                 outcome = execute_ray(job, paths, timer, progress)
             else:
-                run = Run(job, timer)
+                run = Run(job, timer, tagging=value_tags(opts) if opts.per_segment_values else None)
                 run.execute(_input_source(job, stream, bad, paths, progress), paths)
                 outcome, removal = run.outcome, run.spill_removal
             report = run_report(job, outcome, stream.workers, timer, time.perf_counter() - started)
@@ -116,7 +118,7 @@ def _run_pack(opts: PackOptions, paths: list[str], started: float, progress: Pro
     finally:
         stream.close()
         job.lock.release()
-        if job.remote is not None and (job.finished or outdir.is_complete(job.out_dir)):
+        if job.remote is not None and (job.finished or storage.is_complete(job.out_dir)):
             outdir.remove_path(job.out_dir)  # the staging directory: everything is uploaded
 
 
@@ -129,12 +131,13 @@ def _input_source(
     table = GroupTable(opts.group_by) if opts.group_by is not None else None
     segmenter = make_segmenter(opts, job.setup, IngestCounts(), table)
     batches = segments(stream, segmenter, paths, progress)
-    return SegmentSource(batches, segmenter.counts, bad, table, segmenter.group_ids if table is not None else None)
+    group_ids = segmenter.group_ids if table is not None else None
+    return SegmentSource(batches, segmenter.counts, bad, table, group_ids, segmenter.values)
 
 
 def output_complete(job: Job) -> bool:
     """Whether the output is complete: its manifest written (for a remote output, uploaded)."""
-    return job.finished or (job.published_manifest if job.remote is not None else outdir.is_complete(job.out_dir))
+    return job.finished or (job.published_manifest if job.remote is not None else storage.is_complete(job.out_dir))
 
 
 class Gathering(NamedTuple):
@@ -305,6 +308,8 @@ class Run:
             ids = source.group_ids
             save_group_ids(self.job.spill_dir, ids.take(ids.held))
             record["groups"] = source.group_table.to_dict()
+        if source.values is not None:
+            source.values.save(self.job.spill_dir)
         return record
 
     def _spill_io(self, action: Callable[..., T], *args: Any) -> T:
@@ -324,6 +329,8 @@ class Run:
         from disk in concat mode of one whole input, else from its lengths. `groups`: each
         segment's --group-by id."""
         step, opts = self.plan_step, self.opts
+        if opts.per_segment_values:  # pairs, weights: per piece, found by their places in the spill
+            return self._plan_with_values(spill, window, final, groups)
         by_bucket = spill.directory is not None and step.gathers_by_bucket(spill.tokens, spill.sequences)
         if by_bucket and groups is None:
             histogram = spill.histogram
@@ -332,6 +339,16 @@ class Run:
         if opts.mode == "concat" and groups is None and final and opts.buffer_size is None and SPARSE_ENDS:
             return self._sparse_stream(spill)  # the lengths stay on disk
         return step.plan_lengths(spill.lengths, window, final, groups, by_bucket)
+
+    def _plan_with_values(self, spill: Spill, window: int, final: bool, groups: np.ndarray | None) -> Plan:
+        """The plan of a spill whose segments carry values (engine/pairs.py): pairs placed
+        whole, weighted segments as any others, from their lengths in input order."""
+        if not self.opts.pairs:
+            return self.plan_step.plan_lengths(spill.lengths, window, final, groups)
+        assert spill.directory is not None  # the engines' spills are on disk
+        first = spill_values(self.opts, [spill.directory], [spill.sequences]).first
+        assert first is not None  # pairs
+        return self.plan_step.plan_pairs(first, spill.lengths, groups)
 
     def _sparse_stream(self, spill: Spill) -> Plan:
         """Concat mode's plan of one whole input without --group-by, its segment ends read

@@ -22,6 +22,7 @@ from packcli.core.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, T
 from packcli.core.errors import PackcliError
 from packcli.core.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
 from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.engine.pairs import WeightedSegmenter
 from packcli.engine.summary import unlearned_section
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, group_counts, group_entries
@@ -35,6 +36,7 @@ from packcli.tokenize.sequences import SequenceBatch
 from packcli.write.gather import gather_rows
 from packcli.write.report import RowStats, no_packing_baseline
 from packcli.write.spill import Spill
+from packcli.write.values import SegmentValues, SpillValues
 
 
 @dataclass
@@ -109,6 +111,7 @@ def pack_sequences(
     epochs: Mapping[str, float] | None = None,
     target_tokens: int | None = None,
     max_epochs: float | None = None,
+    sample_weights: Sequence[float] | None = None,
 ) -> PackedSequences:
     """Pack token sequences (BOS/EOS already in place) into rows of exactly `seq_len`.
 
@@ -133,11 +136,15 @@ def pack_sequences(
     is "left" with labels (cut the start, keep the learned end) and "right" without.
     Rows come in a shuffled order by `seed`, as `packcli pack` writes them; `shuffle=False`
     keeps the plan's order. `pad_to_multiple_of` (bin mode) pads every segment to a
-    multiple of it inside its row and fills `rows.cu_seqlens_unpadded`.
+    multiple of it inside its row and fills `rows.cu_seqlens_unpadded`. `sample_weights`:
+    a loss weight per sequence (0 drops it), in `rows.segment_columns["segment_weight"]`,
+    as `--weight-field` gives it. Preference pairs: `packcli.pack_pairs`.
     """
 
     _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
     if isinstance(sequences, Mapping):
+        if sample_weights is not None:
+            raise PackcliError("sample_weights apply to a list of sequences, not to a mixture", usage=True)
         if groups is not None:
             raise PackcliError("groups apply to a list of sequences, not to a mixture", usage=True)
         mixture = Mixture(weights, epochs, target_tokens, max_epochs)
@@ -154,7 +161,8 @@ def pack_sequences(
     counts = IngestCounts()
     side = truncation_side or ("left" if labels is not None else "right")
     table = GroupTable("groups") if groups is not None else None
-    segmenter = Segmenter(
+    weighted = sample_weights is not None
+    segmenter = (WeightedSegmenter if weighted else Segmenter)(
         seq_len,
         mode,
         overlong,
@@ -165,21 +173,28 @@ def pack_sequences(
         keep_unlearned=keep_unlearned,
         truncation_side=side,
     )
-    seqs = SequenceBatch(tokens, lengths, flat_labels)
+    seqs = SequenceBatch(tokens, lengths, flat_labels, weights=_sample_weights(sample_weights, len(lengths)))
+    segmenter.values = SegmentValues(False, True) if weighted else None
     values = None if groups is None else list(groups)
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
     spill = Spill.in_memory(seg_tokens, seg_lengths, learned)
+    tags = None
+    if segmenter.values is not None:  # sample_weights: each segment's, as --weight-field gives it
+        weight = np.concatenate(segmenter.values.weight) if segmenter.values.weight else np.zeros(0, np.float32)
+        tags = SpillValues(None, weight).tags(seg_lengths)
     segment_groups = None if table is None else segmenter.group_ids.take(len(seg_lengths))
     settings = PlanSettings(
         seq_len, mode, algorithm, remainder, buffer_size, shuffle, seed, max_sequences_per_row, multiple
     )
     plan = plan_rows(seg_lengths, settings, segment_groups)
-    blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple))
+    blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple, tags=tags))
     rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
     stats = RowStats(seq_len)
     for block in blocks:
         stats.add(block)
     report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    if weighted:
+        report["zero_weight"] = counts.zero_weight
     report["unlearned"] = unlearned_section(counts, keep_unlearned)
     report["tokens_read"] = counts.tokens_in
     if mode == "concat":
@@ -347,6 +362,21 @@ def _check_settings(
         raise PackcliError("max_sequences_per_row and user strategies apply to bin mode", usage=True)
     if groups is not None and mode == "concat" and buffer_size is not None:
         raise PackcliError("groups with mode='concat' plan one stream per group: drop buffer_size", usage=True)
+
+
+def _sample_weights(sample_weights: Sequence[float] | None, count: int) -> np.ndarray | None:
+    """A loss weight per sequence as float64, each a finite number, 0 or more (None: none)."""
+    if sample_weights is None:
+        return None
+    weights = np.asarray(sample_weights, dtype=np.float64).reshape(-1)
+    if len(weights) != count:
+        raise PackcliError(f"{len(weights)} sample weights for {count} sequences", usage=True)
+    bad = np.flatnonzero(~np.isfinite(weights) | (weights < 0))
+    if len(bad):
+        raise PackcliError(
+            f"sample weight {weights[bad[0]]} of sequence {int(bad[0])} is not a finite number, 0 or more"
+        )
+    return weights
 
 
 def _flatten(

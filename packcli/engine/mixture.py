@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from packcli.engine.sources import (
     Side,
     SourceRead,
     SourceReader,
+    SourcesToRead,
     complete_sides,
     key_fields,
     merged_bad,
@@ -56,12 +57,15 @@ from packcli.plan.mixture import SegmentStream, SourceTotals, Take, resolve
 from packcli.plan.patterns import PatternPlan
 from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
-from packcli.tokenize.setup import TokenSetup, setup_sources
+from packcli.tokenize.setup import Borrowed, TokenSetup, setup_sources
 from packcli.write import outdir
 from packcli.write import spill as spilling
 from packcli.write.gather import PieceTags, RankRanges, SpillRanges
 from packcli.write.manifest import Report, SourceEntry
 from packcli.write.spill import Spill
+
+if TYPE_CHECKING:
+    from packcli.tokenize.fastbpe import Encoder
 
 SOURCE_COLUMN = "segment_source"
 SOURCES_DIR = ".packcli-spill-sources"  # beside the outputs: owned, as every .packcli-spill* is
@@ -79,6 +83,7 @@ class Mixture:
         self.paths = [expand_inputs(o.inputs) for o in self.source_opts]
         self.sides = (TRAIN, VALIDATION) if opts.holdout is not None else (TRAIN,)
         self.setups: list[TokenSetup] = []
+        self.encoders: list[Encoder] = []  # the sources' own encoders, closed at the end of the run
 
     @property
     def output_setup(self) -> TokenSetup:
@@ -150,9 +155,11 @@ def run_mixture(opts: PackOptions, started: float, progress: Progress | None) ->
         raise
     finally:
         _close(streams)
+        for encoder in mixture.encoders:
+            getattr(encoder, "close", lambda: None)()
         for job in jobs.values():
             job.lock.release()
-            if job.remote is not None and (job.finished or (job.out_dir / "manifest.json").is_file()):
+            if job.remote is not None and (job.finished or storage.is_complete(job.out_dir)):
                 outdir.remove_path(job.out_dir)
         if top is not None:
             top.release()
@@ -208,11 +215,18 @@ def _claim_top(mixture: Mixture) -> outdir.OutputLock | None:
 
 def _open_streams(mixture: Mixture, bads: list[BadRecords], timer: Timer) -> list[TokenStream | None]:
     """Every source's reader and tokenizer, opened before any output is touched: a first
-    batch that is refused leaves them as they were (the Ray engine's tasks read the rest)."""
+    batch that is refused leaves them as they were (the Ray engine's tasks read the rest).
+    The text sources share one encoder where it serves each (one vocabulary in memory),
+    closed by the mixture once every source is read (`mixture.encoders`)."""
     streams: list[TokenStream | None] = []
     try:
         for opts, setup, paths, bad in zip(mixture.source_opts, mixture.setups, mixture.paths, bads):
-            streams.append(TokenStream(opts, setup, paths, bad, timer, extra_fields=key_fields(opts)))
+            shared = mixture.encoders[0] if mixture.encoders else None
+            stream = TokenStream(opts, setup, paths, bad, timer, extra_fields=key_fields(opts), shared_encoder=shared)
+            streams.append(stream)
+            if setup.encoder is not None and not isinstance(setup.encoder, Borrowed):
+                mixture.encoders.append(setup.encoder)  # the mixture's to close; the stream borrows it
+                setup.encoder = Borrowed(setup.encoder)
     except BaseException:
         _close(streams)
         raise
@@ -240,8 +254,8 @@ def _read_sources(
             (s.name, own, paths, setup.backend)
             for s, own, paths, setup in zip(mixture.spec.sources, mixture.source_opts, mixture.paths, mixture.setups)
         ]
-        fingerprint = mixture.setups[0].fingerprint
-        return read_sources(opts, named, mixture.sides, directory, run_id, fingerprint, progress)
+        request = SourcesToRead(named, mixture.sides, directory, run_id, mixture.setups[0].fingerprint)
+        return read_sources(opts, request, progress)
     groups = GroupTable(opts.group_by) if opts.group_by is not None else None
     reads: list[SourceRead] = []
     reusing = opts.resume

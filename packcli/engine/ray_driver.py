@@ -25,7 +25,8 @@ from packcli.core.options import PackOptions
 from packcli.engine import ray_tasks as tasks
 from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts
 from packcli.engine.job import Job, Outcome, PlanStep, Progress, check_documents
-from packcli.engine.sources import SourceRead
+from packcli.engine.pairs import spill_values
+from packcli.engine.sources import SourceRead, SourcesToRead
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable, load_group_ids, merge_tables
 from packcli.plan.planner import plan_window, uncapped_rows
@@ -113,6 +114,7 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
     warming = _warm_writers(ray, job, len(parts))
     begin = time.perf_counter()
     part_counts = None
+    tags = None
     plan: Plan
     if from_histogram and histogram is not None and per_part is not None:  # the lengths stay in the parts
         plan = step.plan_histogram(histogram)
@@ -122,13 +124,21 @@ def _stages(ray: Any, job: Job, paths: list[str], timer: Timer, progress: Progre
         with timer.stage("plan"):
             lengths = np.concatenate([np.load(tasks.part_path(spill_dir, i) / LENGTHS_FILE) for i in range(len(parts))])
             groups = _merged_groups(job, outcome, metas, lengths)
-        plan = step.plan_lengths(lengths, groups=groups)
+        values = None
+        if opts.per_segment_values:  # pairs, weights: as the local engine plans them (engine/pairs.py)
+            part_dirs = [tasks.part_path(spill_dir, i) for i in range(len(parts))]
+            values = spill_values(opts, part_dirs, [int(m["sequences"]) for m in metas])
+            tags = values.tags(lengths)
+        if values is not None and values.first is not None:
+            plan = step.plan_pairs(values.first, lengths, groups)
+        else:
+            plan = step.plan_lengths(lengths, groups=groups)
     wall["plan"] = time.perf_counter() - begin
     begin = time.perf_counter()
     if sorting:
         tasks.resolved(ray, sorting)
         outcome.spill_bytes = sum(spill_size(tasks.part_path(spill_dir, i)) for i in range(len(parts)))
-    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas], part_counts)
+    results = _write_shards(ray, job, plan, [int(m["tokens"]) for m in metas], part_counts, tags)
     settle(ray, warming)
     tasks.maybe_fail("driver", 0)  # tests: a driver killed with every shard written, before the manifest
     wall["write"] = time.perf_counter() - begin
@@ -245,7 +255,7 @@ def warm_planner(settings: PlanSettings, grouped: bool) -> None:
 
 
 def _write_shards(
-    ray: Any, job: Job, plan: Any, part_tokens: list[int], part_counts: np.ndarray | None
+    ray: Any, job: Job, plan: Any, part_tokens: list[int], part_counts: np.ndarray | None, tags: Any = None
 ) -> list[dict[str, Any]]:
     opts = job.opts
     rows = job.rows_per_shard
@@ -264,6 +274,7 @@ def _write_shards(
         ledger=str(Path(job.spill_dir) / tasks.LEDGER_DIR),
         multiple=opts.pad_multiple,
         part_counts=part_counts,
+        tags=tags,
     )
     shared = ray.put(shard_job)
     remote = ray.remote(tasks.write_shard).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)
@@ -298,38 +309,23 @@ def _merged_bad(metas: list[dict[str, Any]]) -> BadRecordCounts:
 # ----------------------------------------------------------------------------- a mixture's sources
 
 
-def read_sources(
-    opts: PackOptions,
-    sources: list[tuple[str, PackOptions, list[str], str]],
-    sides: tuple[str, ...],
-    directory: Path,
-    run_id: str,
-    fingerprint: str | None,
-    progress: Progress | None,
-) -> list[SourceRead]:
-    """A mixture's sources (name, options, paths, backend) read by one task per part of
-    each, into side spills under `directory`; a resumed run keeps the complete parts. The
-    parts' group tables merged in order give the ids one reader of everything gives."""
+def read_sources(opts: PackOptions, request: SourcesToRead, progress: Progress | None) -> list[SourceRead]:
+    """A mixture's sources read by one task per part of each, into side spills under
+    `request.directory`; a resumed run keeps the complete parts. The parts' group tables
+    merged in order give the ids one reader of everything gives."""
     ray, started = tasks.connect(opts.ray_address, opts.workers)
     try:
-        return _read_sources(ray, opts, sources, sides, directory, run_id, fingerprint, progress)
+        return _read_sources(ray, opts, request, progress)
     finally:
         if started:
             ray.shutdown()
 
 
-def _read_sources(
-    ray: Any,
-    opts: PackOptions,
-    sources: list[tuple[str, PackOptions, list[str], str]],
-    sides: tuple[str, ...],
-    directory: Path,
-    run_id: str,
-    fingerprint: str | None,
-    progress: Progress | None,
-) -> list[SourceRead]:
+def _read_sources(ray: Any, opts: PackOptions, request: SourcesToRead, progress: Progress | None) -> list[SourceRead]:
     from packcli.engine.sources import complete_sides, side_dir
 
+    sources, sides, directory = request.sources, request.sides, request.directory
+    run_id, fingerprint = request.run_id, request.fingerprint
     directory.mkdir(parents=True, exist_ok=True)
     tasks.remove_attempts(directory)
     remote = ray.remote(tasks.spill_source_part).options(max_retries=tasks.MAX_RETRIES, num_cpus=1)

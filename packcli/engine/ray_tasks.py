@@ -44,7 +44,7 @@ from packcli.plan.patterns import PatternPlan
 from packcli.write import outdir
 from packcli.write.by_length import SORTED_LEARNED_FILE, SORTED_TOKENS_FILE, SortedCopy, sort_spill
 from packcli.write.columns import shard_name
-from packcli.write.gather import BlockReader, gather_rows
+from packcli.write.gather import BlockReader, PieceTags, gather_rows
 from packcli.write.report import RowStats
 from packcli.write.shards import ShardInfo, ShardWriter
 from packcli.write.spill import HISTOGRAM_FILE, Block, Spill, open_complete, remove_spill
@@ -84,6 +84,7 @@ class ShardJob:
     ledger: str
     multiple: int = 1  # --pad-to-multiple-of
     part_counts: np.ndarray | None = None  # a plan from the histogram: sequences per part and bucket
+    tags: PieceTags | None = None  # the rows' per-segment columns (pairs, weights)
 
 
 def connect(address: str | None, cpus: int | None) -> tuple[Any, bool]:
@@ -291,6 +292,8 @@ def spill_part(
         if table is not None:  # the part's own table (first appearance in the part) and its segments' ids
             save_group_ids(Path(part_dir), segmenter.group_ids.take(segmenter.group_ids.held))
             meta["groups"] = table.to_dict()
+        if segmenter.values is not None:  # pairs, weights: each segment's, beside the part
+            segmenter.values.save(Path(part_dir))
         with timer.stage("spill"):
             return writer.finish(meta).meta
     except BaseException:
@@ -471,7 +474,7 @@ def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
         plan = spill.placing(plan)
     else:
         spill = PartedSpill(job.part_dirs, job.part_tokens)
-    gathered = gather_rows(spill, plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order)
+    gathered = gather_rows(spill, plan, job.seq_len, job.pad_id, first, job.multiple, end, job.order, tags=job.tags)
     # As in the local engine: rows are built on a thread while the block before them is
     # written here (the row kernel and pyarrow's compression both run without the GIL).
     built = prefetch(gathered, depth=1) if writer is not None else gathered

@@ -93,6 +93,19 @@ class SourceRead:
     groups: dict[str, Any] | None = None  # --group-by: the table of every source read so far (to_dict)
 
 
+@dataclass(frozen=True)
+class SourcesToRead:
+    """What the Ray engine reads of a mixture: each source (name, options, expanded paths,
+    the tokenizer backend the driver chose for it), the sides of the split, and where the
+    side spills go, for which run."""
+
+    sources: list[tuple[str, PackOptions, list[str], str]]
+    sides: tuple[str, ...]
+    directory: Path
+    run_id: str
+    fingerprint: str | None
+
+
 def side_dir(directory: Path, source: int, side: str, part: int | None = None) -> Path:
     """Where a source's side spill (or one part of it) goes."""
     name = f"{source:05d}-{side}" if part is None else f"{source:05d}-{part:05d}-{side}"

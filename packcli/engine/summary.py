@@ -13,6 +13,7 @@ from packcli.core.options import PackOptions
 from packcli.core.version import __version__
 from packcli.engine.ingest import IngestCounts
 from packcli.engine.job import Job, Outcome, resolved_options
+from packcli.engine.pairs import value_columns
 from packcli.plan.grouping import GroupEntry, group_entries
 from packcli.plan.kernels.pack import bfd_rows_from_counts
 from packcli.tokenize.setup import TokenSetup
@@ -23,6 +24,7 @@ from packcli.write.manifest import (
     Buffer,
     Manifest,
     NoPacking,
+    PairsSummary,
     Report,
     RowSummary,
     ShardEntry,
@@ -31,7 +33,8 @@ from packcli.write.manifest import (
     Unlearned,
     UnlearnedCause,
 )
-from packcli.write.report import no_packing_baseline
+from packcli.write.report import RowStats, no_packing_baseline
+from packcli.write.values import WEIGHT_COLUMN
 
 
 def build_manifest(
@@ -191,6 +194,7 @@ def run_report(job: Job, outcome: Outcome, workers: dict[str, Any], timer: Timer
         total_seconds=total,
     )
     _add_groups_and_cap(job, outcome, report)
+    _add_pairs_and_weights(opts, counts, outcome.stats, report)
     if outcome.sources is not None:
         report["mixture"] = outcome.mixture or {}
         report["sources"] = outcome.sources
@@ -219,6 +223,28 @@ def _add_groups_and_cap(job: Job, outcome: Outcome, report: Report) -> None:
         }
 
 
+def _add_pairs_and_weights(opts: PackOptions, counts: IngestCounts, stats: RowStats, report: Report) -> None:
+    """Preference pairs (kept, skipped as identical, dropped as too long), and the records
+    --weight-field dropped with weight 0 and the weights in the rows, when the run has them."""
+    if opts.weight_field is not None:
+        report["documents"]["zero_weight"] = counts.zero_weight
+        weights = stats.weights.summary()
+        if weights is not None:
+            report["weights"] = weights
+    if opts.pairs:
+        report["pairs"] = pairs_section(counts)
+
+
+def pairs_section(counts: IngestCounts) -> PairsSummary:
+    """The report's `pairs`: kept, and what was left out (see format.md)."""
+    return {
+        "pairs": counts.pairs,
+        "identical_skipped": counts.pairs_identical,
+        "identical_examples": list(counts.pairs_identical_examples),
+        "overlong_dropped": counts.pairs_overlong_dropped,
+    }
+
+
 def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     """pack's manifest of one run, written last."""
     opts, setup = job.opts, job.setup
@@ -235,4 +261,8 @@ def run_manifest(job: Job, outcome: Outcome, report: Report) -> Manifest:
     if outcome.sources is not None:
         manifest["columns"]["segment_source"] = "int32"
         manifest["sources"] = outcome.sources
+    for name in value_columns(opts):
+        manifest["columns"][name] = "float32" if name == WEIGHT_COLUMN else "int32"  # type: ignore[literal-required]
+    if opts.pairs:
+        manifest["pairs"] = report["pairs"]["pairs"]
     return manifest

@@ -35,6 +35,7 @@ from packcli.write.columns import ids_dtype
 from packcli.write.manifest import Manifest, load_manifest
 from packcli.write.outdir import remove_path
 from packcli.write.shard_reader import iter_output_rows_stored
+from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
 _nbytes = operator.attrgetter("nbytes")
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
@@ -56,6 +57,23 @@ class Block:
 
 def read_source(out_dir: Path | str) -> Manifest:
     return load_manifest(Path(out_dir))
+
+
+def refuse_pairs(manifest: Manifest, name: str, why: str) -> None:
+    """An output of preference pairs cannot go to a format that keeps documents, not rows:
+    said before anything is written."""
+    if "pairs" in manifest:
+        raise PackcliError(f"export {name}: an output of preference pairs cannot be exported, {why}")
+
+
+def dropped_columns(manifest: Manifest, carried: tuple[str, ...] = ()) -> list[str]:
+    """The export's note on the per-segment columns it does not carry (all but `carried`)."""
+    left = [name for name in (PAIR_COLUMN, CHOSEN_COLUMN, WEIGHT_COLUMN) if name in manifest.get("columns", {})]
+    left = [name for name in left if name not in carried]
+    if not left:
+        return []
+    pairs = " (pairs stay two adjacent segments of a row, chosen first)" if PAIR_COLUMN in left else ""
+    return [f"{', '.join(left)} not exported: this format's samples hold the row columns only{pairs}"]
 
 
 def token_dtype(manifest: Manifest) -> np.dtype:

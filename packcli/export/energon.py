@@ -47,6 +47,7 @@ from packcli.export.base import (
     ExportDir,
     Progress,
     blocks,
+    dropped_columns,
     fetching_source,
     read_source,
     token_dtype,
@@ -513,7 +514,15 @@ def export_energon(
             index.abandon()
             raise
         index.finish()
-    return {"format": "energon", "out": str(out), "rows": rows, "real_tokens": tokens, "files": len(tars), "notes": []}
+    notes = dropped_columns(manifest)
+    return {
+        "format": "energon",
+        "out": str(out),
+        "rows": rows,
+        "real_tokens": tokens,
+        "files": len(tars),
+        "notes": notes,
+    }
 
 
 def _upload_rank(name: str) -> int:

@@ -51,6 +51,7 @@ from packcli.export.base import (
     write_views,
 )
 from packcli.write.manifest import Manifest
+from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
 COMPRESSIONS = ("zstd", "br", "gz", "snappy", "bz2")
 SHAPE_DTYPES = ((1 << 8, "<u1"), (1 << 16, "<u2"), (1 << 32, "<u4"), (1 << 64, "<u8"))  # MDS's shape codes 0..3
@@ -153,14 +154,25 @@ class MdsLayout:
 
 
 def mds_columns(manifest: Manifest) -> dict[str, str]:
+    """The columns of an export: the row's, and the per-segment columns of preference
+    pairs and weights (`segment_pair`, `segment_chosen`, `segment_weight`), one entry per
+    real segment, when the output has them."""
     seq_len = manifest["seq_len"]
-    return {
+    columns = {
         "input_ids": f"ndarray:{token_dtype(manifest).name}:{seq_len}",
         "labels": f"ndarray:int32:{seq_len}",
         "position_ids": f"ndarray:int32:{seq_len}",
         "cu_seqlens": "ndarray:int32",
         "num_segments": "int",
     }
+    for name in segment_columns(manifest):
+        columns[name] = "ndarray:float32" if name == WEIGHT_COLUMN else "ndarray:int32"
+    return columns
+
+
+def segment_columns(manifest: Manifest) -> list[str]:
+    """The per-segment columns an export carries, in name order (all after the row's)."""
+    return sorted(name for name in (CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN) if name in manifest.get("columns", {}))
 
 
 @dataclass
@@ -173,6 +185,13 @@ class EncodedBlock:
     heads: np.ndarray  # uint8, flat: each row's variable-size part
     head_offsets: np.ndarray  # int64 [rows + 1]
     columns: list[np.ndarray]  # uint8 [rows, column bytes] each, C-ordered, in name order
+    tails: np.ndarray | None = None  # uint8, flat: each row's per-segment columns, after the others
+    tail_offsets: np.ndarray | None = None  # int64 [rows + 1]
+
+    def _tail(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.tails is None or self.tail_offsets is None:
+            return np.zeros(0, np.uint8), np.zeros(len(self.head_offsets), np.int64)
+        return self.tails, self.tail_offsets
 
     def __post_init__(self) -> None:
         rows = len(self.head_offsets) - 1
@@ -186,7 +205,8 @@ class EncodedBlock:
             raise PackcliError("EncodedBlock: head_offsets must rise within heads")
 
     def sizes(self) -> np.ndarray:
-        return np.diff(self.head_offsets) + sum(column.shape[1] for column in self.columns)
+        tail: np.ndarray = np.diff(self._tail()[1])
+        return np.diff(self.head_offsets) + sum(column.shape[1] for column in self.columns) + tail
 
     def spans(self, start: int, stop: int) -> np.ndarray:
         """Where the bytes of samples start..stop-1 lie in memory, in order: one
@@ -194,7 +214,8 @@ class EncodedBlock:
         of `struct iovec`, for one `writev` of many samples with no Python step per row."""
         if not 0 <= start <= stop <= len(self.head_offsets) - 1:
             raise PackcliError(f"EncodedBlock.spans: rows {start}..{stop} outside the block")
-        spans = np.empty((stop - start, 1 + len(self.columns), 2), dtype=np.uint64)
+        tailed = self.tails is not None
+        spans = np.empty((stop - start, 1 + len(self.columns) + tailed, 2), dtype=np.uint64)
         offsets = self.head_offsets[start : stop + 1].astype(np.uint64)
         spans[:, 0, 0] = np.uint64(self.heads.ctypes.data) + offsets[:-1]
         spans[:, 0, 1] = np.diff(offsets)
@@ -203,6 +224,11 @@ class EncodedBlock:
             width = np.uint64(column.shape[1])
             spans[:, k, 0] = np.uint64(column.ctypes.data) + rows * width
             spans[:, k, 1] = width
+        if tailed:
+            tails, tail_offsets = self._tail()
+            at = tail_offsets[start : stop + 1].astype(np.uint64)
+            spans[:, -1, 0] = np.uint64(tails.ctypes.data) + at[:-1]
+            spans[:, -1, 1] = np.diff(at)
         return spans.reshape(-1, 2)
 
     def parts(self, start: int, stop: int) -> list[memoryview]:
@@ -214,17 +240,21 @@ class EncodedBlock:
         offsets = self.head_offsets[start : stop + 1].tolist()
         heads = self.heads.data.cast("B")
         columns = [(column.data.cast("B"), column.shape[1]) for column in self.columns]
+        tails, tail_offsets = self._tail()
+        tail, at = tails.data.cast("B"), tail_offsets[start : stop + 1].tolist()
         out: list[memoryview] = []
         for k, i in enumerate(range(start, stop)):
             out.append(heads[offsets[k] : offsets[k + 1]])
             out += [data[i * width : (i + 1) * width] for data, width in columns]
+            if self.tails is not None:
+                out.append(tail[at[k] : at[k + 1]])
         return out
 
     def sample(self, i: int) -> bytes:
         return b"".join(self.parts(i, i + 1))
 
 
-def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
+def encode_block(block: Block, ids_dtype: np.dtype, per_segment: list[str] | None = None) -> EncodedBlock:
     """Every row's MDS sample, built for the whole block at once (column by column and
     sample by sample in Python would be several times the cost of the bytes). Layout: the byte size of each variable-size column (uint32; cu_seqlens
     only), then the columns in name order; a fixed-shape array is its values, cu_seqlens
@@ -239,8 +269,68 @@ def encode_block(block: Block, ids_dtype: np.dtype) -> EncodedBlock:
         np.ascontiguousarray(rows.position_ids, dtype="<i4").view(np.uint8),
     ]
     columns = [np.ascontiguousarray(column.reshape(n, column.size // n if n else 0)) for column in columns]
-    heads, head_offsets = _encode_cu_seqlens(rows.cu_seqlens, rows.cu_offsets)
-    return EncodedBlock(heads, head_offsets, columns)
+    if not per_segment:
+        heads, head_offsets = _encode_cu_seqlens(rows.cu_seqlens, rows.cu_offsets)
+        return EncodedBlock(heads, head_offsets, columns)
+    # several variable-size columns: every one's byte size first, then cu_seqlens; the
+    # per-segment columns (named after position_ids) after the fixed-size ones
+    cu = _ndarray_datums(rows.cu_seqlens, rows.cu_offsets, np.dtype("<i4"))
+    seg_offsets = rows.seg_offsets
+    tails = [_ndarray_datums(rows.segment_columns[name], seg_offsets, _segment_dtype(name)) for name in per_segment]
+    sizes = np.stack([np.diff(cu[1]), *(np.diff(t[1]) for t in tails)], axis=1).astype("<u4").view(np.uint8)
+    size_part = (sizes.reshape(-1), np.arange(n + 1, dtype=np.int64) * sizes.shape[1])
+    heads, head_offsets = _rows_joined([size_part, cu])
+    tail_bytes, tail_offsets = _rows_joined(tails)
+    return EncodedBlock(heads, head_offsets, columns, tail_bytes, tail_offsets)
+
+
+def _segment_dtype(name: str) -> np.dtype:
+    return np.dtype("<f4") if name == WEIGHT_COLUMN else np.dtype("<i4")
+
+
+def _ndarray_datums(values: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's MDS `ndarray:DTYPE` datum ([ndim << 2 | shape code][shape][values]), flat,
+    and where each row's starts; row r's values are values[offsets[r]:offsets[r + 1]]."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    widths = np.diff(offsets)
+    codes = np.zeros(len(widths), dtype=np.int64)
+    for limit, _ in SHAPE_DTYPES[:-1]:
+        codes += widths >= limit
+    shape_bytes = np.array([np.dtype(code_dtype).itemsize for _, code_dtype in SHAPE_DTYPES])[codes]
+    item = dtype.itemsize
+    datum = 1 + shape_bytes + item * widths
+    out_offsets = np.zeros(len(widths) + 1, dtype=np.int64)
+    np.cumsum(datum, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint8)
+    starts = out_offsets[:-1]
+    out[starts] = 4 | codes
+    for code, (_, code_dtype) in enumerate(SHAPE_DTYPES):
+        chosen = np.flatnonzero(codes == code)
+        if len(chosen):
+            size = np.dtype(code_dtype).itemsize
+            shape = widths[chosen].astype(code_dtype).view(np.uint8).reshape(-1, size)
+            out[(starts[chosen] + 1)[:, None] + np.arange(size)] = shape
+    at = np.repeat(starts + 1 + shape_bytes - item * (offsets[:-1] - offsets[0]), widths)
+    at = at + item * np.arange(int(widths.sum()))
+    flat = np.ascontiguousarray(np.asarray(values)[offsets[0] : offsets[-1]], dtype=dtype).view(np.uint8)
+    out[at[:, None] + np.arange(item)] = flat.reshape(-1, item)
+    return out, out_offsets
+
+
+def _rows_joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Parts of every row (each flat bytes and row offsets) as one: row r is part 0's row
+    r, then part 1's, and so on."""
+    widths = np.stack([np.diff(offsets) for _, offsets in parts], axis=1)  # [rows, parts]
+    row_offsets = np.zeros(len(widths) + 1, dtype=np.int64)
+    np.cumsum(widths.sum(axis=1), out=row_offsets[1:])
+    out = np.empty(int(row_offsets[-1]), dtype=np.uint8)
+    before = np.cumsum(widths, axis=1) - widths  # where each part starts inside its row
+    for p, (data, offsets) in enumerate(parts):
+        at = np.repeat(row_offsets[:-1] + before[:, p] - offsets[:-1], widths[:, p]) + np.arange(
+            int(widths[:, p].sum())
+        )
+        out[at] = data[: offsets[-1]]  # every part's offsets start at 0
+    return out, row_offsets
 
 
 def _encode_cu_seqlens(cu: np.ndarray, cu_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -414,12 +504,13 @@ def export_mds(
     manifest = read_source(source)
     ids_dtype = token_dtype(manifest)
     rows = tokens = 0
+    per_segment = segment_columns(manifest)
     with ExportDir(out, overwrite, last=lambda name: int(name == "index.json")) as tmp:
         layout = MdsLayout(tmp, mds_columns(manifest), compression, size_limit)
         shards = _ShardCutter(layout)
         try:
             for block in blocks(source, manifest, progress):
-                shards.add(encode_block(block, ids_dtype))
+                shards.add(encode_block(block, ids_dtype, per_segment))
                 rows += len(block.rows)
                 tokens += int(block.real.sum())
             shards.finish()

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from packcli.core.errors import PackcliError
-from packcli.export.base import Progress, fetching_source, read_source
+from packcli.export.base import Progress, dropped_columns, fetching_source, read_source, refuse_pairs
 from packcli.export.tokens import Chunk, TokenBlock, token_blocks
 from packcli.write.manifest import Manifest
 
@@ -59,6 +59,13 @@ def megatron_dtype(vocab_size: int | None) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size is not None and vocab_size < 65500 else np.dtype(np.int32)
 
 
+# Why a pair output is refused: documents keep no labels, and Megatron cuts its own samples
+PAIRS_LOST = (
+    "as Megatron's GPT dataset learns every token of its documents (the rejected completions too) "
+    "and joins and cuts documents into its own samples, parting a pair's two sides"
+)
+
+
 @fetching_source
 def export_megatron(
     source: Path | str, out: Path | str, *, dtype: str | None = None, progress: Progress | None = None
@@ -73,8 +80,10 @@ def export_megatron(
         raise PackcliError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", usage=True)
     out_dir = Path(source)
     manifest = read_source(out_dir)
+    refuse_pairs(manifest, "megatron", PAIRS_LOST)
     token_dtype = DTYPES[dtype] if dtype else megatron_dtype(manifest["tokenizer"].get("vocab_size"))
     rule, token, notes = _document_rule(manifest)
+    notes += dropped_columns(manifest)
 
     prefix = Path(out)  # PREFIX: the two files are PREFIX.bin and PREFIX.idx
     if prefix.parent and not prefix.parent.is_dir():

@@ -15,7 +15,15 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.export.base import ExportDir, Progress, fetching_source, read_source, token_dtype
+from packcli.export.base import (
+    ExportDir,
+    Progress,
+    dropped_columns,
+    fetching_source,
+    read_source,
+    refuse_pairs,
+    token_dtype,
+)
 from packcli.export.tokens import TokenBlock, token_blocks
 from packcli.plan.rows import IGNORE_INDEX
 
@@ -57,6 +65,12 @@ def export_nanotron(
 ) -> dict[str, Any]:
     """Write OUT/shard-NNNNN.ds (+ .index, + .loss for masked labels); returns a summary."""
     manifest = read_source(source)
+    refuse_pairs(
+        manifest,
+        "nanotron",
+        "as the format has no rows: its reader cuts the token stream into windows of its own length, "
+        "across documents, so a pair's two sides would be parted and read as one text",
+    )
     dtype = token_dtype(manifest)
     with_loss = manifest.get("labels", "text") != "text"
     documents = tokens = 0
@@ -83,5 +97,5 @@ def export_nanotron(
         "token_size": dtype.itemsize,
         "documents": documents,
         "real_tokens": tokens,
-        "notes": [],
+        "notes": dropped_columns(manifest),
     }

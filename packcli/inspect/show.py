@@ -25,9 +25,11 @@ import numpy as np
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
+from packcli.core.storage import MANIFEST_FILE, is_complete
 from packcli.tokenize.tokenizer import bytes_to_unicode
 from packcli.write.columns import SEGMENT_OFFSETS_FILE, SOURCE_COLUMN, is_segment_column
 from packcli.write.manifest import Manifest
+from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
 IGNORE_INDEX = -100
 DEFAULT_RECORDS = 5  # raw input: records shown when no --row/--rows is given
@@ -46,6 +48,14 @@ class Segment:
     real_end: int
     padding: bool = False
     source: str | int | None = None
+    pair: int | None = None  # preference pairs: the pair's index (segment_pair)
+    chosen: bool | None = None  # preference pairs: the chosen side (segment_chosen 1) or the rejected one
+    weight: float | None = None  # --weight-field: segment_weight
+
+    @property
+    def side(self) -> str | None:
+        """A pair's side as shown: "chosen" or "rejected" (None outside a pair)."""
+        return None if self.chosen is None else ("chosen" if self.chosen else "rejected")
 
     @property
     def length(self) -> int:
@@ -245,12 +255,12 @@ class OutputSource:
         self.path = path
         self.remote = storage.RemoteDir(path) if storage.is_remote(path) else None
         if self.remote is not None:
-            if not self.remote.exists("manifest.json"):
+            if not is_complete(self.remote):
                 raise PackcliError(f"{self.remote}: no manifest.json, so this is not a complete packcli output")
             from packcli.write.manifest import _check_format_version
 
-            manifest = self.remote.read_json("manifest.json")
-            _check_format_version(Path("manifest.json"), manifest.get("format_version"))
+            manifest = self.remote.read_json(MANIFEST_FILE)
+            _check_format_version(Path(MANIFEST_FILE), manifest.get("format_version"))
             self.manifest: Manifest = manifest
         else:
             from packcli.write.manifest import load_manifest
@@ -377,6 +387,7 @@ def row_view(
     unpadded = columns.get("cu_seqlens_unpadded")
     num_segments = int(columns["num_segments"])
     sources = columns.get(SOURCE_COLUMN)
+    pairs, sides, weights = (columns.get(name) for name in (PAIR_COLUMN, CHOSEN_COLUMN, WEIGHT_COLUMN))
     names = source_names or []
     segments = []
     for k in range(len(cu) - 1):
@@ -387,7 +398,12 @@ def row_view(
         if sources is not None and not padding and k < len(sources):
             value = int(sources[k])
             named = names[value] if 0 <= value < len(names) else value
-        segments.append(Segment(k, start, end, start if padding else start + real, padding, named))
+        segment = Segment(k, start, end, start if padding else start + real, padding, named)
+        if not padding:
+            segment.pair = _entry(pairs, k, int)
+            segment.chosen = _entry(sides, k, lambda v: bool(int(v)))
+            segment.weight = _entry(weights, k, float)
+        segments.append(segment)
     real_tokens = sum(s.real_end - s.start for s in segments)
     lengths = np.diff(cu)
     max_seqlen = columns.get("max_seqlen")
@@ -400,7 +416,14 @@ def row_view(
         "max_seqlen": int(max_seqlen) if max_seqlen is not None else int(lengths.max(initial=0)),
         "seq_len": seq_len,
     }
+    if pairs is not None:
+        full["pairs"] = sum(1 for segment in segments if segment.chosen)
     return View("row", full, ids, labels, positions, segments)
+
+
+def _entry(values: Any, k: int, kind: Any) -> Any:
+    """Segment k's entry of a per-segment column (None when the row has no such column)."""
+    return None if values is None or k >= len(values) else kind(values[k])
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -410,6 +433,8 @@ def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
     """A view for scripts: the columns, each token's piece, the segments with their learned text."""
     ids = view.input_ids.tolist()
     sourced = any(s.source is not None for s in view.segments)
+    paired = any(s.pair is not None for s in view.segments)
+    weighted = any(s.weight is not None for s in view.segments)
     out: dict[str, Any] = {
         "kind": view.kind,
         **view.header,
@@ -426,6 +451,8 @@ def view_to_json(view: View, decoder: Decoder | None) -> dict[str, Any]:
                 "real_end": s.real_end,
                 "padding": s.padding,
                 **({"source": s.source} if sourced else {}),
+                **({"pair": s.pair, "side": s.side} if paired else {}),
+                **({"weight": s.weight} if weighted else {}),
                 "learned": [
                     {
                         "start": a,

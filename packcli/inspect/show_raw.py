@@ -74,10 +74,14 @@ def raw_views(opts: PackOptions, start: int, stop: int) -> RawShow:
             sequences = setup.builder.build(batch)
             offsets = np.concatenate([[0], np.cumsum(sequences.lengths)])
             for j in wanted:
+                header = {"record": first + j, "location": batch.location(j)}
+                refused = _refused(sequences, j)
+                if refused is not None:
+                    views.append(_unwritten(np.zeros(0, np.int64), None, header, [refused]))
+                    continue
                 one = _one(sequences, offsets, j)
                 segmenter = make_segmenter(opts, setup, IngestCounts())
                 segmenter.owners = np.zeros(0, dtype=np.int64)  # track which sequence each segment is of
-                header = {"record": first + j, "location": batch.location(j)}
                 views.append(_record_view(one, segmenter, batch.location, header, opts, given_seq_len))
     finally:
         batches.close()
@@ -87,10 +91,24 @@ def raw_views(opts: PackOptions, start: int, stop: int) -> RawShow:
     return RawShow(views, listed, decoder)
 
 
+def _refused(sequences: SequenceBatch, j: int) -> str | None:
+    """Why the builder made no sequence of record j (a refused pair, one with equal sides), or None."""
+    for record, _, problem in sequences.problems:
+        if record == j:
+            return f"refused: {problem}"
+    if j in sequences.identical:
+        return "skipped and counted: the pair's chosen and rejected are the same"
+    return None
+
+
 def _one(sequences: SequenceBatch, offsets: np.ndarray, j: int) -> SequenceBatch:
-    lo, hi = int(offsets[j]), int(offsets[j + 1])
+    """Record j's sequences (one, or a preference pair's two), as a batch of their own."""
+    picked = np.array([j]) if sequences.records is None else np.flatnonzero(sequences.records == j)
+    lo, hi = int(offsets[picked[0]]), int(offsets[picked[-1] + 1])
     labels = None if sequences.labels is None else sequences.labels[lo:hi]
-    return SequenceBatch(sequences.tokens[lo:hi], sequences.lengths[j : j + 1], labels)
+    weights = None if sequences.weights is None else sequences.weights[picked]
+    records = None if sequences.records is None else np.zeros(len(picked), dtype=np.int64)
+    return SequenceBatch(sequences.tokens[lo:hi], sequences.lengths[picked], labels, records=records, weights=weights)
 
 
 def _record_view(
@@ -103,7 +121,15 @@ def _record_view(
         kept, lengths, learned = segmenter(sequence, lambda _: header["location"])
     except PackcliError as exc:
         return _unwritten(tokens, sequence.labels, header, [f"pack stops here: {exc}"])
-    notes = _notes(length, lengths, opts, seq_len, tokens, kept)
+    if sequence.weights is not None and not len(lengths) and (sequence.weights == 0).all():
+        return _unwritten(tokens, sequence.labels, header, ["dropped and counted: its weight is 0"])
+    if opts.pairs:
+        notes = _pair_notes(length, lengths, opts, segmenter.counts)
+        assert segmenter.values is not None  # pairs keep their chosen lengths
+        first = segmenter.values.first[-1] if segmenter.values.first else np.zeros(0, np.int64)
+        lengths = np.stack([first, lengths - first], axis=1).reshape(-1)  # a pair's two segments
+    else:
+        notes = _notes(length, lengths, opts, seq_len, tokens, kept)
     if not len(lengths):
         return _unwritten(tokens, sequence.labels, header, notes)
     ids: list[np.ndarray] = []
@@ -117,7 +143,12 @@ def _record_view(
         label = np.where(bits, piece, IGNORE_INDEX)
         label[0] = IGNORE_INDEX  # a segment's first token is never learned
         start = at
-        segments.append(Segment(k, start, start + n, start + n))
+        segment = Segment(k, start, start + n, start + n)
+        if opts.pairs:
+            segment.pair, segment.chosen = header["record"], k % 2 == 0
+        if sequence.weights is not None:
+            segment.weight = float(sequence.weights[0])
+        segments.append(segment)
         ids.append(piece)
         labels.append(label)
         positions.append(np.arange(n, dtype=np.int64))
@@ -140,6 +171,22 @@ def _unwritten(tokens: np.ndarray, labels: np.ndarray | None, header: dict[str, 
     header = {**header, "num_segments": 0, "learned_tokens": 0, "written": False}
     segments = [Segment(0, 0, n, n)] if n else []
     return View("record", header, tokens, shown, np.arange(n, dtype=np.int64), segments, notes)
+
+
+def _pair_notes(length: int, lengths: np.ndarray, opts: PackOptions, counts: IngestCounts) -> list[str]:
+    """What pack does to a preference pair of `length` tokens (both sides) that became
+    units of `lengths` (one, or none when dropped)."""
+    limit, policy = opts.seq_len, opts.resolved_overlong
+    if counts.overlong:
+        if not len(lengths) and counts.pairs_overlong_dropped:
+            return [f"dropped and counted: {length:,} tokens do not fit --seq-len {limit:,} even with the prompts cut"]
+        if not len(lengths):
+            return [f"dropped: {length:,} tokens, more than --seq-len {limit:,} (--overlong {policy})"]
+        cut = (length - int(lengths[0])) // 2
+        return [f"truncated: {cut:,} tokens cut from the start of both sides' prompt (--overlong truncate)"]
+    if not len(lengths):
+        return ["dropped: a side learns nothing (--keep-unlearned keeps it)"]
+    return []
 
 
 def _notes(

@@ -12,12 +12,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import NotRequired, cast
+from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
+from packcli.core.storage import is_complete
 from packcli.plan.grouping import group_counts
-from packcli.write.manifest import Manifest, NoPacking, RowSummary, SourceEntry, Unlearned, load_manifest
+from packcli.write.manifest import (
+    Manifest,
+    NoPacking,
+    RowSummary,
+    SourceEntry,
+    Unlearned,
+    WeightSummary,
+    load_manifest,
+)
 from packcli.write.report import RowStats, no_packing_baseline
 from packcli.write.shard_reader import iter_output_rows, read_group_column, read_shard
 
@@ -26,11 +35,18 @@ CHART_BINS = 16
 
 def is_packed_output(path) -> bool:
     """A directory with a manifest: what stats reads as a packed output, not as raw input."""
-    return Path(path).is_dir() and (Path(path) / "manifest.json").is_file()
+    return Path(path).is_dir() and is_complete(Path(path))
 
 
 def stats_dir(path: str) -> OutputStats:
     return dir_stats(path)[0]
+
+
+class MeasuredPairs(TypedDict):
+    """Preference pairs in the rows: how many, and per row (mean, max)."""
+
+    pairs: int
+    pairs_per_row: dict[str, float]
 
 
 class OutputStats(RowSummary):
@@ -44,6 +60,8 @@ class OutputStats(RowSummary):
     groups: NotRequired[list[dict]]  # a --group-by output: per group, measured from its rows
     unlearned: NotRequired[Unlearned]  # from report.json: segments dropped before the rows
     sources: NotRequired[list[SourceEntry]]  # a mixture: the manifest's, tokens out and learned measured
+    pairs: NotRequired[MeasuredPairs]  # preference pairs, counted in the rows
+    weights: NotRequired[WeightSummary]  # --weight-field: segment_weight over the segments
 
 
 def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
@@ -60,7 +78,10 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
     report: OutputStats = {
         **summary,
         # From shards alone each segment is one sequence; a concat document is not recoverable.
-        "no_packing": no_packing_baseline(summary["sequences_packed"], summary["real_tokens"], seq_len),
+        # preference pairs: a pair alone in a row
+        "no_packing": no_packing_baseline(
+            stats.pairs if "pairs" in manifest else summary["sequences_packed"], summary["real_tokens"], seq_len
+        ),
         "mode": manifest.get("mode"),
         "algorithm": manifest.get("algorithm"),
         "format": manifest["format"],
@@ -70,6 +91,15 @@ def dir_stats(path: str) -> tuple[OutputStats, dict[str, np.ndarray]]:
         report["groups"] = groups
     if "sources" in manifest:
         report["sources"] = measured_sources(manifest["sources"], stats)
+    if "pairs" in manifest:
+        per_row = summary["sequences_per_row"]
+        report["pairs"] = {
+            "pairs": stats.pairs,
+            "pairs_per_row": {"mean": per_row["mean"] / 2, "max": per_row["max"] // 2},
+        }
+    weights = stats.weights.summary()
+    if weights is not None:
+        report["weights"] = weights
     unlearned = _reported_unlearned(out_dir)
     if unlearned is not None:
         report["unlearned"] = unlearned

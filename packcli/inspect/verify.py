@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from packcli.write.shard_reader import (
     read_group_column,
     read_shard,
 )
+from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
 CHECK_BLOCK_ROWS = 8192
 BLOCK_TOKENS = 1 << 22  # rows read per block: memory stays bounded however big a shard is
@@ -95,10 +97,10 @@ def _check_block(
     first_row: int,
     segments: Segments = None,
     sources: int | None = None,
-) -> tuple[int, int, np.ndarray | None]:
+) -> tuple[int, int, SegmentFigures]:
     """Every rule on one block of rows: (ids, labels, positions, cu, offsets, num_segments),
     (max_seqlen, cu_seqlens_unpadded), the per-segment columns. Returns (sequences, real
-    tokens, real tokens per segment_source value or None)."""
+    tokens, what the per-segment columns add up to)."""
     follow = rules["labels_follow_ids"]
     # Inner pads carry -100 inside a segment: the row kernel checks such rows with loose
     # labels and check_padded_segments checks the labels of the real tokens.
@@ -112,21 +114,30 @@ def _check_block(
         real = check_padded_segments(
             ids, labels, positions, cu, offsets, num_segments, extra[1], **padded, where=where, first_row=first_row
         )
-    per_source = None
+    figures = SegmentFigures()
     if segments is not None:
-        per_source = check_segment_columns(
+        figures = check_segment_columns(
             block[3], block[4], block[5], extra[1], segments, sources, where=where, first_row=first_row
         )
-    return sequences, real, per_source
+    return sequences, real, figures
+
+
+@dataclass
+class SegmentFigures:
+    """What a block's per-segment columns add up to: real tokens per segment_source value,
+    and each pair's index with its row (counted from the block's first), or None."""
+
+    per_source: np.ndarray | None = None
+    pairs: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def check_segment_columns(
     cu, offsets, num_segments, unpadded, segments: tuple, sources: int | None, *, where: str, first_row: int
-) -> np.ndarray | None:
+) -> SegmentFigures:
     """The per-segment columns of rows whose cu_seqlens are checked: each row holds
-    num_segments entries of each, and `segment_source` values name a source (0 to
-    `sources` - 1; any value from 0 without a source table). Returns the real tokens per
-    segment_source value (padding excluded), or None without the column."""
+    num_segments entries of each, `segment_source` values name a source (0 to
+    `sources` - 1; any value from 0 without a source table), pairs are whole and matched
+    (check_pairs) and weights are finite numbers, 0 or more."""
     seg_offsets, columns = segments
     seg_offsets = np.asarray(seg_offsets, dtype=np.int64)
     counts = np.diff(seg_offsets)
@@ -136,8 +147,74 @@ def check_segment_columns(
             raise PackcliError(
                 f"{where} {first_row}: {name} has {len(values)} entries for {int(counts.sum())} segments"
             )
-    if SOURCE_COLUMN not in columns:
-        return None
+    figures = SegmentFigures()
+    if WEIGHT_COLUMN in columns:
+        check_weights(columns, seg_offsets, where=where, first_row=first_row)
+    if PAIR_COLUMN in columns or CHOSEN_COLUMN in columns:
+        figures.pairs = check_pairs(columns, seg_offsets, where=where, first_row=first_row)
+    if SOURCE_COLUMN in columns:
+        figures.per_source = _source_tokens(
+            cu, offsets, num_segments, unpadded, columns, seg_offsets, sources, where, first_row
+        )
+    return figures
+
+
+def check_pairs(
+    columns: dict[str, np.ndarray], seg_offsets: np.ndarray, *, where: str, first_row: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Preference pairs are whole and matched: every row's segments come two by two, the
+    chosen side (segment_chosen 1) then the rejected one (0) of the same pair, with the
+    same weight. Returns each pair's index and its row (from the block's first)."""
+    for name in (PAIR_COLUMN, CHOSEN_COLUMN):
+        if name not in columns:
+            other = CHOSEN_COLUMN if name == PAIR_COLUMN else PAIR_COLUMN
+            raise PackcliError(f"{where} {first_row}: {other} without {name}")
+    pair = np.asarray(columns[PAIR_COLUMN], dtype=np.int64)
+    chosen = np.asarray(columns[CHOSEN_COLUMN], dtype=np.int64)
+    base = seg_offsets - seg_offsets[0]
+    odd = np.flatnonzero(np.diff(base) % 2)
+    if len(odd):
+        raise PackcliError(
+            f"{where} {first_row + int(odd[0])}: {int(np.diff(base)[odd[0]])} segments, "
+            "not whole pairs (a pair is two segments of one row)"
+        )
+
+    def row_of(segment: int) -> int:
+        return first_row + int(np.searchsorted(base, segment, side="right")) - 1
+
+    first, second = slice(0, None, 2), slice(1, None, 2)
+    checks: list[tuple[np.ndarray, str]] = [
+        (pair[first] != pair[second], "pair {a} is followed by pair {b}: a pair's two segments are next to each other"),
+        (chosen[first] != 1, "pair {a}'s first segment has segment_chosen {c}, not 1 (chosen comes first)"),
+        (chosen[second] != 0, "pair {a}'s second segment has segment_chosen {d}, not 0 (rejected)"),
+        (pair[first] < 0, "pair index {a} is negative"),
+    ]
+    if WEIGHT_COLUMN in columns:
+        weight = np.asarray(columns[WEIGHT_COLUMN])
+        checks.append((weight[first] != weight[second], "pair {a}'s two sides have weights {w} and {v}"))
+    for wrong, message in checks:
+        bad = np.flatnonzero(wrong)
+        if len(bad):
+            k = int(bad[0])
+            a, b, c, d = (int(x) for x in (pair[2 * k], pair[2 * k + 1], chosen[2 * k], chosen[2 * k + 1]))
+            w, v = (float(columns[WEIGHT_COLUMN][2 * k + j]) if WEIGHT_COLUMN in columns else 0.0 for j in (0, 1))
+            raise PackcliError(f"{where} {row_of(2 * k)}: " + message.format(a=a, b=b, c=c, d=d, w=w, v=v))
+    rows = np.searchsorted(base, np.arange(0, len(pair), 2), side="right") - 1
+    return pair[first], rows.astype(np.int64)
+
+
+def check_weights(columns: dict[str, np.ndarray], seg_offsets: np.ndarray, *, where: str, first_row: int) -> None:
+    """segment_weight: a finite number, 0 or more, for every segment."""
+    weight = np.asarray(columns[WEIGHT_COLUMN], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(weight) | (weight < 0))
+    if len(bad):
+        k = int(bad[0])
+        row = first_row + int(np.searchsorted(seg_offsets - seg_offsets[0], k, side="right")) - 1
+        raise PackcliError(f"{where} {row}: segment_weight {weight[k]} is not a finite number, 0 or more")
+
+
+def _source_tokens(cu, offsets, num_segments, unpadded, columns, seg_offsets, sources, where, first_row) -> np.ndarray:
+    """Real tokens per segment_source value (padding excluded), each value checked to name a source."""
     source = np.asarray(columns[SOURCE_COLUMN], dtype=np.int64)
     top = sources if sources is not None else np.iinfo(np.int64).max
     bad = np.flatnonzero((source < 0) | (source >= top))
@@ -150,7 +227,8 @@ def check_segment_columns(
     cu = np.asarray(cu if unpadded is None else unpadded, dtype=np.int64)
     real = (cu[segment + 1] - cu[segment])[is_real]
     n = sources if sources is not None else (int(source.max()) + 1 if len(source) else 0)
-    return np.bincount(source, weights=real, minlength=n).astype(np.int64)
+    found: np.ndarray = np.bincount(source, weights=real, minlength=n).astype(np.int64)
+    return found
 
 
 def _check_arrays(
@@ -403,6 +481,7 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
     rules["segment_columns"] = segment_columns_of(manifest)
     totals = {"rows": 0, "sequences": 0, "real_tokens": 0}
     per_source: np.ndarray | None = None
+    pairs: list[tuple[str, list[tuple[np.ndarray, np.ndarray]]]] = []
     size = 0
     workers = max(1, os.cpu_count() or 1)
     stop = threading.Event()
@@ -433,11 +512,40 @@ def _check_shards(out_dir: Path, manifest: Manifest) -> tuple[dict[str, int], in
             counted = checking.result()
             _add_counts(totals, shard, counted)
             per_source = _sum_sources(per_source, counted["sources"])
+            pairs.append((shard["path"], counted["pairs"]))
             size += shard_bytes
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+    verify_pairs(manifest, pairs)
     return totals, size, per_source
+
+
+def verify_pairs(manifest: Manifest, found: list[tuple[str, list[tuple[np.ndarray, np.ndarray]]]]) -> None:
+    """Preference pairs: the shards hold pairs 0 to the manifest's `pairs` - 1, each once.
+    `found`: per shard (its path), each block's pair indices and their rows."""
+    listed = manifest.get("pairs")
+    blocks = [(path, pair, row) for path, parts in found for pair, row in parts]
+    if listed is None:
+        if blocks:
+            raise PackcliError(f"manifest.json: lists no pairs, the shards have a {PAIR_COLUMN} column")
+        return
+    seen = np.zeros(listed, dtype=np.int64)
+    for path, pair, row in blocks:
+        outside = np.flatnonzero(pair >= listed)
+        if len(outside):
+            k = int(outside[0])
+            raise PackcliError(
+                f"{path} row {int(row[k])}: pair {int(pair[k])} is not one of the manifest's {listed:,} pairs"
+            )
+        np.add.at(seen, pair, 1)
+        twice = np.flatnonzero(seen[pair] > 1)
+        if len(twice):
+            k = int(twice[0])
+            raise PackcliError(f"{path} row {int(row[k])}: pair {int(pair[k])} is in the output twice")
+    missing = np.flatnonzero(seen == 0)
+    if len(missing):
+        raise PackcliError(f"manifest.json: lists {listed:,} pairs, pair {int(missing[0])} is in no row")
 
 
 def _sum_sources(total: np.ndarray | None, more: np.ndarray | None) -> np.ndarray | None:
@@ -509,7 +617,7 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
     """Rows, sequences and real tokens of one shard (and real tokens per segment_source
     value, or None), checking every row on the way. `options`: output_rules, whether the
     shards hold a max_seqlen column, and the per-segment columns the manifest lists."""
-    counted: dict[str, Any] = {"rows": 0, "sequences": 0, "real_tokens": 0, "sources": None}
+    counted: dict[str, Any] = {"rows": 0, "sequences": 0, "real_tokens": 0, "sources": None, "pairs": []}
     options = dict(options)
     has_max, multiple = options.pop("max_seqlen_column", False), options.pop("pad_to_multiple_of", None) or 0
     sources, listed = options.pop("sources", None), options.pop("segment_columns", ())
@@ -522,13 +630,16 @@ def _check_shard(path: Path, fmt: str, name: str, options: dict, stop: threading
         if missing:
             raise PackcliError(f"{name}: no {', '.join(missing)} column, but the manifest lists it")
         where, first = f"{name} row", counted["rows"]
-        sequences, real, per_source = _check_block(
+        sequences, real, figures = _check_block(
             block, extra, options, has_max, multiple, where, first, segments, sources
         )
         counted["rows"] += len(block[0])
         counted["sequences"] += sequences
         counted["real_tokens"] += real
-        counted["sources"] = _sum_sources(counted["sources"], per_source)
+        counted["sources"] = _sum_sources(counted["sources"], figures.per_source)
+        if figures.pairs is not None:
+            pair, row = figures.pairs
+            counted["pairs"].append((pair, row + first))
     return counted
 
 

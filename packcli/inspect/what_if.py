@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from contextlib import closing
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +19,12 @@ from packcli.core.errors import PackcliError
 from packcli.core.flow import Timer
 from packcli.core.options import PackOptions, check_positive
 from packcli.engine.ingest import IngestCounts, Segmenter, TokenStream, use_workers
+from packcli.engine.pairs import PairSegmenter, WeightedSegmenter
 from packcli.engine.summary import unlearned_section
 from packcli.inspect.stats import distribution
 from packcli.plan.grouping import GroupTable
 from packcli.plan.kernels.pack import ALGORITHMS, pack_lengths
+from packcli.plan.pairs import placed_lengths
 from packcli.plan.planner import place, uncapped_rows
 from packcli.plan.rows import padded_lengths
 from packcli.plan.settings import PlanSettings
@@ -29,6 +32,7 @@ from packcli.read.inputs import expand_inputs
 from packcli.read.records import BadRecords
 from packcli.tokenize.setup import setup_tokens
 from packcli.write.manifest import Unlearned
+from packcli.write.values import SegmentValues
 
 
 @dataclass
@@ -67,6 +71,13 @@ class Segmented:
     owners: np.ndarray
     counts: IngestCounts
     keep_unlearned: bool = False
+    first: np.ndarray | None = None  # preference pairs: each pair's chosen length (lengths: both sides')
+
+    def placed(self, multiple: int) -> np.ndarray:
+        """The room each takes in a row: its length, or a pair's two sides, padded to `multiple`."""
+        if self.first is not None:
+            return placed_lengths(self.first, self.lengths, multiple)
+        return padded_lengths(self.lengths, multiple)
 
     def unlearned(self) -> Unlearned:
         return unlearned_section(self.counts, self.keep_unlearned)
@@ -106,9 +117,12 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
     with closing(stream):
         for batch, sequences in stream:
             lengths = sequences.lengths.astype(np.int64)
+            if pack_opts.pairs:  # a pair is one unit: both its sides
+                lengths = lengths[0::2] + lengths[1::2]
             chunks.append(lengths)
             if table is not None:
-                group_chunks.append(table.ids_of(batch.columns[table.field]))
+                ids = table.ids_of(batch.columns[table.field])
+                group_chunks.append(ids if sequences.records is None else ids[sequences.records[0::2]])
             for seq_len in opts.seq_lens:
                 if seq_len not in first_longer and (lengths > seq_len).any():
                     i = int(np.argmax(lengths > seq_len))
@@ -130,7 +144,11 @@ def read_lengths(opts: WhatIfOptions, progress=None) -> Corpus:
         first_longer_than=first_longer,
         segmented={
             seq_len: Segmented(
-                np.concatenate(pieces[seq_len]), _owners(segmenter), segmenter.counts, segmenter.keep_unlearned
+                np.concatenate(pieces[seq_len]),
+                _owners(segmenter),
+                segmenter.counts,
+                segmenter.keep_unlearned,
+                _firsts(segmenter),
             )
             for seq_len, segmenter in segmenters.items()
         },
@@ -150,22 +168,38 @@ def _segmenters(opts: WhatIfOptions) -> dict[int, Segmenter]:
         pack_opts = opts.pack_options(seq_len)
         if pack_opts.resolved_overlong == "error":
             continue
-        segmenters[seq_len] = Segmenter(
-            seq_len,
-            "bin",
-            pack_opts.resolved_overlong,
-            None,
-            IngestCounts(),
-            track_owners=True,
-            keep_unlearned=pack_opts.keep_unlearned,
-            truncation_side=pack_opts.resolved_truncation_side,
-        )
+        settings: dict[str, Any] = {
+            "track_owners": True,
+            "keep_unlearned": pack_opts.keep_unlearned,
+            "truncation_side": pack_opts.resolved_truncation_side,
+        }
+        policy = pack_opts.resolved_overlong
+        segmenter: Segmenter
+        if pack_opts.pairs:
+            segmenter = PairSegmenter(
+                seq_len, "bin", policy, None, IngestCounts(), multiple=pack_opts.pad_multiple, **settings
+            )
+        elif pack_opts.weight_field is not None:
+            segmenter = WeightedSegmenter(seq_len, "bin", policy, None, IngestCounts(), **settings)
+        else:
+            segmenter = Segmenter(seq_len, "bin", policy, None, IngestCounts(), **settings)
+        if pack_opts.per_segment_values:
+            segmenter.values = SegmentValues(pack_opts.pairs, pack_opts.weight_field is not None)
+        segmenters[seq_len] = segmenter
     return segmenters
 
 
 def _owners(segmenter: Segmenter) -> np.ndarray:
     assert segmenter.owners is not None  # track_owners=True
     return segmenter.owners
+
+
+def _firsts(segmenter: Segmenter) -> np.ndarray | None:
+    """Preference pairs: each segment's (pair's) chosen length; None for other input."""
+    values = segmenter.values
+    if values is None or not values.pairs:
+        return None
+    return np.concatenate(values.first) if values.first else np.zeros(0, dtype=np.int64)
 
 
 def overlong_groups(lengths: np.ndarray, seq_len: int, policy: str, groups: np.ndarray) -> np.ndarray:
@@ -245,17 +279,26 @@ def what_if(
         pad_tokens=len(sequences) * seq_len,
         longest_tokens=pad_to_longest_tokens(sequences, batch_size),
     )
+    pairs = segmented is not None and segmented.first is not None
+    if pairs and segmented is not None:  # a pair is too long by its sides' room (--pad-to-multiple-of)
+        n_long = segmented.counts.overlong
+    placed = segmented.placed(multiple) if segmented is not None else padded_lengths(sequences, multiple)
+    cap = max_per_row // 2 if pairs and max_per_row is not None else max_per_row  # a pair is two sequences
     methods = [
         scale.entry("pad to seq_len", len(sequences), scale.pad_tokens, None, "no packing"),
         scale.entry(f"pad to longest/{batch_size}", len(sequences), scale.longest_tokens, None, "no packing"),
-        *_packer_entries(scale, padded_lengths(sequences, multiple), seq_len, buffer_size, piece_groups, max_per_row),
+        *_packer_entries(scale, placed, seq_len, buffer_size, piece_groups, cap),
     ]
-    # concat joins whole documents (no overlong policy) and pads the last row.
-    concat_rows = -(-int(lengths.sum()) // seq_len)
-    if groups is not None and len(groups):  # one stream per group, each with its own last row
-        concat_rows = int((-(-np.bincount(groups, weights=lengths).astype(np.int64) // seq_len)).sum())
-    concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
-    concat["efficiency"] = int(lengths.sum()) / (concat_rows * seq_len)
+    if pairs:  # concat never cuts a pair: next fit over the pairs in input order, each row padded
+        concat_rows = place(sequences, PlanSettings(seq_len, algorithm="nf"), piece_groups)[2]
+        concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
+    else:
+        # concat joins whole documents (no overlong policy) and pads the last row.
+        concat_rows = -(-int(lengths.sum()) // seq_len)
+        if groups is not None and len(groups):  # one stream per group, each with its own last row
+            concat_rows = int((-(-np.bincount(groups, weights=lengths).astype(np.int64) // seq_len)).sum())
+        concat = scale.entry("concat", concat_rows, concat_rows * seq_len, None, "concat")
+        concat["efficiency"] = int(lengths.sum()) / (concat_rows * seq_len)
     methods.append(concat)
     bound = -(-scale.real // seq_len)
     methods.append(scale.entry("lower bound", bound, bound * seq_len, None, "bound"))
@@ -272,6 +315,8 @@ def what_if(
     }
     if segmented is not None:
         result["unlearned"] = segmented.unlearned()
+    if pairs:
+        result["pairs"] = len(sequences)  # the units every method places
     return result
 
 

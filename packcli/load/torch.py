@@ -16,6 +16,9 @@ extra); flash-attn is used when installed and the tensors are on a GPU.
 
 A mixture's rows (`packcli pack --mix`) carry `segment_source`, one entry per real segment;
 `batch.token_source` gives each token its source (-1 on padding) for a loss per source.
+Preference pairs carry `segment_pair` and `segment_chosen`: `pair_logps` gives each pair's
+summed log-probabilities from the model's logits, and `dpo_loss` the DPO loss; weights
+(`segment_weight`) spread over the tokens as `batch.token_weight`.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
     import torch
 
 from packcli.engine.memory import pack_sequences
-from packcli.plan.rows import Rows, real_token_mask, segment_offsets
+from packcli.plan.rows import IGNORE_INDEX, Rows, real_token_mask, segment_offsets
 from packcli.write.columns import SEGMENT_OFFSETS_FILE, SOURCE_COLUMN, is_segment_column
 from packcli.write.manifest import load_manifest
 from packcli.write.shard_reader import read_shard
+from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
 NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
 OPTIONAL_COLUMNS = ("max_seqlen", "cu_seqlens_unpadded")  # format 3; the second with --pad-to-multiple-of
@@ -126,6 +130,13 @@ class PackedBatch:
         return values.to(segment.device)[index].masked_fill(segment < 0, fill)
 
     @property
+    def token_weight(self) -> torch.Tensor:
+        """float32 [rows, seq_len]: each token's segment's `segment_weight` (--weight-field),
+        0 on every pad. The token predicted at position i is i + 1: weigh the losses of
+        `labels[:, 1:]` by `token_weight[:, 1:]`."""
+        return self.per_token(WEIGHT_COLUMN, fill=0.0).float()
+
+    @property
     def seq_idx(self) -> torch.Tensor:
         """int32 [rows, seq_len]: the index of each token's segment in its row, from
         `row_cu_seqlens` (the pads after a segment belong to it; the padding segment is the
@@ -206,6 +217,81 @@ class PackedBatch:
             torch.from_numpy(real_token_mask(rows)).long(),
             {name: _segment_tensor(values) for name, values in rows.segment_columns.items()},
         )
+
+
+@dataclass
+class PairLogps:
+    """The summed log-probabilities of the learned tokens of each preference pair's two
+    segments, pair by pair in the batch's order: `chosen` and `rejected` ([pairs]), the
+    pairs' indices in the output (`pair`) and their weights (`weight`, None without
+    --weight-field)."""
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    pair: torch.Tensor
+    weight: torch.Tensor | None = None
+
+
+def segment_logps(logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """The summed log-probability of the learned tokens of every real segment, rows in
+    order and each row's segments in order ([segments], float32, differentiable).
+
+    `labels` are unshifted: token i (label not -100) is predicted by `logits[:, i - 1]`.
+    `segment_ids` [rows, seq_len] gives each token's segment in its row, -1 on padding
+    (`PackedBatch.segment_ids`; for rows flattened by transformers'
+    `DataCollatorWithFlattening`, `position_ids.eq(0).cumsum(-1) - 1`)."""
+    targets = labels[:, 1:]
+    learned = targets != IGNORE_INDEX
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * learned
+    segment = segment_ids[:, 1:].long()
+    counts = (segment_ids.max(dim=1).values + 1).clamp(min=0).long()  # real segments per row
+    first = torch.cumsum(counts, 0) - counts
+    index = (segment + first[:, None]).masked_fill(segment < 0, 0)
+    sums = torch.zeros(int(counts.sum()), dtype=picked.dtype, device=picked.device)
+    return sums.index_add(0, index[learned], picked[learned])
+
+
+def pairs_of(
+    logps: torch.Tensor, pair: torch.Tensor, chosen: torch.Tensor, weight: torch.Tensor | None = None
+) -> PairLogps:
+    """Per-segment values (`segment_logps`) matched into pairs: each chosen segment and the
+    rejected one right after it, as packcli places them (`segment_pair`,
+    `segment_chosen` and `segment_weight` of the same segments)."""
+    pair, chosen = pair.to(logps.device).long(), chosen.to(logps.device).long()
+    first = torch.nonzero(chosen == 1).flatten()
+    second = first + 1
+    if (
+        len(first) * 2 != len(chosen)
+        or (second >= len(chosen)).any()
+        or (pair[second] != pair[first]).any()
+        or (chosen[second] != 0).any()
+    ):
+        raise PackcliError("segment_pair and segment_chosen do not hold whole pairs, chosen then rejected")
+    found = None if weight is None else weight.to(logps.device)[first].float()
+    return PairLogps(logps[first], logps[second], pair[first], found)
+
+
+def pair_logps(batch: PackedBatch, logits: torch.Tensor) -> PairLogps:
+    """The pairs of a batch of packed preference pairs and the summed log-probabilities of
+    their learned tokens, from the model's `logits` [rows, seq_len, vocab] (see
+    docs/training.md for the DPO loss in a few lines)."""
+    columns = batch.segment_columns
+    if PAIR_COLUMN not in columns or CHOSEN_COLUMN not in columns:
+        raise PackcliError("this batch has no preference pairs (no segment_pair and segment_chosen columns)")
+    logps = segment_logps(logits, batch.labels.to(logits.device), batch.segment_ids.to(logits.device))
+    return pairs_of(logps, columns[PAIR_COLUMN], columns[CHOSEN_COLUMN], columns.get(WEIGHT_COLUMN))
+
+
+def dpo_loss(policy: PairLogps, reference: PairLogps, beta: float = 0.1) -> torch.Tensor:
+    """The DPO loss (sigmoid) of a batch's pairs: the mean over pairs of
+    -log sigmoid(beta * (chosen margin - rejected margin)), weighted by the pairs' weights
+    (sum of weight x loss over sum of weights) when they have one."""
+    margin = (policy.chosen - reference.chosen) - (policy.rejected - reference.rejected)
+    losses = -torch.nn.functional.logsigmoid(beta * margin)
+    if policy.weight is None:
+        return losses.mean()
+    return (policy.weight * losses).sum() / policy.weight.sum()
 
 
 def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
@@ -614,4 +700,16 @@ def _decode_parquet(path: Path, seq_len: int) -> dict:
     }
 
 
-__all__ = ["PackedBatch", "PackedDataset", "PackingCollator", "block_causal_mask", "collate_rows", "varlen_attention"]
+__all__ = [
+    "PackedBatch",
+    "PackedDataset",
+    "PackingCollator",
+    "PairLogps",
+    "block_causal_mask",
+    "collate_rows",
+    "dpo_loss",
+    "pair_logps",
+    "pairs_of",
+    "segment_logps",
+    "varlen_attention",
+]

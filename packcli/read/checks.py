@@ -10,8 +10,10 @@ import numpy as np
 
 from packcli.core.choices import ROLES as CHAT_ROLES  # the roles a turn may have, as --train-on names them
 
-FieldKind = Literal["text", "ids", "messages", "any", "scalar"]
-FIELD_KINDS = ("text", "ids", "messages", "any", "scalar")
+FieldKind = Literal["text", "ids", "messages", "any", "scalar", "text_or_messages", "weight", "weight_or_absent"]
+FIELD_KINDS = ("text", "ids", "messages", "any", "scalar", "text_or_messages", "weight", "weight_or_absent")
+# Kinds a record may lack, or hold null for: the value is then None (a --weight-field with --default-weight).
+OPTIONAL_KINDS = ("weight_or_absent",)
 INT64_MAX = np.iinfo(np.int64).max
 _MAX_DETAIL = 160  # long library messages would bury the location in the one-line error
 _MAX_KEYS_SHOWN = 10
@@ -150,18 +152,49 @@ def _as_scalar(value: Any, name: str) -> Any:
     raise _wrong_type(f"field {name!r}", value, "a string, number, boolean or null")
 
 
+def _as_text_or_messages(value: Any, name: str) -> str | list:
+    """A preference pair's field: a string, or a list of messages (the conversational form)."""
+    if type(value) is list:
+        return _as_messages(value, name)
+    if type(value) is str:
+        return _as_text(value, name)
+    raise _wrong_type(f"field {name!r}", value, "a string or a list of messages")
+
+
+def _as_weight(value: Any, name: str) -> float:
+    """A loss weight: a finite number, 0 or more (0 drops the record)."""
+    if type(value) not in (int, float):  # bool is not a weight, though Python calls it an int
+        raise _wrong_type(f"field {name!r}", value, "a non-negative number (a loss weight)")
+    weight = float(value)
+    if weight != weight or weight in (float("inf"), float("-inf")):
+        raise RecordProblem("bad weight", f"field {name!r} is {value}, not a finite number")
+    if weight < 0:
+        raise RecordProblem("bad weight", f"field {name!r} is {value:g}, a negative weight")
+    return weight
+
+
+def _as_weight_or_absent(value: Any, name: str) -> float | None:
+    return None if value is None else _as_weight(value, name)
+
+
 VALIDATORS: dict[str, Callable[[Any, str], Any]] = {
     "text": _as_text,
     "ids": _as_ids,
     "messages": _as_messages,
     "any": _as_any,
     "scalar": _as_scalar,
+    "text_or_messages": _as_text_or_messages,
+    "weight": _as_weight,
+    "weight_or_absent": _as_weight_or_absent,
 }
 
 
 def check_encodable(value: Any, name: str, kind: str) -> None:
     """json.loads accepts "\\ud800"; such text would only blow up later, in the tokenizer."""
-    strings = [value] if kind == "text" else [message[key] for message in value for key in ("role", "content")]
+    if type(value) is str:
+        strings = [value]
+    else:
+        strings = [message[key] for message in value for key in ("role", "content")]
     for string in strings:
         if string.isascii():  # the common case, and free: a flag on the str
             continue

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
-from packcli.read.checks import INT64_MAX, VALIDATORS, RecordProblem, Validator, key_list, one_line
+from packcli.read.checks import INT64_MAX, OPTIONAL_KINDS, VALIDATORS, RecordProblem, Validator, key_list, one_line
 from packcli.read.records import (
     BATCH_BUDGET,
     BadRecords,
@@ -51,6 +51,10 @@ def _column_type_ok(t: pa.DataType, kind: str) -> bool:
         return _has_string_fields(t.value_type, ("role", "content")) or _has_string_fields(
             t.value_type, ("from", "value")
         )
+    if kind == "text_or_messages":
+        return _column_type_ok(t, "text") or _column_type_ok(t, "messages")
+    if kind in ("weight", "weight_or_absent"):
+        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
     return True
 
 
@@ -58,12 +62,21 @@ _EXPECTED_COLUMN_TYPE = {
     "text": "a string",
     "ids": "a list of integers",
     "messages": "a list of structs with string 'role' and 'content' (or 'from' and 'value')",
+    "text_or_messages": "a string, or a list of structs with string 'role' and 'content'",
+    "weight": "a number",
+    "weight_or_absent": "a number",
 }
+
+
+def present_fields(schema: pa.Schema, fields: Mapping[str, str]) -> dict[str, str]:
+    """The fields a file's columns hold: all of them, but an optional kind's column may be
+    absent (each of its values is then None)."""
+    return {name: kind for name, kind in fields.items() if kind not in OPTIONAL_KINDS or name in schema.names}
 
 
 def _check_columns(path: str, schema: pa.Schema, fields: Mapping[str, str]) -> None:
     """Column problems affect every row, so they are fatal whatever --on-bad-record says."""
-    for name, kind in fields.items():
+    for name, kind in present_fields(schema, fields).items():
         index = schema.get_field_index(name)
         if index < 0:
             raise PackcliError(f"{path}: no column {name!r} (columns: {key_list(schema.names)})")
@@ -113,7 +126,7 @@ def _column_values(column: pa.Array, name: str, kind: str) -> list[Any]:
     """One value per row, or the row's RecordProblem: the validators of JSON records, row by row."""
     validate = VALIDATORS[kind]
     values = _python_values(column)
-    if kind == "messages":
+    if kind in ("messages", "text_or_messages") and _is_list_type(column.type):
         struct = column.type.value_type
         if struct.get_field_index("role") >= 0 and struct.get_field_index("from") >= 0:
             values = [v if isinstance(v, RecordProblem) else _without_absent_keys(v) for v in values]
@@ -168,6 +181,9 @@ def _columnar_rows(
     columns: dict[str, Any] = {}
     problems: dict[int, RecordProblem] = {}
     for name, kind in fields.items():
+        if name not in batch.schema.names and kind in OPTIONAL_KINDS:
+            columns[name] = [None] * batch.num_rows
+            continue
         if kind == "ids":
             columns[name], found = _arrow_id_lists(batch.column(name), name)
         else:
@@ -241,7 +257,8 @@ def read_record_parquet(
             first_row = sum(parquet.metadata.row_group(i).num_rows for i in range(part.start))
         batches = _id_batches(path, fields, rows, part)
         if batches is None:
-            batches = parquet.iter_batches(batch_size=rows, columns=list(fields), row_groups=part)
+            columns = list(present_fields(parquet.schema_arrow, fields))
+            batches = parquet.iter_batches(batch_size=rows, columns=columns, row_groups=part)
         done = [0]
 
         def counted() -> Iterator[pa.RecordBatch]:

@@ -17,7 +17,7 @@ import zstandard
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
-from packcli.read.checks import Check, RecordProblem, check_encodable, describe, key_list, one_line
+from packcli.read.checks import OPTIONAL_KINDS, Check, RecordProblem, check_encodable, describe, key_list, one_line
 from packcli.read.inputs import STDIN
 from packcli.read.records import BadRecords, BatchBuilder, RecordBatch, Report
 
@@ -180,12 +180,15 @@ def parse_record(raw: bytes, line_no: int, checks: list[Check], first_line: int 
         check_surrogates = True
     if type(record) is not dict:
         raise RecordProblem("not an object", f"record is {describe(record)}, expected a JSON object")
-    values = []
+    values: list[Any] = []
     for name, kind, validate in checks:
         if name not in record:
+            if kind in OPTIONAL_KINDS:
+                values.append(None)
+                continue
             raise RecordProblem("missing field", f"missing field {name!r} (fields present: {key_list(list(record))})")
         value = validate(record[name], name)
-        if check_surrogates and kind in ("text", "messages"):
+        if check_surrogates and kind in ("text", "messages", "text_or_messages"):
             check_encodable(value, name, kind)
         values.append(value)
     return values

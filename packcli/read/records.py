@@ -199,8 +199,10 @@ class BatchBuilder:
 
 def _size(value: Any, kind: str) -> int:
     """What a record weighs in a batch: characters of text, or token ids."""
-    if kind == "messages":
+    if kind == "messages" or (kind == "text_or_messages" and type(value) is list):
         return sum(len(message["content"]) for message in value)
+    if kind == "text_or_messages":
+        return len(value)
     return len(value) if kind in ("text", "ids") else 0
 
 

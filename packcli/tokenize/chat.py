@@ -1,11 +1,13 @@
 """Chat records to token sequences: conversations rendered with the chat template, only
-the turns of the trained roles learned (see `ChatSequences`)."""
+the turns `--train-on` names learned (see `ChatSequences`), and with `--mask-reasoning`
+every reasoning block of the render left out of the loss."""
 
 from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from packcli.core.errors import PackcliError
@@ -20,16 +22,26 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 Conversation = list[dict[str, str]]  # turns with "role" and "content"
 PrefixTokens = Callable[[Conversation, bool], list[int]]  # (turns, add_generation_prompt) -> their tokens
+LAST, ALL = "last", "all"  # --train-on's turn choices (core.choices.TRAIN_ON_TURNS), beside lists of roles
 
 
 class ChatSequences:
-    """Conversations rendered with the chat template; only turns of `train_on` roles learned.
+    """Conversations rendered with the chat template; the turns `train_on` names learned:
+    those of a tuple of roles, or ("last",) the last assistant turn, or ("all",) what the
+    assistant turns learn plus the content of every turn (never the template's markup
+    around a content: role headers, end-of-turn tokens, separators).
 
-    With `{% generation %}` markers in the template (and only assistant turns trained),
-    transformers' own assistant mask is used. Otherwise each trained turn is found by
-    rendering the conversation up to it: the tokens of the render before the turn (with
-    the generation prompt, for assistant turns) and of the render through it must be
-    prefixes of the whole conversation's tokens, and the turn is what lies between.
+    With `{% generation %}` markers in the template (and every assistant turn trained,
+    none of the other roles'), transformers' own assistant mask is used. Otherwise each
+    trained turn is found by rendering the conversation up to it: the tokens of the render
+    before the turn (with the generation prompt, for assistant turns) and of the render
+    through it must be prefixes of the whole conversation's tokens, and the turn is what
+    lies between. Contents are located in the render by rendering once more with a
+    placeholder for each (`_content_spans`).
+
+    `reasoning` (open, close): every block of the render from an opening delimiter through
+    the next closing one (to the end of the render when there is none) is matched as text
+    in the render, and the tokens holding any of its characters are not learned.
 
     Message contents are record text. A conversation whose contents hold no special-token
     string (nearly all) is tokenized by transformers as is. One that holds some takes the
@@ -47,13 +59,18 @@ class ChatSequences:
         *,
         parse_special_tokens: bool = False,
         specials: SpecialTokenFinder | None = None,
+        reasoning: tuple[str, str] | None = None,
     ):
         self.field, self.tokenizer, self.bounds = field, tokenizer, bounds
         self.template = template or tokenizer.chat_template
         if not self.template:
             raise PackcliError("the tokenizer has no chat template; give one with --chat-template FILE (a Jinja file)")
         self.train_on = train_on
-        self.use_markers = bool(GENERATION_MARKER.search(self.template)) and train_on == ("assistant",)
+        self.turns = train_on[0] if train_on in ((LAST,), (ALL,)) else None  # None: train_on is roles
+        self.reasoning = reasoning
+        every_assistant_turn = train_on in (("assistant",), (ALL,))
+        self.use_markers = bool(GENERATION_MARKER.search(self.template)) and every_assistant_turn
+        self.batched = self.turns is None and reasoning is None  # the roles alone: one transformers call a batch
         self.fields: dict[str, FieldKind] = {field: "messages"}
         self.labels = "masked"
         self.parse_special_tokens = parse_special_tokens
@@ -77,27 +94,126 @@ class ChatSequences:
 
     def build(self, batch: RecordBatch) -> SequenceBatch:
         conversations = batch.columns[self.field]
-        holding = [any(self.specials.found(m["content"]) for m in conv) for conv in conversations]
+        holding = [self.holds_special(conv) for conv in conversations]
         careful = [] if self.parse_special_tokens else [i for i, held in enumerate(holding) if held]
         plain = sorted(set(range(len(conversations))) - set(careful))
         token_lists: list[list[int]] = [[] for _ in conversations]
         label_lists: list[list[int] | None] = [None] * len(conversations)
-        try:
-            if plain:
+        with self.template_errors(batch.source):
+            if not self.batched:
+                for i, conversation in enumerate(conversations):
+                    token_lists[i], label_lists[i] = self.encode(conversation, batch.location(i))
+            elif plain:
                 tokens, labels = self._plain([conversations[i] for i in plain], [batch.location(i) for i in plain])
                 for i, ids, labs in zip(plain, tokens, labels):
                     token_lists[i], label_lists[i] = ids, labs
-            for i in careful:
-                token_lists[i], label_lists[i] = self._careful(conversations[i], batch.location(i))
-        except PackcliError:
-            raise
-        except Exception as exc:  # jinja raises its own errors for templates that reject a conversation
-            raise PackcliError(
-                f"{batch.source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-            ) from exc
+            if self.batched:
+                for i in careful:
+                    token_lists[i], label_lists[i] = self._careful(conversations[i], batch.location(i))
         result = from_lists(token_lists, label_lists, self.bounds)
         result.special_token_records = sum(holding)
         return result
+
+    def holds_special(self, conversation: Conversation) -> bool:
+        """Whether a content holds a special-token string (then it takes the careful path)."""
+        return any(self.specials.found(m["content"]) for m in conversation)
+
+    @contextmanager
+    def template_errors(self, source: str) -> Iterator[None]:
+        """Errors of the template itself (jinja raises its own types) as one line naming `source`."""
+        try:
+            yield
+        except PackcliError:
+            raise
+        except Exception as exc:
+            raise PackcliError(
+                f"{source}: the chat template failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
+
+    def encode(
+        self, conversation: Conversation, location: str, learned_from: int | None = None
+    ) -> tuple[list[int], list[int]]:
+        """(ids, labels) of one conversation (no BOS or EOS added): the turns `train_on`
+        names learned, or with `learned_from`, the assistant turns from that index on (a
+        preference pair's completion); then the reasoning blocks left out."""
+        careful = not self.parse_special_tokens and self.holds_special(conversation)
+        rendered = self._render(conversation, False)
+        if careful:
+            ids, found = self._encode_rendered(rendered, conversation, False, location)
+            locator: _TokenLocator | None = found
+
+            def prefix(messages: Conversation, add_generation_prompt: bool) -> list[int]:
+                if not messages and not add_generation_prompt:
+                    return []
+                return self._encode_rendered(
+                    self._render(messages, add_generation_prompt), messages, add_generation_prompt, location
+                )[0]
+
+        else:
+            ids, locator, prefix = list(self._tokens([conversation])["input_ids"][0]), None, self._prefix
+        if learned_from is None and self.use_markers:
+            if careful and locator is not None:
+                labels = _assistant_labels(ids, self._generation_spans(conversation, rendered, location), locator)
+            else:
+                masks = self._tokens([conversation], assistant_mask=True)["assistant_masks"][0]
+                labels = [t if m else IGNORE_INDEX for t, m in zip(ids, masks)]
+        else:
+            learn = self._learned_turns(conversation, learned_from)
+            labels = self._labels_by_prefix(conversation, ids, location, prefix, learn)
+        if self.turns == ALL or self.reasoning is not None:
+            if locator is None:
+                locator = self._locate_plain(rendered, ids, location)
+            if self.turns == ALL and learned_from is None:
+                for start, end in self._every_content(rendered, conversation, location):
+                    _learn_chars(ids, labels, locator, start, end)
+            if self.reasoning is not None:
+                for start, end in reasoning_blocks(rendered, *self.reasoning):
+                    _mask_chars(labels, locator, start, end)
+        return ids, labels
+
+    def _learned_turns(self, conversation: Conversation, learned_from: int | None) -> set[int]:
+        """The turns learned by prefix rendering: of `train_on`'s roles, the last assistant
+        turn, every assistant turn (ALL: the contents of the others come on top), or with
+        `learned_from` the assistant turns from there on."""
+        assistant = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+        if learned_from is not None:
+            return {i for i in assistant if i >= learned_from}
+        if self.turns == LAST:
+            return set(assistant[-1:])
+        if self.turns == ALL:
+            return set(assistant)
+        return {i for i, m in enumerate(conversation) if m["role"] in self.train_on}
+
+    def _locate_plain(self, rendered: str, ids: list[int], location: str) -> _TokenLocator:
+        """The token holding each character of a render transformers tokenized (markup
+        special, no special-token string in a content): the render encoded once more with
+        offsets, which must give the same ids."""
+        backend = self.tokenizer.backend_tokenizer
+        with special_tokens_split(backend, False):
+            encoding = backend.encode(rendered, add_special_tokens=False)
+        if list(encoding.ids) != list(ids):
+            raise PackcliError(
+                f"{location}: the chat template's render encodes to other tokens than transformers gave, "
+                "so its characters cannot be mapped to tokens"
+            )
+        return _TokenLocator([(0, 0, encoding)])
+
+    def _every_content(self, rendered: str, messages: Conversation, location: str) -> list[tuple[int, int]]:
+        """Where every message's content lies in the render (--train-on all)."""
+        spans = self._placeholder_spans(rendered, messages, False)
+        if spans is not None:
+            return spans
+        spans, at = [], 0
+        for i, message in enumerate(messages):
+            start = rendered.find(message["content"], at)
+            if start < 0:
+                raise PackcliError(
+                    f"{location}: the chat template does not write message {i}'s content as it is, so "
+                    "--train-on all cannot tell it from the template's markup"
+                )
+            spans.append((start, start + len(message["content"])))
+            at = start + len(message["content"])
+        return spans
 
     def _plain(
         self, conversations: list[Conversation], locations: list[str]
@@ -137,11 +253,18 @@ class ChatSequences:
         return ids, self._labels_by_prefix(conversation, ids, location, prefix)
 
     def _labels_by_prefix(
-        self, conversation: Conversation, ids: list[int], location: str, prefix: PrefixTokens
+        self,
+        conversation: Conversation,
+        ids: list[int],
+        location: str,
+        prefix: PrefixTokens,
+        learn: set[int] | None = None,
     ) -> list[int]:
+        """Labels of the turns `learn` (default: those of train_on's roles), each found as
+        what lies between the tokens of the render before it and through it."""
         labels = [IGNORE_INDEX] * len(ids)
         for i, message in enumerate(conversation):
-            if message["role"] not in self.train_on:
+            if (message["role"] not in self.train_on) if learn is None else (i not in learn):
                 continue
             is_assistant = message["role"] == "assistant"
             before = prefix(conversation[:i], is_assistant)
@@ -203,20 +326,9 @@ class ChatSequences:
         """Where the contents lie in the render: exactly, from a render with a placeholder
         for each content that gives the render back when they are put in; else (a template
         that changes content) by finding, in order, each content that holds a special token."""
-        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
-        try:
-            layout = self._render([{**m, "content": mark} for m, mark in zip(messages, marks)], add_generation_prompt)
-        except Exception:  # a template that checks its contents; the search below still works
-            layout = ""
-        spans, rebuilt, at = [], [], 0
-        for k, part in enumerate(re.split("\ue000([0-9]+)\ue001", layout)):
-            if k % 2:
-                part = messages[int(part)]["content"] if int(part) < len(messages) else "\ufffd"
-                spans.append((at, at + len(part)))
-            rebuilt.append(part)
-            at += len(part)
-        if layout and "".join(rebuilt) == rendered:
-            return spans
+        placed = self._placeholder_spans(rendered, messages, add_generation_prompt)
+        if placed is not None:
+            return placed
         spans, at = [], 0
         for i, message in enumerate(messages):
             content = message["content"]
@@ -232,6 +344,28 @@ class ChatSequences:
             spans.append((start, start + len(content)))
             at = start + len(content)
         return spans
+
+    def _placeholder_spans(
+        self, rendered: str, messages: Conversation, add_generation_prompt: bool
+    ) -> list[tuple[int, int]] | None:
+        """Where each content lies in the render, exactly: from a render with a placeholder
+        for each content that gives the render back when they are put in (None when it
+        does not: a template that changes or checks contents)."""
+        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+        try:
+            layout = self._render([{**m, "content": mark} for m, mark in zip(messages, marks)], add_generation_prompt)
+        except Exception:  # a template that checks its contents
+            return None
+        spans, rebuilt, at = [], [], 0
+        for k, part in enumerate(re.split("\ue000([0-9]+)\ue001", layout)):
+            if k % 2:
+                part = messages[int(part)]["content"] if int(part) < len(messages) else "\ufffd"
+                spans.append((at, at + len(part)))
+            rebuilt.append(part)
+            at += len(part)
+        if layout and "".join(rebuilt) == rendered and len(spans) == len(messages):
+            return spans
+        return None
 
     def _generation_spans(self, messages: Conversation, rendered: str, location: str) -> list[tuple[int, int]]:
         """The characters of the `{% generation %}` blocks, from transformers' own renderer."""
@@ -285,3 +419,38 @@ def _assistant_labels(ids: list[int], spans: list[tuple[int, int]], locator: _To
         for t in range(first, last + 1 if last else len(ids)):
             labels[t] = ids[t]
     return labels
+
+
+def reasoning_blocks(rendered: str, open_text: str, close_text: str) -> list[tuple[int, int]]:
+    """[start, end) of every reasoning block of a render: from an opening delimiter through
+    the next closing one, both included; an opening delimiter with no closing one after it
+    opens a block to the end of the render. Matched as text, left to right."""
+    blocks: list[tuple[int, int]] = []
+    at = 0
+    while True:
+        start = rendered.find(open_text, at)
+        if start < 0:
+            return blocks
+        close = rendered.find(close_text, start + len(open_text))
+        end = len(rendered) if close < 0 else close + len(close_text)
+        blocks.append((start, end))
+        at = end
+
+
+def _token_range(locator: _TokenLocator, start: int, end: int) -> range:
+    """The tokens holding characters [start, end) of the render (none for an empty span)."""
+    if end <= start:
+        return range(0)
+    first = next((t for c in range(start, end) if (t := locator.token_at(c)) is not None), None)
+    last = next((t for c in range(end - 1, start - 1, -1) if (t := locator.token_at(c)) is not None), None)
+    return range(0) if first is None or last is None else range(first, last + 1)
+
+
+def _learn_chars(ids: list[int], labels: list[int], locator: _TokenLocator, start: int, end: int) -> None:
+    for t in _token_range(locator, start, end):
+        labels[t] = ids[t]
+
+
+def _mask_chars(labels: list[int], locator: _TokenLocator, start: int, end: int) -> None:
+    for t in _token_range(locator, start, end):
+        labels[t] = IGNORE_INDEX

@@ -208,6 +208,33 @@ def make_encoder(
     return HFEncoder(tokenizer, reason=reason, parse_special_tokens=parse_special_tokens)
 
 
+def fits_sample(
+    encoder: Encoder,
+    tokenizer,
+    sample_texts: Sequence[str],
+    *,
+    fingerprint: str,
+    store: Store,
+    parse_special_tokens: bool,
+) -> bool:
+    """Whether an encoder made for one input serves another (a mixture's next source) as
+    make_encoder would judge it: the Hugging Face encoder always; a converted one when it
+    gives the tokenizer's ids on this input's sample, which make_encoder too only checks
+    where the conversion is not exact or the hard strings' verdict is not cached."""
+    if not isinstance(encoder, TiktokenEncoder):
+        return True
+    result = load_or_convert(tokenizer, store, fingerprint)
+    if isinstance(result, str):
+        return False
+    verdict_key = f"{fingerprint.split(':', 1)[-1]}-{'parsed' if parse_special_tokens else 'text'}"
+    if isinstance(encoder, GigatokenEncoder):
+        verdict_key += f"-gigatoken-{gigatoken_version()}"
+    known, verdict = store.load("identity", verdict_key)
+    if known and verdict is not None:
+        return False
+    return _identity_difference(tokenizer, encoder, sample_texts, check_sample=not (known and result.exact)) is None
+
+
 def _candidates(backend: str, conversion: Conversion) -> list[type[TiktokenEncoder]]:
     """gigatoken first under auto when it is installed and takes the conversion (its pattern
     and ranks a merge list was made from); then tiktoken."""

@@ -16,7 +16,7 @@ the records that held such a string, either way.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -38,10 +38,23 @@ TextEncoder = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]  # texts -> (
 
 @dataclass
 class SequenceBatch:
+    """The sequences of a batch of records, in record order. Most builders make one
+    sequence per record; a preference pair makes two (chosen, then rejected), and a
+    builder may refuse a record (`problems`) or skip it (`identical`): `records` then says
+    which record each sequence came from."""
+
     tokens: np.ndarray  # int32, flat
     lengths: np.ndarray  # int64 [n]
     labels: np.ndarray | None  # int32, flat, aligned with tokens; None: every token is learned
     special_token_records: int = 0  # records whose text held a special-token string
+    records: np.ndarray | None = None  # int64 [n]: each sequence's record in the batch (None: sequence i is record i)
+    weights: np.ndarray | None = None  # float64 [n]: each sequence's record's --weight-field value
+    problems: list[tuple[int, str, str]] = field(default_factory=list)  # (record, reason, problem): refused here
+    identical: list[int] = field(default_factory=list)  # records of preference pairs whose sides are equal: skipped
+
+    def record_of(self, sequence: int) -> int:
+        """The record of the batch a sequence came from."""
+        return sequence if self.records is None else int(self.records[sequence])
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, NotRequired, Required, TypedDict, cast
 
 from packcli.core.choices import FORMATS
 from packcli.core.errors import PackcliError
+from packcli.core.storage import MANIFEST_FILE, is_complete
 from packcli.plan.grouping import GroupEntry
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
@@ -26,7 +27,10 @@ from packcli.plan.grouping import GroupEntry
 # 5 added per-segment columns (`segment_source` of --mix outputs: Parquet list columns, npy
 # files with one shared segment_offsets.npy) and the manifest's `sources`; an output
 # without them has the files and columns of 4.
-FORMAT_VERSION = 5
+# 6 added preference pairs (per-segment columns `segment_pair` and `segment_chosen`, the
+# manifest's `pairs`) and loss weights (`segment_weight`, float32); an output without
+# them has the files, columns and keys of 5.
+FORMAT_VERSION = 6
 OLDEST_READABLE_VERSION = 1
 REQUIRED_KEYS = ("seq_len", "format", "shards", "tokenizer")
 
@@ -54,6 +58,9 @@ class Columns(TypedDict, total=False):
     cu_seqlens_unpadded: str  # with --pad-to-multiple-of
     group: str  # with --group-by
     segment_source: str  # format 5, with --mix: one entry per real segment
+    segment_pair: str  # format 6, preference pairs: the pair's index in the output
+    segment_chosen: str  # format 6, preference pairs: 1 chosen, 0 rejected
+    segment_weight: str  # format 6, --weight-field: float32
 
 
 class Totals(TypedDict):
@@ -125,6 +132,7 @@ class Manifest(TypedDict):
     group_by: NotRequired[str | None]  # format 3
     groups: NotRequired[list[GroupEntry]]  # format 3, with --group-by
     sources: NotRequired[list[SourceEntry]]  # format 5, with --mix: one entry per source, in index order
+    pairs: NotRequired[int]  # format 6, preference pairs: how many (segment_pair runs 0 to pairs - 1)
 
 
 SPLITS = ("train", "validation")  # the outputs `pack --holdout` writes inside DIR
@@ -134,7 +142,7 @@ def split_outputs(out_dir: Path | str) -> list[Path]:
     """The outputs of `pack --holdout` in `out_dir` (DIR/train, DIR/validation, those that
     exist), or [] for a directory that is not a --holdout's."""
     out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").is_file():
+    if is_complete(out_dir):
         return []
     return [out_dir / name for name in SPLITS if (out_dir / name).is_dir()]
 
@@ -146,7 +154,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     the columns of format 1 are all still there (later formats only added keys and optional
     columns), and readers compute max_seqlen where it is missing."""
     out_dir = Path(out_dir)
-    path = out_dir / "manifest.json"
+    path = out_dir / MANIFEST_FILE
     if not out_dir.is_dir():
         raise PackcliError(f"{out_dir}: no such directory")
     if not path.is_file():
@@ -227,6 +235,25 @@ class Documents(TypedDict):
     skipped_by_reason: dict[str, int]
     skipped_examples: list[str]
     special_token_records: int
+    zero_weight: NotRequired[int]  # --weight-field: records of weight 0, dropped
+
+
+class WeightSummary(TypedDict):
+    """segment_weight over the segments of the rows (--weight-field)."""
+
+    segments: int
+    min: float
+    mean: float
+    max: float
+
+
+class PairsSummary(TypedDict):
+    """Preference pairs: kept, skipped for equal sides, dropped for not fitting a row."""
+
+    pairs: int
+    identical_skipped: int
+    identical_examples: list[str]  # where the first few pairs with equal sides came from
+    overlong_dropped: int  # longer than a row with their prompts cut to one token (--overlong truncate)
 
 
 class Overlong(TypedDict):
@@ -306,6 +333,8 @@ class Report(RowSummary, total=False):
     mixture: dict[str, Any]  # --mix or --holdout: the seed, target_tokens, max_epochs, holdout and split
     sources: list[SourceEntry]  # --mix or --holdout: as the manifest's
     splits: dict[str, Any]  # --holdout: what `pack` returns, the report of each output by its split
+    pairs: PairsSummary  # preference pairs
+    weights: WeightSummary  # --weight-field: the segments' weights in the rows
 
 
 class SequenceCap(TypedDict):

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from packcli.core import storage
 from packcli.core.errors import PackcliError
+from packcli.core.storage import MANIFEST_FILE
 
 LOCK_FILE = ".packcli.lock"
-MANIFEST_FILE = "manifest.json"  # written last, atomically: its presence means the output is complete
 RUN_FILE = ".packcli-run.json"
 SPILL_DIR = ".packcli-spill"
 T = TypeVar("T")
@@ -87,14 +87,6 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip() or 0) or None
     except (OSError, ValueError):
         return None
-
-
-def is_complete(output: Path | storage.RemoteDir) -> bool:
-    """Whether an output, a local directory or a remote one, is complete: its manifest is
-    there (written last, so nothing of it is missing)."""
-    if isinstance(output, storage.RemoteDir):
-        return output.exists(MANIFEST_FILE)
-    return (Path(output) / MANIFEST_FILE).is_file()
 
 
 def has_entries(path: Path) -> bool:

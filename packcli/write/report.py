@@ -15,7 +15,8 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.plan.rows import IGNORE_INDEX, Rows, segment_table
 from packcli.write.columns import SOURCE_COLUMN
-from packcli.write.manifest import NoPacking, RowSummary
+from packcli.write.manifest import NoPacking, RowSummary, WeightSummary
+from packcli.write.values import CHOSEN_COLUMN, WEIGHT_COLUMN
 
 SOURCE_FIGURES = ("segments", "real_tokens", "learned_tokens")  # the columns of RowStats.per_source()
 
@@ -28,6 +29,8 @@ class RowStats:
         self.segment_lengths = np.zeros(seq_len + 1, dtype=np.int64)
         self.label_tokens = 0
         self.sources = np.zeros((0, len(SOURCE_FIGURES)), dtype=np.int64)  # per source: SOURCE_FIGURES
+        self.pairs = 0  # preference pairs: segments with segment_chosen 1
+        self.weights = WeightFigures()  # segment_weight over the segments that have one
 
     def add(self, rows: Rows) -> None:
         real = rows.real_lengths()
@@ -38,6 +41,10 @@ class RowStats:
         self.label_tokens += int(np.count_nonzero(learned))
         if SOURCE_COLUMN in rows.segment_columns:
             self._add_sources(source_figures(rows, rows.segment_columns[SOURCE_COLUMN], learned))
+        if CHOSEN_COLUMN in rows.segment_columns:
+            self.pairs += int(np.count_nonzero(rows.segment_columns[CHOSEN_COLUMN] == 1))
+        if WEIGHT_COLUMN in rows.segment_columns:
+            self.weights.add(rows.segment_columns[WEIGHT_COLUMN])
 
     def _add_sources(self, counts: np.ndarray) -> None:
         if len(counts) > len(self.sources):
@@ -53,6 +60,8 @@ class RowStats:
         self.segment_lengths += other.segment_lengths
         self.label_tokens += other.label_tokens
         self._add_sources(other.sources)
+        self.pairs += other.pairs
+        self.weights.merge(other.weights)
 
     def per_source(self, sources: int | None = None) -> np.ndarray:
         """int64 [sources, 3]: per `segment_source` value, its segments, real tokens (padding
@@ -127,6 +136,31 @@ class RowStats:
         if sources is not None:
             stats._add_sources(np.asarray(sources, dtype=np.int64).reshape(-1, len(SOURCE_FIGURES)))
         return stats
+
+
+class WeightFigures:
+    """Segments with a weight, and their weights' sum, least and greatest."""
+
+    def __init__(self) -> None:
+        self.segments, self.total, self.least, self.most = 0, 0.0, float("inf"), float("-inf")
+
+    def add(self, weights: np.ndarray) -> None:
+        if len(weights):
+            self.segments += len(weights)
+            self.total += float(np.sum(weights, dtype=np.float64))
+            self.least = min(self.least, float(np.min(weights)))
+            self.most = max(self.most, float(np.max(weights)))
+
+    def merge(self, other: WeightFigures) -> None:
+        self.segments += other.segments
+        self.total += other.total
+        self.least, self.most = min(self.least, other.least), max(self.most, other.most)
+
+    def summary(self) -> WeightSummary | None:
+        """min, mean and max over the segments (None: no segment has a weight)."""
+        if not self.segments:
+            return None
+        return {"segments": self.segments, "min": self.least, "mean": self.total / self.segments, "max": self.most}
 
 
 def source_figures(rows: Rows, source: np.ndarray, learned: np.ndarray | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from packcli.write.spill import Spill, SpillWriter
+from packcli.write.spill import LEARNED_FILE, TOKENS_FILE, Spill, SpillWriter
 
 DOCUMENTS_FILE = "documents.bin"  # int64 per segment: the ordinal of its document in its source (and side)
 GROUPS_FILE = "groups.bin"  # int32 per segment, with --group-by
@@ -88,27 +88,28 @@ class SourceSpillWriter:
 
 def read_source(spill: Spill, chunk_tokens: int = READ_TOKENS) -> Iterator[SourceChunk]:
     """The segments of a source spill in order, about `chunk_tokens` tokens at a time (at
-    least one segment)."""
+    least one segment), read front to back from its files."""
     assert spill.directory is not None
-    grouped = (spill.directory / GROUPS_FILE).is_file()
-    position = 0  # the first token of the chunk in the spill
+    directory = spill.directory
+    grouped = (directory / GROUPS_FILE).is_file()
+    carry = np.zeros(0, dtype=bool)  # learned flags read past the last chunk (a byte holds 8)
     with ExitStack() as files:
-        documents_file = files.enter_context(open(spill.directory / DOCUMENTS_FILE, "rb"))
-        groups_file = files.enter_context(open(spill.directory / GROUPS_FILE, "rb")) if grouped else None
+        tokens_file = files.enter_context(open(directory / TOKENS_FILE, "rb"))
+        learned_file = files.enter_context(open(directory / LEARNED_FILE, "rb")) if spill.masked else None
+        documents_file = files.enter_context(open(directory / DOCUMENTS_FILE, "rb"))
+        groups_file = files.enter_context(open(directory / GROUPS_FILE, "rb")) if grouped else None
         for lengths in _length_runs(spill, chunk_tokens):
             count, total = len(lengths), int(lengths.sum())
+            tokens = np.fromfile(tokens_file, dtype=spill.token_dtype, count=total)
+            learned = None
+            if learned_file is not None:
+                need = total - len(carry)
+                more = np.fromfile(learned_file, dtype=np.uint8, count=max(0, -(-need // 8)))
+                bits = np.concatenate([carry, np.unpackbits(more, bitorder="little").astype(bool)])
+                learned, carry = bits[:total], bits[total:]
             documents = np.fromfile(documents_file, dtype=np.int64, count=count)
             groups = None if groups_file is None else np.fromfile(groups_file, dtype=np.int32, count=count)
-            block = spill.read_block(np.array([position], dtype=np.int64), np.array([total], dtype=np.int64))
-            at = int(block.token_at[0])
-            tokens = block.tokens[at : at + total]
-            learned = None
-            if block.learned is not None:
-                bits = np.unpackbits(block.learned, bitorder="little")
-                start = int(block.bit_at[0])
-                learned = bits[start : start + total].astype(bool)
             yield SourceChunk(tokens, lengths, learned, documents, groups)
-            position += total
 
 
 def segment_stream(spill: Spill) -> Iterator[tuple[np.ndarray, np.ndarray]]:
