@@ -5,12 +5,14 @@ patterns, as tests/naive_slots.py lays them out slot by slot."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_slots import layouts, patterns_of_runs
 
+from packcli.plan import layouts as layouts_module
 from packcli.plan.kernels.pack import pack_lengths
-from packcli.plan.layouts import Patterns, joined, lexsort_order, merged, patterns_from_runs, runs_from_counts
+from packcli.plan.layouts import Patterns, joined, merged, patterns_from_runs, runs_from_counts
 
 ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
 
@@ -49,12 +51,19 @@ def grouped_runs(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(grouped_runs())
-def test_patterns_of_several_groups_are_the_naive_patterns(data):
+@given(grouped_runs(), st.booleans())
+def test_patterns_of_several_groups_are_the_naive_patterns(data, by_sorting):
     """Every group's runs made patterns at once: the rows the runs make slot by slot, no
-    pattern across a group's first row; each group's the patterns its runs alone make."""
+    pattern across a group's first row; each group's the patterns its runs alone make.
+    `by_sorting`: the bounds between patterns found by sorting, as for plans of far more
+    rows than runs, rather than by marking the rows."""
     runs, n_rows, starts = data
-    got = patterns_from_runs(runs, n_rows, np.array(starts, dtype=np.int64))
+    marked = layouts_module.MARK_ROWS_PER_BOUND
+    layouts_module.MARK_ROWS_PER_BOUND = 0 if by_sorting else marked
+    try:
+        got = patterns_from_runs(runs, n_rows, np.array(starts, dtype=np.int64))
+    finally:
+        layouts_module.MARK_ROWS_PER_BOUND = marked
     want = patterns_of_runs(runs.tolist(), n_rows, set(starts))
     assert [a.tolist() for a in (got.row_start, got.slot_offsets, got.slot_len, got.slot_pos)] == list(want)
     alone = []
@@ -89,12 +98,11 @@ def test_merged_joins_neighbours_of_one_layout(shapes, part_starts):
     assert m.row_start.tolist()[:-1] == expected
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(-3, 50), st.integers(0, 5), st.integers(0, 2**40)), max_size=60),
-    st.integers(1, 3),
-)
-def test_lexsort_order_is_lexsorts_order(rows, n_keys):
-    """Ties, negative keys and keys too wide to combine included: np.lexsort's order."""
-    keys = tuple(np.array([row[i] for row in rows], dtype=np.int64) for i in range(n_keys))
-    assert lexsort_order(keys).tolist() == np.lexsort(keys).tolist()
+def test_runs_outside_their_rows_are_refused():
+    from packcli.core.errors import PackcliError
+
+    run = np.array([[3, 2, 1, 2, 0, 1]], dtype=np.int64)  # rows 2 and 3 of a plan of 3 rows
+    with pytest.raises(PackcliError, match=r"runs must lie in rows \[0, 3\)"):
+        patterns_from_runs(run, 3)
+    with pytest.raises(PackcliError, match=r"part starts must be rows in \[0, 4\]"):
+        patterns_from_runs(run, 4, np.array([5]))

@@ -9,11 +9,11 @@ joins every group's patterns and fills their slots by its rule.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 
 
@@ -77,51 +77,121 @@ def patterns_from_runs(runs: np.ndarray, n_rows: int, part_starts: np.ndarray | 
     `part_starts`: rows where a part begins (the runs of several groups, each group's rows
     after the ones before): no pattern spans or is joined across them, so each part's
     patterns are the ones its runs alone make."""
-    length, first, step, rows, offset, copies = (runs[:, i] for i in range(6))
+    runs = np.ascontiguousarray(runs, dtype=np.int64).reshape(-1, 6)
+    length, first, step, rows, copies = runs[:, 0], runs[:, 1], runs[:, 2], runs[:, 3], runs[:, 5]
     lo = np.where(step >= 0, first, first - (rows - 1))
     hi = lo + rows
     starts = np.zeros(0, dtype=np.int64) if part_starts is None else np.asarray(part_starts, dtype=np.int64)
-    bounds, where = np.unique(np.concatenate([lo, hi, [0, n_rows], starts]), return_inverse=True)
-    a, b = where[: len(runs)], where[len(runs) : 2 * len(runs)]  # each run's first and end bound
-    spans = b - a
-    run_of_pair = np.repeat(np.arange(len(runs)), spans)
-    interval = a[run_of_pair] + within(spans)
-    # each (interval, run) pair by interval, then offset: the runs of a row never overlap,
-    # so their copies, laid out in this order, are the row's slots in offset order
-    by_offset = lexsort_order((offset[run_of_pair], interval))
-    run_of_pair, interval = run_of_pair[by_offset], interval[by_offset]
-    n_slots = int(copies[run_of_pair].sum())
-    slot_offsets, slot_len, slot_pos = kernel(_lay_out_pairs, len(run_of_pair) + n_slots)(
-        run_of_pair,
-        interval,
-        np.ascontiguousarray(length, dtype=np.int64),
-        np.ascontiguousarray(offset, dtype=np.int64),
-        np.ascontiguousarray(copies, dtype=np.int64),
-        len(bounds) - 1,
-        n_slots,
+    if len(runs) and (lo.min() < 0 or hi.max() > n_rows or rows.min() < 1 or copies.min() < 1 or length.min() < 1):
+        raise PackcliError(f"runs must lie in rows [0, {n_rows}), each of one row and one copy or more")
+    if len(starts) and (starts.min() < 0 or starts.max() > n_rows):
+        raise PackcliError(f"part starts must be rows in [0, {n_rows}]")
+    bounds, a, b, is_start = _interval_bounds(lo, hi, starts, n_rows)
+    n_slots = int(copies @ (b - a))
+    row_start, slot_offsets, slot_len, slot_pos, used = kernel(_lay_out_runs, n_slots + len(runs) + len(bounds))(
+        runs, a, b, bounds, is_start, n_slots
     )
-    return merged(Patterns(bounds.astype(np.int64), slot_offsets, slot_len, slot_pos), starts)
+    if used < n_slots:  # the plan keeps arrays of the merged size
+        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
+    return Patterns(row_start, slot_offsets, slot_len, slot_pos)
+
+
+# Bounds found by marking an array of n_rows + 1 flags while that is at most this many
+# times the values marked (the grouped plans' small groups: a few runs per row); by
+# sorting the values otherwise (one plan of a billion sequences: tens of millions of rows,
+# a few thousand runs).
+MARK_ROWS_PER_BOUND = 4
+
+
+def _interval_bounds(
+    lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows where a run or a part starts or a run ends, with 0 and n_rows, sorted and
+    once each (`bounds`: interval i is rows [bounds[i], bounds[i + 1])); each run's first
+    interval and end (indices into `bounds`); and whether a part starts at each bound."""
+    values = len(lo) + len(hi) + len(starts) + 2
+    if n_rows + 1 <= MARK_ROWS_PER_BOUND * values:
+        mark = np.zeros(n_rows + 1, dtype=np.bool_)
+        mark[lo] = True
+        mark[hi] = True
+        mark[starts] = True
+        mark[0] = mark[n_rows] = True
+        bounds = np.flatnonzero(mark)
+        index = np.cumsum(mark) - 1
+        a, b = index[lo], index[hi]
+    else:
+        bounds = np.sort(np.concatenate([lo, hi, starts, [0, n_rows]]))
+        bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
+        a, b = np.searchsorted(bounds, lo), np.searchsorted(bounds, hi)
+    is_start = np.zeros(len(bounds), dtype=np.bool_)
+    is_start[np.searchsorted(bounds, starts)] = True
+    return bounds.astype(np.int64), a.astype(np.int64), b.astype(np.int64), is_start
 
 
 @njit(cache=True)
-def _lay_out_pairs(pair_run, pair_interval, length, offset, copies, n_intervals, n_slots):
-    """The slots of (interval, run) pairs in their order (by interval): each run's copies
-    of its length side by side from its offset; and where each interval's slots begin."""
-    slot_offsets = np.zeros(n_intervals + 1, dtype=np.int64)
+def _lay_out_runs(runs, run_first, run_end, bounds, is_start, n_slots):
+    """The patterns of the intervals between bounds: run r (length, first_row, step, rows,
+    offset, copies) holds intervals run_first[r] .. run_end[r] - 1, each row of them
+    `copies` slots of `length` side by side from `offset`. An interval's runs are laid out
+    by offset (the runs of a row never overlap, so that is the row's slots in offset
+    order); an interval with the layout of the pattern before it joins that pattern, unless
+    a part starts at its first row. n_slots: the slots of every interval, unmerged.
+    Returns (row_start, slot_offsets, slot_len, slot_pos, slots used of the last two)."""
+    n_runs = run_first.shape[0]
+    n_intervals = bounds.shape[0] - 1
+    # the runs of each interval, by a counting sort on the interval
+    first_pair = np.zeros(n_intervals + 1, dtype=np.int64)
+    for r in range(n_runs):
+        for i in range(run_first[r], run_end[r]):
+            first_pair[i + 1] += 1
+    for i in range(n_intervals):
+        first_pair[i + 1] += first_pair[i]
+    pair_run = np.empty(first_pair[n_intervals], dtype=np.int64)
+    cursor = first_pair[:-1].copy()
+    for r in range(n_runs):
+        for i in range(run_first[r], run_end[r]):
+            pair_run[cursor[i]] = r
+            cursor[i] += 1
+    row_start = np.empty(n_intervals + 1, dtype=np.int64)
+    slot_offsets = np.empty(n_intervals + 1, dtype=np.int64)
     slot_len = np.empty(n_slots, dtype=np.int64)
     slot_pos = np.empty(n_slots, dtype=np.int64)
-    j = 0
-    for k in range(pair_run.shape[0]):
-        r = pair_run[k]
-        n = length[r]
-        for c in range(copies[r]):
-            slot_len[j] = n
-            slot_pos[j] = offset[r] + c * n
-            j += 1
-        slot_offsets[pair_interval[k] + 1] += copies[r]
+    slot_offsets[0] = 0
+    n_patterns = 0
+    j = 0  # slots written
     for i in range(n_intervals):
-        slot_offsets[i + 1] += slot_offsets[i]
-    return slot_offsets, slot_len, slot_pos
+        a, b = first_pair[i], first_pair[i + 1]
+        for k in range(a + 1, b):  # insertion sort by offset: a row holds few runs
+            r = pair_run[k]
+            m = k
+            while m > a and runs[pair_run[m - 1], 4] > runs[r, 4]:
+                pair_run[m] = pair_run[m - 1]
+                m -= 1
+            pair_run[m] = r
+        begin = j
+        for k in range(a, b):
+            r = pair_run[k]
+            n = runs[r, 0]
+            for c in range(runs[r, 5]):
+                slot_len[j] = n
+                slot_pos[j] = runs[r, 4] + c * n
+                j += 1
+        if n_patterns > 0 and not is_start[i]:
+            prev = slot_offsets[n_patterns - 1]
+            same = begin - prev == j - begin
+            if same:
+                for s in range(j - begin):
+                    if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
+                        same = False
+                        break
+            if same:
+                j = begin  # the interval's rows join the pattern before it
+                continue
+        row_start[n_patterns] = bounds[i]
+        n_patterns += 1
+        slot_offsets[n_patterns] = j
+    row_start[n_patterns] = bounds[n_intervals]
+    return row_start[: n_patterns + 1].copy(), slot_offsets[: n_patterns + 1].copy(), slot_len, slot_pos, j
 
 
 def within(sizes: np.ndarray) -> np.ndarray:
@@ -129,29 +199,6 @@ def within(sizes: np.ndarray) -> np.ndarray:
     sizes = np.asarray(sizes, dtype=np.int64)
     total = int(sizes.sum())
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-
-
-def lexsort_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """np.lexsort(keys) (the last key sorts first) of non-negative integer keys, by one
-    int64 key that combines them where it fits: a sort of one key costs a fraction of
-    lexsort's, and with no two keys equal every sort gives the one order (ties are sorted
-    again, stably)."""
-    n = len(keys[0])
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    spans = [int(k.max()) + 1 for k in keys]
-    if min(int(k.min()) for k in keys) < 0 or math.prod(spans) >= 1 << 62:
-        return np.lexsort(keys)
-    combined = np.zeros(n, dtype=np.int64)
-    scale = 1
-    for k, span in zip(keys, spans):
-        combined += k.astype(np.int64) * scale
-        scale *= span
-    order = np.argsort(combined)
-    ranked = combined[order]
-    if (ranked[1:] == ranked[:-1]).any():
-        order = np.argsort(combined, kind="stable")
-    return order
 
 
 def offsets_of(sizes: np.ndarray) -> np.ndarray:
