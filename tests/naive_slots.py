@@ -138,3 +138,14 @@ def layouts(p) -> list[list[tuple[int, int]]]:
         layout = list(zip(p.slot_pos[a:b].tolist(), p.slot_len[a:b].tolist()))
         rows += [layout] * int(p.row_start[k + 1] - p.row_start[k])
     return rows
+
+
+def run_table(run_begin, run_end, runs, first_row):
+    """Each length's runs (first_row, step, rows, offset, copies), lengths in order, as
+    [length, first_row + the rows before, step, rows, offset, copies]."""
+    table = []
+    for length, (begin, end) in enumerate(zip(run_begin, run_end)):
+        for r in range(begin, end):
+            first, step, rows, offset, copies = runs[r]
+            table.append([length, first + first_row, step, rows, offset, copies])
+    return table

@@ -106,3 +106,27 @@ def test_runs_outside_their_rows_are_refused():
         patterns_from_runs(run, 3)
     with pytest.raises(PackcliError, match=r"part starts must be rows in \[0, 4\]"):
         patterns_from_runs(run, 4, np.array([5]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=12), st.integers(0, 1000), st.data())
+def test_the_run_table_lists_each_lengths_runs_in_order(per_length, first_row, data):
+    """Runs of each length, kept by the packer at run_begin[L]..run_end[L] of a table
+    (the lengths' blocks in any order), as rows of the run table, as the naive loop lists
+    them."""
+    from naive_slots import run_table
+
+    from packcli.plan.layouts import _run_table
+
+    n = sum(per_length)
+    columns = st.lists(st.integers(0, 2**31 - 1), min_size=5, max_size=5)
+    runs = np.array(data.draw(st.lists(columns, min_size=n, max_size=n)), dtype=np.int32).reshape(n, 5)
+    begin = np.zeros(len(per_length), dtype=np.int64)
+    end = np.zeros(len(per_length), dtype=np.int64)
+    at = 0
+    for length in data.draw(st.permutations(range(len(per_length)))):
+        begin[length], end[length] = at, at + per_length[length]
+        at += per_length[length]
+    got = _run_table(begin, end, runs, first_row)
+    assert got.dtype == np.int64
+    assert got.tolist() == run_table(begin.tolist(), end.tolist(), runs.tolist(), first_row)

@@ -39,9 +39,11 @@ class Patterns:
         return np.repeat(np.arange(len(self.row_start) - 1), np.diff(self.slot_offsets))
 
 
-def runs_from_counts(counts: np.ndarray, capacity: int, algorithm: str, cap: int = 0) -> tuple[np.ndarray, int]:
+def runs_from_counts(
+    counts: np.ndarray, capacity: int, algorithm: str, cap: int = 0, first_row: int = 0
+) -> tuple[np.ndarray, int]:
     """The packer's runs, one per row: (length, first_row, step, rows, offset, copies), and
-    its row count."""
+    its row count. `first_row`: where its rows start (the rows of the groups before it)."""
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     n = int(counts.sum())
     if n == 0:
@@ -61,14 +63,28 @@ def runs_from_counts(counts: np.ndarray, capacity: int, algorithm: str, cap: int
                 break
             max_groups *= 4
         run_begin, run_end, runs = _histogram_runs(groups, n_groups, capacity)
-    run_begin = np.asarray(run_begin, dtype=np.int64)
-    per_length = np.asarray(run_end, dtype=np.int64) - run_begin
-    present = np.flatnonzero(per_length)
-    sizes = per_length[present]
-    table = np.empty((int(sizes.sum()), 6), dtype=np.int64)
-    table[:, 0] = np.repeat(present, sizes)  # by length, each length's runs in the packer's order
-    table[:, 1:] = np.asarray(runs)[np.repeat(run_begin[present], sizes) + within(sizes)]
+    table = kernel(_run_table, len(runs) + capacity)(run_begin, run_end, runs, first_row)
     return table, int(n_rows)
+
+
+@njit(cache=True)
+def _run_table(run_begin, run_end, runs, first_row):
+    """The runs of each length (runs[run_begin[L]:run_end[L]]: first_row, step, rows,
+    offset, copies), lengths increasing, each length's in the packer's order, as rows of
+    (length, first_row, step, rows, offset, copies), their rows after `first_row`."""
+    n = 0
+    for length in range(run_begin.shape[0]):
+        n += run_end[length] - run_begin[length]
+    table = np.empty((n, 6), dtype=np.int64)
+    k = 0
+    for length in range(run_begin.shape[0]):
+        for r in range(run_begin[length], run_end[length]):
+            table[k, 0] = length
+            table[k, 1] = np.int64(runs[r, 0]) + first_row
+            for c in range(1, 5):
+                table[k, c + 1] = runs[r, c]
+            k += 1
+    return table
 
 
 def patterns_from_runs(runs: np.ndarray, n_rows: int, part_starts: np.ndarray | None = None) -> Patterns:

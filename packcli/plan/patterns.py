@@ -362,8 +362,8 @@ def plan_from_counts(
             raise PackcliError(f"a histogram of {counts.shape} counts for lengths 0..{seq_len}")
         if not counts.any():
             continue
-        runs, n_rows = runs_from_counts(counts, seq_len, algorithm, cap or 0)
-        runs[:, 1] += rows_before  # the group's rows after the ones of the groups before it
+        # the group's rows after the ones of the groups before it
+        runs, n_rows = runs_from_counts(counts, seq_len, algorithm, cap or 0, rows_before)
         ids.append(g)
         tables.append(counts)
         all_runs.append(runs)
