@@ -63,18 +63,20 @@ def patterns_of_runs(runs, n_rows, part_starts=()):
     return [*starts, n_rows], slot_offsets, slot_len, slot_pos
 
 
-def slot_ranks(row_start, slot_offsets, slot_len, part):
+def slot_ranks(row_start, slot_offsets, slot_len, part, first_rank):
     """(base, step) of every pattern slot, walking every row in plan order and its slots in
-    order, counting the slots of each (part, length): a slot's base is the count it meets
-    in its pattern's first row, its step the copies of its length in the pattern."""
+    order, counting the slots of each (part, length) from first_rank[(part, length)]: a
+    slot's base is the count it meets in its pattern's first row, its step the copies of
+    its length in the pattern."""
     taken, base, step = {}, [None] * len(slot_len), [None] * len(slot_len)
     for p in range(len(row_start) - 1):
         own = slot_len[slot_offsets[p] : slot_offsets[p + 1]]
         for r in range(row_start[p], row_start[p + 1]):
             for s in range(slot_offsets[p], slot_offsets[p + 1]):
                 key = (part[p], slot_len[s])
+                taken.setdefault(key, first_rank[key])
                 if r == row_start[p]:
-                    base[s], step[s] = taken.get(key, 0), own.count(slot_len[s])
+                    base[s], step[s] = taken[key], own.count(slot_len[s])
                 taken[key] = taken.get(key, 0) + 1
     return base, step
 

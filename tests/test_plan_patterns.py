@@ -217,7 +217,8 @@ def test_rows_expand_into_their_slots_as_the_naive_loop(shapes, picks, in_order)
 )
 def test_slot_ranks_count_each_length_of_each_part_row_by_row(shapes, data):
     """Patterns of any layouts (slots in offset order), in parts: each slot's rank in its
-    pattern's first row and its step, as the naive walk over every row counts them."""
+    pattern's first row (counted from any first rank per part and length) and its step,
+    as the naive walk over every row counts them."""
     from naive_slots import slot_ranks
 
     row_start = np.concatenate([[0], np.cumsum([r for r, _ in shapes])]).astype(np.int64)
@@ -227,8 +228,13 @@ def test_slot_ranks_count_each_length_of_each_part_row_by_row(shapes, data):
     steps = data.draw(st.lists(st.integers(0, 1), min_size=len(shapes), max_size=len(shapes)))
     part = np.cumsum(steps).astype(np.int64)
     p = patterns.Patterns(row_start, slot_offsets, slot_len, slot_pos)
-    base, step = patterns._slot_ranks(p, part, 7)
-    want_base, want_step = slot_ranks(row_start.tolist(), slot_offsets.tolist(), slot_len.tolist(), part.tolist())
+    n_parts = int(part[-1]) + 1 if len(part) else 0
+    first_rank = np.array(data.draw(st.lists(st.integers(0, 10**12), min_size=7 * n_parts, max_size=7 * n_parts)))
+    base, step = patterns._slot_ranks(p, part, 7, first_rank.astype(np.int64))
+    firsts = {(q, n): int(first_rank[q * 7 + n]) for q in range(n_parts) for n in range(7)}
+    want_base, want_step = slot_ranks(
+        row_start.tolist(), slot_offsets.tolist(), slot_len.tolist(), part.tolist(), firsts
+    )
     assert base.tolist() == want_base and step.tolist() == want_step
 
 

@@ -376,10 +376,9 @@ def plan_from_counts(
         if algorithm in PATTERN_ALGORITHMS and cap is None:
             pats, rows = _repaired(pats, rows, table, seq_len)
         part = np.repeat(np.arange(len(rows)), np.diff(np.searchsorted(pats.row_start, offsets_of(rows))))
-        base, slot_step = _slot_ranks(pats, part, width)
         # a group's ranks follow the sequences of the groups before it; in it, a length's
         # ranks follow the shorter lengths'
-        slot_base = base + offsets_of(table.ravel())[part[pats.slot_pattern()] * width + pats.slot_len]
+        slot_base, slot_step = _slot_ranks(pats, part, width, offsets_of(table.ravel()))
     else:
         pats, slot_base, slot_step = joined([]), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     plan = PatternPlan(
@@ -419,20 +418,26 @@ def _repaired(pats: Patterns, rows: np.ndarray, table: np.ndarray, seq_len: int)
     return joined(pieces), rows
 
 
-def _slot_ranks(p: Patterns, part: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per slot: the rank among the slots of its length in its part (`part`: the part, a
-    group, of each pattern, non-decreasing) of its copy in the pattern's first row, and the
-    copies of its length in the pattern (the rank's step from row to row). Lengths are
-    below `width`; a pattern's slots are in offset order, as every Patterns holds them."""
+def _slot_ranks(p: Patterns, part: np.ndarray, width: int, first_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per slot: the rank of its copy in the pattern's first row, and the copies of its
+    length in the pattern (the rank's step from row to row). The rank counts from
+    first_rank[q * width + L] for the slots of length L in part q (`part`: the part, a
+    group, of each pattern, non-decreasing), in plan order. Lengths are below `width`; a
+    pattern's slots are in offset order, as every Patterns holds them."""
+    part = np.asarray(part, dtype=np.int64)
+    first_rank = np.asarray(first_rank, dtype=np.int64)
+    if len(part) != len(p.row_start) - 1 or (len(part) and int(part.max() + 1) * width > len(first_rank)):
+        raise PackcliError(f"a part for each of {len(p.row_start) - 1} patterns, a first rank for each part and length")
     work = 2 * len(p.slot_len) + len(part)
-    return kernel(_rank_slots, work)(p.row_start, p.slot_offsets, p.slot_len, np.asarray(part, dtype=np.int64), width)
+    return kernel(_rank_slots, work)(p.row_start, p.slot_offsets, p.slot_len, part, width, first_rank)
 
 
 @njit(cache=True)
-def _rank_slots(row_start, slot_offsets, slot_len, part, width):
-    """One walk over the patterns in plan order: a slot's base is the slots of its length
-    in the part's patterns before it (over their rows) plus the copies before it in its
-    pattern; its step the copies of its length in the pattern."""
+def _rank_slots(row_start, slot_offsets, slot_len, part, width, first_rank):
+    """One walk over the patterns in plan order: a slot's base is the first rank of its
+    (part, length), plus the slots of its length in the part's patterns before it (over
+    their rows), plus the copies before it in its pattern; its step the copies of its
+    length in the pattern."""
     n_slots = slot_len.shape[0]
     base = np.empty(n_slots, dtype=np.int64)
     step = np.empty(n_slots, dtype=np.int64)
@@ -446,11 +451,12 @@ def _rank_slots(row_start, slot_offsets, slot_len, part, width):
             for s in range(part_first, a):
                 seen[slot_len[s]] = 0
             part_first = a
+        first = part[p] * width
         for s in range(a, b):
             copies[slot_len[s]] += 1
         for s in range(a, b):
             length = slot_len[s]
-            base[s] = seen[length] + taken[length]
+            base[s] = first_rank[first + length] + seen[length] + taken[length]
             step[s] = copies[length]
             taken[length] += 1
         repeat = row_start[p + 1] - row_start[p]
