@@ -49,12 +49,19 @@ def patterns_of_runs(runs, n_rows, part_starts=()):
         for i in range(count):
             for c in range(copies):
                 rows[first + i * step].append((offset + c * length, length))
+    return patterns_of_rows([sorted(row) for row in rows], [r in part_starts for r in range(n_rows)])
+
+
+def patterns_of_rows(rows, apart):
+    """Rows' layouts [(offset, length)] made patterns: a row with the layout of the row
+    before it joins its pattern unless apart[row]. (row_start, slot_offsets, slot_len,
+    slot_pos) as lists."""
     starts, layouts_ = [], []
-    for r, row in enumerate(rows):
-        layout = sorted(row)
-        if not layouts_ or layout != layouts_[-1] or r in part_starts:
+    for r, layout in enumerate(rows):
+        if not layouts_ or layout != layouts_[-1] or apart[r]:
             starts.append(r)
             layouts_.append(layout)
+    n_rows = len(rows)
     slot_offsets = [0]
     for layout in layouts_:
         slot_offsets.append(slot_offsets[-1] + len(layout))
@@ -151,3 +158,27 @@ def run_table(run_begin, run_end, runs, first_row):
             first, step, rows, offset, copies = runs[r]
             table.append([length, first + first_row, step, rows, offset, copies])
     return table
+
+
+def replace_rows(rows, row_ids, new_row, new_rows, part_starts):
+    """Rows' layouts with row row_ids[k] replaced by new_rows[new_row[k]] (dropped for -1),
+    made patterns: no pattern joins across a row of part_starts (the first row kept at or
+    after it begins a pattern)."""
+    out, apart, barrier = [], [], False
+    replaced = dict(zip(row_ids, new_row))
+    for r, layout in enumerate(rows):
+        barrier = barrier or r in part_starts
+        if r in replaced:
+            if replaced[r] < 0:
+                continue
+            layout = new_rows[replaced[r]]
+        out.append(layout)
+        apart.append(barrier)
+        barrier = False
+    return patterns_of_rows(out, apart)
+
+
+def by_row_and_offset(row, offset, n_rows):
+    """Sequence indices sorted by (row, offset), and the sequences of each row."""
+    order = sorted(range(len(row)), key=lambda i: (row[i], offset[i]))
+    return order, [list(row).count(r) for r in range(n_rows)]

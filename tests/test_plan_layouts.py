@@ -12,7 +12,7 @@ from naive_slots import layouts, patterns_of_runs
 
 from packcli.plan import layouts as layouts_module
 from packcli.plan.kernels.pack import pack_lengths
-from packcli.plan.layouts import Patterns, joined, merged, patterns_from_runs, runs_from_counts
+from packcli.plan.layouts import joined, patterns_from_runs, runs_from_counts
 
 ALGORITHMS = ["bfd", "spfhp", "lpfhp"]
 
@@ -75,27 +75,6 @@ def test_patterns_of_several_groups_are_the_naive_patterns(data, by_sorting):
     together = joined(alone)
     for name in ("row_start", "slot_offsets", "slot_len", "slot_pos"):
         assert getattr(got, name).tolist() == getattr(together, name).tolist()
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([(), (4,), (4, 4), (2, 6), (6, 2)])), max_size=12),
-    st.sets(st.integers(0, 40)),
-)
-def test_merged_joins_neighbours_of_one_layout(shapes, part_starts):
-    """The same rows, fewer patterns: a pattern after one of the same layout joins it,
-    unless a part starts at its first row."""
-    row_start = np.concatenate([[0], np.cumsum([r for r, _ in shapes])]).astype(np.int64)
-    slot_offsets = np.concatenate([[0], np.cumsum([len(lay) for _, lay in shapes])]).astype(np.int64)
-    slot_len = np.array([n for _, lay in shapes for n in lay], dtype=np.int64)
-    slot_pos = np.array([sum(lay[:i]) for _, lay in shapes for i in range(len(lay))], dtype=np.int64)
-    p = Patterns(row_start, slot_offsets, slot_len, slot_pos)
-    m = merged(p, np.array(sorted(part_starts), dtype=np.int64))
-    assert layouts(m) == layouts(p)
-    assert set(m.row_start.tolist()) <= set(row_start.tolist())
-    joins = [(lay, r) for (r, lay) in zip(row_start.tolist(), [lay for _, lay in shapes])]
-    expected = [r for k, (lay, r) in enumerate(joins) if k == 0 or lay != joins[k - 1][0] or r in part_starts]
-    assert m.row_start.tolist()[:-1] == expected
 
 
 def test_runs_outside_their_rows_are_refused():

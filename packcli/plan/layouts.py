@@ -224,43 +224,6 @@ def offsets_of(sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def merged(p: Patterns, part_starts: np.ndarray | None = None) -> Patterns:
-    """The patterns with consecutive ones of the same layout joined into one, except where
-    a row of `part_starts` begins the next."""
-    n = len(p.row_start) - 1
-    if n <= 1:
-        return p
-    sizes = np.diff(p.slot_offsets)
-    same = kernel(_same_as_previous, len(p.slot_len) + n)(p.slot_offsets, p.slot_len, p.slot_pos)
-    if part_starts is not None and len(part_starts):
-        same &= ~np.isin(p.row_start[1:-1], part_starts)
-    keep = np.concatenate([[True], ~same])
-    starts = np.flatnonzero(keep)
-    row_start = np.concatenate([p.row_start[starts], p.row_start[-1:]])
-    slot_keep = np.repeat(keep, sizes)
-    new_sizes = sizes[starts]
-    return Patterns(row_start, offsets_of(new_sizes), p.slot_len[slot_keep], p.slot_pos[slot_keep])
-
-
-@njit(cache=True)
-def _same_as_previous(slot_offsets, slot_len, slot_pos):
-    """Per pattern after the first: whether its slots (length and position) are the ones
-    of the pattern before it."""
-    n = slot_offsets.shape[0] - 1
-    same = np.zeros(max(n - 1, 0), dtype=np.bool_)
-    for i in range(1, n):
-        a, b, c = slot_offsets[i - 1], slot_offsets[i], slot_offsets[i + 1]
-        if c - b != b - a:
-            continue
-        equal = True
-        for k in range(b - a):
-            if slot_len[a + k] != slot_len[b + k] or slot_pos[a + k] != slot_pos[b + k]:
-                equal = False
-                break
-        same[i - 1] = equal
-    return same
-
-
 def sliced(p: Patterns, first: int, last: int) -> Patterns:
     """Patterns first .. last - 1 on their own: rows and slots numbered from 0."""
     a, b = int(p.slot_offsets[first]), int(p.slot_offsets[last])

@@ -39,7 +39,7 @@ from packcli.plan.layouts import (
     sliced,
 )
 from packcli.plan.permute import RowPermutation
-from packcli.plan.repair import repair_patterns
+from packcli.plan.repair import repair_rows, replace_rows
 
 # Algorithms whose rows come from the histogram alone; the repair pass follows each of
 # them, as kernels.pack's improve_rows follows them when they place lengths one by one.
@@ -400,22 +400,31 @@ def plan_from_counts(
 
 def _repaired(pats: Patterns, rows: np.ndarray, table: np.ndarray, seq_len: int) -> tuple[Patterns, np.ndarray]:
     """The repair pass on each group it can change (more rows than its lower bound), the
-    group's patterns cut out, repaired on their own and put back; the groups' rows after it."""
+    group's patterns cut out and repaired on their own; every group's new rows then put in
+    place in one pass over the plan (repair.replace_rows). Returns the plan and the groups'
+    rows after it."""
     tokens = table @ np.arange(seq_len + 1, dtype=np.int64)
     todo = np.flatnonzero((rows > 1) & (rows > np.maximum(1, -(-tokens // seq_len))))
-    if not len(todo):
-        return pats, rows
-    first_pattern = np.searchsorted(pats.row_start, offsets_of(rows))
-    pieces, rows, done = [], rows.copy(), 0
+    group_start = offsets_of(rows)
+    first_pattern = np.searchsorted(pats.row_start, group_start)
+    replaced, new_row, new_parts, rows, n_new = [], [], [], rows.copy(), 0
     for k in todo.tolist():
-        pieces.append(sliced(pats, done, int(first_pattern[k])))
         own = sliced(pats, int(first_pattern[k]), int(first_pattern[k + 1]))
-        repaired = repair_patterns(own, seq_len, int(table[k].sum()))
-        pieces.append(repaired)
-        rows[k] = repaired.n_rows
-        done = int(first_pattern[k + 1])
-    pieces.append(sliced(pats, done, len(pats.row_start) - 1))
-    return joined(pieces), rows
+        found = repair_rows(own, seq_len, int(table[k].sum()))
+        if found is None:
+            continue
+        row_ids, new = found
+        replaced.append(row_ids + group_start[k])
+        # the lowest places take the new rows; the places left over are dropped
+        new_row.append(np.where(np.arange(len(row_ids)) < new.n_rows, n_new + np.arange(len(row_ids)), -1))
+        new_parts.append(new)
+        rows[k] -= len(row_ids) - new.n_rows
+        n_new += new.n_rows
+    if not replaced:
+        return pats, rows
+    joined_new = joined(new_parts)
+    pats = replace_rows(pats, np.concatenate(replaced), np.concatenate(new_row), joined_new, group_start[:-1])
+    return pats, rows
 
 
 def _slot_ranks(p: Patterns, part: np.ndarray, width: int, first_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
