@@ -13,7 +13,7 @@ import pytest
 from helpers import load_rows, real_segments, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_grouping import group_hashes, real_tokens_of_row
+from naive_grouping import group_hashes, length_table, real_tokens_of_row
 
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import verify_dir
@@ -251,11 +251,11 @@ def test_group_ids_and_slices():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12)), max_size=100))
 def test_the_group_length_table_counts_each_group_and_placed_length(pairs):
-    table = group_length_table(np.array([g for g, _ in pairs], dtype=np.int32), np.array([n for _, n in pairs]), 12)
-    counted = Counter(pairs)
-    rows = max((g for g, _ in pairs), default=-1) + 1
+    groups, placed = [g for g, _ in pairs], [n for _, n in pairs]
+    table = group_length_table(np.array(groups, dtype=np.int32), np.array(placed), 12)
+    rows = max(groups, default=-1) + 1
     assert table.shape == (rows, 13)
-    assert table.tolist() == [[counted[(g, n)] for n in range(13)] for g in range(rows)]
+    assert table.tolist() == length_table(groups, placed, 12)
 
 
 def test_the_group_length_table_refuses_what_it_cannot_count():

@@ -276,7 +276,8 @@ def slot_map(
     if groups is None:
         kernel(_slot_map, work)(lengths, multiple, counts.reshape(-1), starts, real)
     else:
-        groups = np.ascontiguousarray(groups, dtype=np.int64)
+        groups = np.asarray(groups)
+        groups = np.ascontiguousarray(groups, dtype=np.int32 if groups.dtype == np.int32 else np.int64)
         if groups.shape != lengths.shape or (
             len(groups) and (groups.min() < 0 or groups.max() >= counts.size // width)
         ):
