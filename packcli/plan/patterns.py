@@ -451,28 +451,26 @@ def _rank_slots(row_start, slot_offsets, slot_len, part, width, first_rank):
     n_slots = slot_len.shape[0]
     base = np.empty(n_slots, dtype=np.int64)
     step = np.empty(n_slots, dtype=np.int64)
-    seen = np.zeros(width, dtype=np.int64)  # slots of each length in the part so far, all rows
+    seen = np.empty(width, dtype=np.int64)  # the next rank of each length in the part, all rows
+    owner = np.full(width, -1, dtype=np.int64)  # the part `seen` counts each length of
     copies = np.zeros(width, dtype=np.int64)  # of each length in the pattern
     taken = np.zeros(width, dtype=np.int64)  # of them ranked so far
-    part_first = 0  # the part's first slot
     for p in range(row_start.shape[0] - 1):
         a, b = slot_offsets[p], slot_offsets[p + 1]
-        if p > 0 and part[p] != part[p - 1]:
-            for s in range(part_first, a):
-                seen[slot_len[s]] = 0
-            part_first = a
-        first = part[p] * width
-        for s in range(a, b):
-            copies[slot_len[s]] += 1
+        q = part[p]
         for s in range(a, b):
             length = slot_len[s]
-            base[s] = first_rank[first + length] + seen[length] + taken[length]
-            step[s] = copies[length]
-            taken[length] += 1
+            if owner[length] != q:
+                owner[length] = q
+                seen[length] = first_rank[q * width + length]
+            copies[length] += 1
         repeat = row_start[p + 1] - row_start[p]
         for s in range(a, b):
             length = slot_len[s]
-            if taken[length]:
+            base[s] = seen[length] + taken[length]
+            step[s] = copies[length]
+            taken[length] += 1
+            if taken[length] == copies[length]:  # its last copy: the pattern's rows move it on
                 seen[length] += copies[length] * repeat
                 taken[length] = 0
                 copies[length] = 0
