@@ -107,9 +107,15 @@ def patterns_from_runs(runs: np.ndarray, n_rows: int, part_starts: np.ndarray | 
     row_start, slot_offsets, slot_len, slot_pos, used = kernel(_lay_out_runs, n_slots + len(runs) + len(bounds))(
         runs, a, b, bounds, is_start, n_slots
     )
-    if used < n_slots:  # the plan keeps arrays of the merged size
+    if used < n_slots * KEEP_USED:  # else the arrays are kept, a few joined slots unused past their end
         slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
-    return Patterns(row_start, slot_offsets, slot_len, slot_pos)
+    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
+
+
+# A kernel's slot arrays, allocated for every slot before layouts are joined, are copied to
+# their used size only when that is below this share of them: a copy of a grouped plan's
+# slots (few of them joined) costs more than the memory it would give back.
+KEEP_USED = 0.9
 
 
 # Bounds found by marking an array of n_rows + 1 flags while that is at most this many

@@ -14,7 +14,7 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 from packcli.plan.kernels.pack import IMPROVE_WORK_BASE, IMPROVE_WORK_PER_SEQUENCE, PackedLengths, improve_rows
-from packcli.plan.layouts import Patterns, offsets_of, within
+from packcli.plan.layouts import KEEP_USED, Patterns, offsets_of, within
 
 # What the repair pass is given, so that its cost stays flat in the number of sequences:
 # the rows with room (at most REPAIR_ROOM_ROWS of them, the emptiest first) and the full
@@ -148,9 +148,14 @@ def replace_rows(
     if (np.diff(new.row_start) != 1).any():
         raise PackcliError("the new rows must be one pattern each")
     sizes = np.diff(p.slot_offsets)
-    in_pattern = np.bincount(np.searchsorted(p.row_start, row_ids, side="right") - 1, minlength=n_patterns)
-    # a pattern's rows split around each replaced row: its layout at most once more per row
-    n_slots = int(sizes @ (in_pattern + 1)) + int(np.diff(new.slot_offsets)[new_row[new_row >= 0]].sum())
+    # the runs of kept rows in each pattern, each its layout once (before any join): one
+    # from the pattern's first row unless it is replaced, one after each replaced row
+    # followed by a kept row of the same pattern
+    pattern = np.searchsorted(p.row_start, row_ids, side="right") - 1
+    then_kept = row_ids + 1 < p.row_start[pattern + 1]
+    then_kept[:-1] &= row_ids[1:] != row_ids[:-1] + 1
+    runs = np.bincount(pattern[then_kept], minlength=n_patterns) + ~np.isin(p.row_start[:-1], row_ids)
+    n_slots = int(sizes @ runs) + int(np.diff(new.slot_offsets)[new_row[new_row >= 0]].sum())
     row_start, slot_offsets, slot_len, slot_pos, used = kernel(_replace_rows, n_slots + n_patterns)(
         p.row_start,
         p.slot_offsets,
@@ -165,7 +170,9 @@ def replace_rows(
         n_patterns + 2 * len(row_ids),
         n_slots,
     )
-    return Patterns(row_start, slot_offsets, slot_len[:used].copy(), slot_pos[:used].copy())
+    if used < n_slots * KEEP_USED:  # else the arrays are kept, a few joined slots unused past their end
+        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
+    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
 
 
 @njit(cache=True)
