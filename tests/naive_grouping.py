@@ -36,3 +36,12 @@ def group_hashes(rows_tokens: list[list[int]], row_group: list[int], n_groups: i
         for token in tokens:
             hashes[group] = (hashes[group] + token_mix(token)) & MASK
     return hashes
+
+
+def length_table(groups, placed, seq_len):
+    """table[g][L]: the segments of group id g (a row per id up to the largest) of placed
+    length L."""
+    table = [[0] * (seq_len + 1) for _ in range(max(groups, default=-1) + 1)]
+    for g, n in zip(groups, placed):
+        table[g][n] += 1
+    return table

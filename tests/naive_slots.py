@@ -28,12 +28,64 @@ def fill_slots(layouts, row_groups, placed, groups, shuffle=False, seed=0, windo
     return sorted(out)
 
 
-def slot_map(lengths, multiple):
-    """Spill starts sorted by placed length, input order inside each; real lengths beside."""
+def slot_map(lengths, multiple, groups=None):
+    """Spill starts sorted by (group, placed length), input order inside each; real
+    lengths beside."""
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     placed = [-(-n // multiple) * multiple for n in lengths]
-    order = sorted(range(len(lengths)), key=lambda i: (placed[i], i))
+    of = [0] * len(lengths) if groups is None else groups
+    order = sorted(range(len(lengths)), key=lambda i: (of[i], placed[i], i))
     return [starts[i] for i in order], [lengths[i] for i in order]
+
+
+def patterns_of_runs(runs, n_rows, part_starts=()):
+    """The rows runs make, one slot at a time: run (length, first_row, step, rows, offset,
+    copies) puts `copies` slots of `length` side by side from `offset` in rows first_row,
+    first_row + step, ...; each row's slots by offset; a row with the layout of the row
+    before it joins its pattern unless a part starts there. (row_start, slot_offsets,
+    slot_len, slot_pos) as lists."""
+    rows = [[] for _ in range(n_rows)]
+    for length, first, step, count, offset, copies in runs:
+        for i in range(count):
+            for c in range(copies):
+                rows[first + i * step].append((offset + c * length, length))
+    return patterns_of_rows([sorted(row) for row in rows], [r in part_starts for r in range(n_rows)])
+
+
+def patterns_of_rows(rows, apart):
+    """Rows' layouts [(offset, length)] made patterns: a row with the layout of the row
+    before it joins its pattern unless apart[row]. (row_start, slot_offsets, slot_len,
+    slot_pos) as lists."""
+    starts, layouts_ = [], []
+    for r, layout in enumerate(rows):
+        if not layouts_ or layout != layouts_[-1] or apart[r]:
+            starts.append(r)
+            layouts_.append(layout)
+    n_rows = len(rows)
+    slot_offsets = [0]
+    for layout in layouts_:
+        slot_offsets.append(slot_offsets[-1] + len(layout))
+    slot_len = [n for layout in layouts_ for _, n in layout]
+    slot_pos = [o for layout in layouts_ for o, _ in layout]
+    return [*starts, n_rows], slot_offsets, slot_len, slot_pos
+
+
+def slot_ranks(row_start, slot_offsets, slot_len, part, first_rank):
+    """(base, step) of every pattern slot, walking every row in plan order and its slots in
+    order, counting the slots of each (part, length) from first_rank[(part, length)]: a
+    slot's base is the count it meets in its pattern's first row, its step the copies of
+    its length in the pattern."""
+    taken, base, step = {}, [None] * len(slot_len), [None] * len(slot_len)
+    for p in range(len(row_start) - 1):
+        own = slot_len[slot_offsets[p] : slot_offsets[p + 1]]
+        for r in range(row_start[p], row_start[p + 1]):
+            for s in range(slot_offsets[p], slot_offsets[p + 1]):
+                key = (part[p], slot_len[s])
+                taken.setdefault(key, first_rank[key])
+                if r == row_start[p]:
+                    base[s], step[s] = taken[key], own.count(slot_len[s])
+                taken[key] = taken.get(key, 0) + 1
+    return base, step
 
 
 def sorted_spill(tokens, lengths, multiple, groups=None, learned=None):
@@ -95,3 +147,38 @@ def layouts(p) -> list[list[tuple[int, int]]]:
         layout = list(zip(p.slot_pos[a:b].tolist(), p.slot_len[a:b].tolist()))
         rows += [layout] * int(p.row_start[k + 1] - p.row_start[k])
     return rows
+
+
+def run_table(run_begin, run_end, runs, first_row):
+    """Each length's runs (first_row, step, rows, offset, copies), lengths in order, as
+    [length, first_row + the rows before, step, rows, offset, copies]."""
+    table = []
+    for length, (begin, end) in enumerate(zip(run_begin, run_end)):
+        for r in range(begin, end):
+            first, step, rows, offset, copies = runs[r]
+            table.append([length, first + first_row, step, rows, offset, copies])
+    return table
+
+
+def replace_rows(rows, row_ids, new_row, new_rows, part_starts):
+    """Rows' layouts with row row_ids[k] replaced by new_rows[new_row[k]] (dropped for -1),
+    made patterns: no pattern joins across a row of part_starts (the first row kept at or
+    after it begins a pattern)."""
+    out, apart, barrier = [], [], False
+    replaced = dict(zip(row_ids, new_row))
+    for r, layout in enumerate(rows):
+        barrier = barrier or r in part_starts
+        if r in replaced:
+            if replaced[r] < 0:
+                continue
+            layout = new_rows[replaced[r]]
+        out.append(layout)
+        apart.append(barrier)
+        barrier = False
+    return patterns_of_rows(out, apart)
+
+
+def by_row_and_offset(row, offset, n_rows):
+    """Sequence indices sorted by (row, offset), and the sequences of each row."""
+    order = sorted(range(len(row)), key=lambda i: (row[i], offset[i]))
+    return order, [list(row).count(r) for r in range(n_rows)]

@@ -13,11 +13,19 @@ import pytest
 from helpers import load_rows, real_segments, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive_grouping import group_hashes, real_tokens_of_row
+from naive_grouping import group_hashes, length_table, real_tokens_of_row
 
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import verify_dir
-from packcli.plan.grouping import GroupIds, GroupTable, group_key, group_slices, merge_tables, row_token_hashes
+from packcli.plan.grouping import (
+    GroupIds,
+    GroupTable,
+    group_key,
+    group_length_table,
+    group_slices,
+    merge_tables,
+    row_token_hashes,
+)
 from packcli.write.shard_reader import read_group_column
 
 ALGORITHMS = ["nf", "ff", "ffd", "bfd", "spfhp", "lpfhp"]
@@ -238,6 +246,25 @@ def test_group_ids_and_slices():
     assert again.ids_of([None, "1"]).tolist() == [4, 5]
     slices = [(g, m.tolist()) for g, m in group_slices(np.array([2, 0, 2, 1, 0], dtype=np.int32))]
     assert slices == [(0, [1, 4]), (1, [3]), (2, [0, 2])]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12)), max_size=100))
+def test_the_group_length_table_counts_each_group_and_placed_length(pairs):
+    groups, placed = [g for g, _ in pairs], [n for _, n in pairs]
+    table = group_length_table(np.array(groups, dtype=np.int32), np.array(placed), 12)
+    rows = max(groups, default=-1) + 1
+    assert table.shape == (rows, 13)
+    assert table.tolist() == length_table(groups, placed, 12)
+
+
+def test_the_group_length_table_refuses_what_it_cannot_count():
+    with pytest.raises(PackcliError, match="2 group ids for 3 lengths"):
+        group_length_table(np.array([0, 1]), np.array([1, 2, 3]), 4)
+    with pytest.raises(PackcliError, match=r"placed lengths in \[0, 4\]"):
+        group_length_table(np.array([0, 1]), np.array([1, 5]), 4)
+    with pytest.raises(PackcliError, match="group ids must be >= 0"):
+        group_length_table(np.array([0, -1]), np.array([1, 2]), 4)
 
 
 def test_tables_of_parts_merge_into_the_table_of_the_whole():

@@ -116,6 +116,26 @@ def test_the_slot_map_is_a_stable_sort_by_placed_length(lengths, multiple):
         assert real.tolist() == expected_real
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 64), st.integers(0, 4)), max_size=200), st.sampled_from([1, 2, 8]))
+def test_the_grouped_slot_map_is_a_stable_sort_by_group_and_placed_length(pairs, multiple):
+    from naive_slots import slot_map as naive_slot_map
+
+    from packcli.plan.patterns import slot_map
+
+    lengths = [n for n, _ in pairs]
+    groups = [g for _, g in pairs]
+    placed = -(-np.array(lengths, dtype=np.int64) // multiple) * multiple
+    table = np.zeros((5, 65), dtype=np.int64)
+    np.add.at(table, (np.array(groups, dtype=np.int64), placed), 1)
+    starts, real = slot_map(np.array(lengths, dtype=np.int64), multiple, table, np.array(groups, dtype=np.int32))
+    expected_starts, expected_real = naive_slot_map(lengths, multiple, groups)
+    assert starts.tolist() == expected_starts
+    assert (real is None) == (multiple == 1)
+    if real is not None:
+        assert real.tolist() == expected_real
+
+
 def test_the_slot_map_refuses_counts_of_other_lengths():
     from packcli.core.errors import PackcliError
     from packcli.plan.patterns import slot_map
@@ -124,6 +144,8 @@ def test_the_slot_map_refuses_counts_of_other_lengths():
         slot_map(np.array([3, 4]), 1, np.array([0, 0, 0, 1, 0]))
     with pytest.raises(PackcliError, match=r"lengths must be in \[1, 4\] once placed"):
         slot_map(np.array([3, 5]), 1, np.array([0, 0, 0, 1, 1]))
+    with pytest.raises(PackcliError, match=r"group ids must be one per sequence, in \[0, 2\)"):
+        slot_map(np.array([3, 4]), 1, np.array([[0, 0, 0, 1, 0], [0, 0, 0, 0, 1]]), np.array([0, 2]))
 
 
 def test_lengths_longer_than_a_row_are_refused_before_any_kernel_runs():
@@ -186,3 +208,76 @@ def test_rows_expand_into_their_slots_as_the_naive_loop(shapes, picks, in_order)
         plan_rows.tolist(), row_start.tolist(), slot_offsets.tolist(), slot_base.tolist(), slot_step.tolist()
     )
     assert got == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.lists(st.integers(1, 6), min_size=1, max_size=5)), max_size=10),
+    st.data(),
+)
+def test_slot_ranks_count_each_length_of_each_part_row_by_row(shapes, data):
+    """Patterns of any layouts (slots in offset order), in parts: each slot's rank in its
+    pattern's first row (counted from any first rank per part and length) and its step,
+    as the naive walk over every row counts them."""
+    from naive_slots import slot_ranks
+
+    row_start = np.concatenate([[0], np.cumsum([r for r, _ in shapes])]).astype(np.int64)
+    slot_offsets = np.concatenate([[0], np.cumsum([len(lay) for _, lay in shapes])]).astype(np.int64)
+    slot_len = np.array([n for _, lay in shapes for n in lay], dtype=np.int64)
+    slot_pos = np.array([sum(lay[:i]) for _, lay in shapes for i in range(len(lay))], dtype=np.int64)
+    steps = data.draw(st.lists(st.integers(0, 1), min_size=len(shapes), max_size=len(shapes)))
+    part = np.cumsum(steps).astype(np.int64)
+    p = patterns.Patterns(row_start, slot_offsets, slot_len, slot_pos)
+    n_parts = int(part[-1]) + 1 if len(part) else 0
+    first_rank = np.array(data.draw(st.lists(st.integers(0, 10**12), min_size=7 * n_parts, max_size=7 * n_parts)))
+    base, step = patterns._slot_ranks(p, part, 7, first_rank.astype(np.int64))
+    firsts = {(q, n): int(first_rank[q * 7 + n]) for q in range(n_parts) for n in range(7)}
+    want_base, want_step = slot_ranks(
+        row_start.tolist(), slot_offsets.tolist(), slot_len.tolist(), part.tolist(), firsts
+    )
+    assert base.tolist() == want_base and step.tolist() == want_step
+
+
+def python_calls(function) -> int:
+    """Calls of Python functions and builtins while `function` runs, a kernel's body
+    (compiled, or run as Python under NUMBA_DISABLE_JIT) counted as one call."""
+    import sys
+
+    from packcli.core import jit
+
+    kernels = {k.py_func.__code__ for k in list(jit._kernels.values()) if getattr(k, "py_func", None) is not None}
+    count, inside = 0, 0
+
+    def profile(frame, event, arg):
+        nonlocal count, inside
+        if frame.f_code in kernels and event in ("call", "return"):
+            count += event == "call" and not inside
+            inside += 1 if event == "call" else -1
+        elif not inside and event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        function()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_a_grouped_plan_calls_python_per_group_not_per_pattern():
+    """The grouped plan works out every group's patterns, repair choice and ranks in one
+    pass each: its Python calls are a few per group (the packer's runs, a repaired group)
+    and per plan, none per pattern, slot or length. 50 groups, then ten times the
+    sequences (about ten times the patterns): about 90 calls per group both times, where
+    a pipeline per group takes about 400 and a loop per pattern grows with them."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(60), 0.9, 200_000).astype(np.int64), 1, 2048)
+    groups = (np.arange(len(lengths)) % 50).astype(np.int32)
+    calls, n_patterns = [], []
+    for n in (20_000, 200_000):
+        pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n])  # kernels compiled or loaded first
+        calls.append(python_calls(lambda n=n: pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n])))
+        n_patterns.append(len(pattern_plan(lengths[:n], 2048, "bfd", groups=groups[:n]).patterns.slot_offsets) - 1)
+    assert n_patterns[1] > 5 * n_patterns[0]
+    assert max(calls) < 200 * 50 + 1000
+    assert calls[1] - calls[0] < 20 * 50

@@ -32,17 +32,14 @@ class Buckets:
     def from_histograms(histograms: list[np.ndarray], seq_len: int) -> Buckets:
         """Buckets of the groups' histograms (sequences per placed length 0..seq_len), in
         the order the plan counts ranks: group by group, lengths increasing."""
-        keys, lengths, counts = [], [], []
+        width = seq_len + 1
+        table = np.zeros((len(histograms), width), dtype=np.int64)
         for position, counts_g in enumerate(histograms):
             counts_g = np.asarray(counts_g, dtype=np.int64)
-            present = np.flatnonzero(counts_g)
-            keys.append(position * (seq_len + 1) + present)
-            lengths.append(present)
-            counts.append(counts_g[present])
-        empty = np.zeros(0, dtype=np.int64)
-        key = np.concatenate(keys) if keys else empty
-        length = np.concatenate(lengths) if lengths else empty
-        count = np.concatenate(counts) if counts else empty
+            table[position, : len(counts_g)] = counts_g
+        key = np.flatnonzero(table)  # position * width + length, increasing
+        length = key % width
+        count = table.ravel()[key]
         rank = np.zeros(len(key) + 1, dtype=np.int64)
         np.cumsum(count, out=rank[1:])
         token = np.zeros(len(key) + 1, dtype=np.int64)

@@ -172,6 +172,34 @@ def group_slices(groups: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         begin = end
 
 
+def group_length_table(groups: np.ndarray, placed: np.ndarray, seq_len: int) -> np.ndarray:
+    """Sequences of each (group, placed length): table[g, L] counts the segments of group
+    id g (a row per id up to the largest) of placed length L in [0, seq_len]. One count
+    over the segments for every group together: the plan from counts needs each group's
+    histogram."""
+    groups = np.asarray(groups)
+    groups = np.ascontiguousarray(groups, dtype=np.int32 if groups.dtype == np.int32 else np.int64)
+    placed = np.ascontiguousarray(placed, dtype=np.int64)
+    if groups.shape != placed.shape or groups.ndim != 1:
+        raise PackcliError(f"{len(groups)} group ids for {len(placed)} lengths")
+    width = seq_len + 1
+    if not len(groups):
+        return np.zeros((0, width), dtype=np.int64)
+    if groups.min() < 0 or placed.min() < 0 or placed.max() > seq_len:
+        raise PackcliError(f"group ids must be >= 0 and placed lengths in [0, {seq_len}]")
+    table: np.ndarray = kernel(_length_table, len(groups))(groups, placed, int(groups.max()) + 1, width)
+    return table
+
+
+@njit(cache=True)
+def _length_table(groups, placed, n_groups, width):
+    """One pass: table[g, L] += 1 for each segment."""
+    table = np.zeros((n_groups, width), dtype=np.int64)
+    for i in range(groups.shape[0]):
+        table[groups[i], placed[i]] += 1
+    return table
+
+
 @njit(cache=True)
 def _counting_order(groups, n_groups):
     """A stable counting sort of segment indices by group: one pass to count, one to place."""

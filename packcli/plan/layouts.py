@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packcli.core.jit import kernel
+from packcli.core.errors import PackcliError
+from packcli.core.jit import kernel, njit
 
 
 @dataclass
@@ -38,9 +39,11 @@ class Patterns:
         return np.repeat(np.arange(len(self.row_start) - 1), np.diff(self.slot_offsets))
 
 
-def runs_from_counts(counts: np.ndarray, capacity: int, algorithm: str, cap: int = 0) -> tuple[np.ndarray, int]:
+def runs_from_counts(
+    counts: np.ndarray, capacity: int, algorithm: str, cap: int = 0, first_row: int = 0
+) -> tuple[np.ndarray, int]:
     """The packer's runs, one per row: (length, first_row, step, rows, offset, copies), and
-    its row count."""
+    its row count. `first_row`: where its rows start (the rows of the groups before it)."""
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     n = int(counts.sum())
     if n == 0:
@@ -60,44 +63,157 @@ def runs_from_counts(counts: np.ndarray, capacity: int, algorithm: str, cap: int
                 break
             max_groups *= 4
         run_begin, run_end, runs = _histogram_runs(groups, n_groups, capacity)
-    per_length = np.asarray(run_end) - np.asarray(run_begin)
-    table = np.empty((int(per_length.sum()), 6), dtype=np.int64)
-    k = 0
-    for length in np.flatnonzero(per_length).tolist():
-        b, e = int(run_begin[length]), int(run_end[length])
-        table[k : k + e - b, 0] = length
-        table[k : k + e - b, 1:] = runs[b:e]
-        k += e - b
+    table = kernel(_run_table, len(runs) + capacity)(run_begin, run_end, runs, first_row)
     return table, int(n_rows)
 
 
-def patterns_from_runs(runs: np.ndarray, n_rows: int) -> Patterns:
+@njit(cache=True)
+def _run_table(run_begin, run_end, runs, first_row):
+    """The runs of each length (runs[run_begin[L]:run_end[L]]: first_row, step, rows,
+    offset, copies), lengths increasing, each length's in the packer's order, as rows of
+    (length, first_row, step, rows, offset, copies), their rows after `first_row`."""
+    n = 0
+    for length in range(run_begin.shape[0]):
+        n += run_end[length] - run_begin[length]
+    table = np.empty((n, 6), dtype=np.int64)
+    k = 0
+    for length in range(run_begin.shape[0]):
+        for r in range(run_begin[length], run_end[length]):
+            table[k, 0] = length
+            table[k, 1] = np.int64(runs[r, 0]) + first_row
+            for c in range(1, 5):
+                table[k, c + 1] = runs[r, c]
+            k += 1
+    return table
+
+
+def patterns_from_runs(runs: np.ndarray, n_rows: int, part_starts: np.ndarray | None = None) -> Patterns:
     """The rows the runs make, as patterns: a sweep over the rows where some run starts or
-    ends; between two such rows every row holds the same runs, so the same layout."""
-    length, first, step, rows, offset, copies = (runs[:, i] for i in range(6))
+    ends; between two such rows every row holds the same runs, so the same layout.
+    `part_starts`: rows where a part begins (the runs of several groups, each group's rows
+    after the ones before): no pattern spans or is joined across them, so each part's
+    patterns are the ones its runs alone make."""
+    runs = np.ascontiguousarray(runs, dtype=np.int64).reshape(-1, 6)
+    length, first, step, rows, copies = runs[:, 0], runs[:, 1], runs[:, 2], runs[:, 3], runs[:, 5]
     lo = np.where(step >= 0, first, first - (rows - 1))
     hi = lo + rows
-    bounds = np.unique(np.concatenate([lo, hi, [0, n_rows]]))
-    a = np.searchsorted(bounds, lo)
-    b = np.searchsorted(bounds, hi)
-    spans = b - a
-    run_of_pair = np.repeat(np.arange(len(runs)), spans)
-    interval = a[run_of_pair] + within(spans)
-    slot_copies = copies[run_of_pair]
-    slot_run = np.repeat(run_of_pair, slot_copies)
-    slot_interval = np.repeat(interval, slot_copies)
-    c = within(slot_copies)
-    slot_len = length[slot_run]
-    slot_pos = offset[slot_run] + c * slot_len
-    order = np.lexsort((slot_pos, slot_interval))
-    slot_interval, slot_len, slot_pos = slot_interval[order], slot_len[order], slot_pos[order]
-    n_intervals = len(bounds) - 1
-    per_interval = np.bincount(slot_interval, minlength=n_intervals)
-    return merged(
-        Patterns(
-            bounds.astype(np.int64), offsets_of(per_interval), slot_len.astype(np.int64), slot_pos.astype(np.int64)
-        )
+    starts = np.zeros(0, dtype=np.int64) if part_starts is None else np.asarray(part_starts, dtype=np.int64)
+    if len(runs) and (lo.min() < 0 or hi.max() > n_rows or rows.min() < 1 or copies.min() < 1 or length.min() < 1):
+        raise PackcliError(f"runs must lie in rows [0, {n_rows}), each of one row and one copy or more")
+    if len(starts) and (starts.min() < 0 or starts.max() > n_rows):
+        raise PackcliError(f"part starts must be rows in [0, {n_rows}]")
+    bounds, a, b, is_start = _interval_bounds(lo, hi, starts, n_rows)
+    n_slots = int(copies @ (b - a))
+    row_start, slot_offsets, slot_len, slot_pos, used = kernel(_lay_out_runs, n_slots + len(runs) + len(bounds))(
+        runs, a, b, bounds, is_start, n_slots
     )
+    if used < n_slots * KEEP_USED:  # else the arrays are kept, a few joined slots unused past their end
+        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
+    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
+
+
+# A kernel's slot arrays, allocated for every slot before layouts are joined, are copied to
+# their used size only when that is below this share of them: a copy of a grouped plan's
+# slots (few of them joined) costs more than the memory it would give back.
+KEEP_USED = 0.9
+
+
+# Bounds found by marking an array of n_rows + 1 flags while that is at most this many
+# times the values marked (the grouped plans' small groups: a few runs per row); by
+# sorting the values otherwise (one plan of a billion sequences: tens of millions of rows,
+# a few thousand runs).
+MARK_ROWS_PER_BOUND = 4
+
+
+def _interval_bounds(
+    lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows where a run or a part starts or a run ends, with 0 and n_rows, sorted and
+    once each (`bounds`: interval i is rows [bounds[i], bounds[i + 1])); each run's first
+    interval and end (indices into `bounds`); and whether a part starts at each bound."""
+    values = len(lo) + len(hi) + len(starts) + 2
+    if n_rows + 1 <= MARK_ROWS_PER_BOUND * values:
+        mark = np.zeros(n_rows + 1, dtype=np.bool_)
+        mark[lo] = True
+        mark[hi] = True
+        mark[starts] = True
+        mark[0] = mark[n_rows] = True
+        bounds = np.flatnonzero(mark)
+        index = np.cumsum(mark) - 1
+        a, b = index[lo], index[hi]
+    else:
+        bounds = np.sort(np.concatenate([lo, hi, starts, [0, n_rows]]))
+        bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
+        a, b = np.searchsorted(bounds, lo), np.searchsorted(bounds, hi)
+    is_start = np.zeros(len(bounds), dtype=np.bool_)
+    is_start[np.searchsorted(bounds, starts)] = True
+    return bounds.astype(np.int64), a.astype(np.int64), b.astype(np.int64), is_start
+
+
+@njit(cache=True)
+def _lay_out_runs(runs, run_first, run_end, bounds, is_start, n_slots):
+    """The patterns of the intervals between bounds: run r (length, first_row, step, rows,
+    offset, copies) holds intervals run_first[r] .. run_end[r] - 1, each row of them
+    `copies` slots of `length` side by side from `offset`. An interval's runs are laid out
+    by offset (the runs of a row never overlap, so that is the row's slots in offset
+    order); an interval with the layout of the pattern before it joins that pattern, unless
+    a part starts at its first row. n_slots: the slots of every interval, unmerged.
+    Returns (row_start, slot_offsets, slot_len, slot_pos, slots used of the last two)."""
+    n_runs = run_first.shape[0]
+    n_intervals = bounds.shape[0] - 1
+    # the runs of each interval, by a counting sort on the interval
+    first_pair = np.zeros(n_intervals + 1, dtype=np.int64)
+    for r in range(n_runs):
+        for i in range(run_first[r], run_end[r]):
+            first_pair[i + 1] += 1
+    for i in range(n_intervals):
+        first_pair[i + 1] += first_pair[i]
+    pair_run = np.empty(first_pair[n_intervals], dtype=np.int64)
+    cursor = first_pair[:-1].copy()
+    for r in range(n_runs):
+        for i in range(run_first[r], run_end[r]):
+            pair_run[cursor[i]] = r
+            cursor[i] += 1
+    row_start = np.empty(n_intervals + 1, dtype=np.int64)
+    slot_offsets = np.empty(n_intervals + 1, dtype=np.int64)
+    slot_len = np.empty(n_slots, dtype=np.int64)
+    slot_pos = np.empty(n_slots, dtype=np.int64)
+    slot_offsets[0] = 0
+    n_patterns = 0
+    j = 0  # slots written
+    for i in range(n_intervals):
+        a, b = first_pair[i], first_pair[i + 1]
+        for k in range(a + 1, b):  # insertion sort by offset: a row holds few runs
+            r = pair_run[k]
+            m = k
+            while m > a and runs[pair_run[m - 1], 4] > runs[r, 4]:
+                pair_run[m] = pair_run[m - 1]
+                m -= 1
+            pair_run[m] = r
+        begin = j
+        for k in range(a, b):
+            r = pair_run[k]
+            n = runs[r, 0]
+            for c in range(runs[r, 5]):
+                slot_len[j] = n
+                slot_pos[j] = runs[r, 4] + c * n
+                j += 1
+        if n_patterns > 0 and not is_start[i]:
+            prev = slot_offsets[n_patterns - 1]
+            same = begin - prev == j - begin
+            if same:
+                for s in range(j - begin):
+                    if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
+                        same = False
+                        break
+            if same:
+                j = begin  # the interval's rows join the pattern before it
+                continue
+        row_start[n_patterns] = bounds[i]
+        n_patterns += 1
+        slot_offsets[n_patterns] = j
+    row_start[n_patterns] = bounds[n_intervals]
+    return row_start[: n_patterns + 1].copy(), slot_offsets[: n_patterns + 1].copy(), slot_len, slot_pos, j
 
 
 def within(sizes: np.ndarray) -> np.ndarray:
@@ -114,28 +230,15 @@ def offsets_of(sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def merged(p: Patterns) -> Patterns:
-    """The patterns with consecutive ones of the same layout joined into one."""
-    n = len(p.row_start) - 1
-    if n <= 1:
-        return p
-    sizes = np.diff(p.slot_offsets)
-    same = sizes[1:] == sizes[:-1]
-    candidates = np.flatnonzero(same)
-    if candidates.size:
-        keys = [_layout_key(p, i) for i in range(n)]
-        same = np.array([keys[i] == keys[i + 1] for i in range(n - 1)])
-    keep = np.concatenate([[True], ~same])
-    starts = np.flatnonzero(keep)
-    row_start = np.concatenate([p.row_start[starts], p.row_start[-1:]])
-    slot_keep = np.repeat(keep, sizes)
-    new_sizes = sizes[starts]
-    return Patterns(row_start, offsets_of(new_sizes), p.slot_len[slot_keep], p.slot_pos[slot_keep])
-
-
-def _layout_key(p: Patterns, i: int) -> bytes:
-    a, b = int(p.slot_offsets[i]), int(p.slot_offsets[i + 1])
-    return p.slot_len[a:b].tobytes() + p.slot_pos[a:b].tobytes()
+def sliced(p: Patterns, first: int, last: int) -> Patterns:
+    """Patterns first .. last - 1 on their own: rows and slots numbered from 0."""
+    a, b = int(p.slot_offsets[first]), int(p.slot_offsets[last])
+    return Patterns(
+        p.row_start[first : last + 1] - p.row_start[first],
+        p.slot_offsets[first : last + 1] - a,
+        p.slot_len[a:b],
+        p.slot_pos[a:b],
+    )
 
 
 def joined(parts: list[Patterns]) -> Patterns:

@@ -30,9 +30,16 @@ from packcli.core.jit import kernel, njit
 from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Pieces, RowOrder
 from packcli.plan.kernels.pack import _as_lengths
-from packcli.plan.layouts import Patterns, joined, offsets_of, patterns_from_runs, runs_from_counts
+from packcli.plan.layouts import (
+    Patterns,
+    joined,
+    offsets_of,
+    patterns_from_runs,
+    runs_from_counts,
+    sliced,
+)
 from packcli.plan.permute import RowPermutation
-from packcli.plan.repair import repair_patterns
+from packcli.plan.repair import repair_rows, replace_rows
 
 # Algorithms whose rows come from the histogram alone; the repair pass follows each of
 # them, as kernels.pack's improve_rows follows them when they place lengths one by one.
@@ -209,24 +216,19 @@ def pattern_plan(
             starts, plan.slot_real = slot_map(lengths, multiple, counts)
             plan.lookup = SlotMap(starts)
         return plan
-    from packcli.plan.grouping import group_slices
+    from packcli.plan.grouping import group_length_table
 
     placed = lengths if multiple == 1 else (lengths + multiple - 1) // multiple * multiple
-    histograms, orders = [], []
-    need_order = not by_bucket or multiple > 1
-    for g, members in group_slices(groups):
-        own = placed[members]
-        if need_order:
-            by_length = np.argsort(own, kind="stable")  # input order inside each length
-            orders.append(members[by_length])
-        histograms.append((g, np.bincount(own, minlength=seq_len + 1)))
+    table = group_length_table(groups, placed, seq_len)
+    histograms = [(g, table[g]) for g in np.flatnonzero(table.any(axis=1)).tolist()]
     plan = plan_from_counts(
         histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window, grouped=True
     )
-    order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
     if not by_bucket:
-        plan.lookup = SlotMap((np.cumsum(lengths) - lengths)[order])
-    plan.slot_real = None if multiple == 1 else lengths[order]
+        starts, plan.slot_real = slot_map(lengths, multiple, table, groups)
+        plan.lookup = SlotMap(starts)
+    elif multiple > 1:
+        _, plan.slot_real = slot_map(lengths, multiple, table, groups)
     return plan
 
 
@@ -252,20 +254,35 @@ def histogram_plan(
     return plan_from_counts(histograms, seq_len, algorithm, cap=cap, shuffle=shuffle, seed=seed, window=window)
 
 
-def slot_map(lengths: np.ndarray, multiple: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """The slot map of one group: the spill start of every sequence (starts are the
-    running sums of `lengths`), sorted by placed length (`counts`: sequences per placed
-    length), in input order inside each length; and beside it the real lengths when
-    `multiple` > 1. A counting sort in one pass: nothing but the outputs is allocated."""
+def slot_map(
+    lengths: np.ndarray, multiple: int, counts: np.ndarray, groups: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The slot map: the spill start of every sequence (starts are the running sums of
+    `lengths`), sorted by placed length (`counts`: sequences per placed length), in input
+    order inside each length; and beside it the real lengths when `multiple` > 1. With
+    `groups` (a group id per sequence), sorted by (group, placed length), `counts` the
+    sequences of each [group id, placed length]. A counting sort in one pass: nothing but
+    the outputs is allocated."""
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    if len(lengths) and (lengths.min() < 1 or -(-int(lengths.max()) // multiple) * multiple >= len(counts)):
-        raise PackcliError(f"lengths must be in [1, {len(counts) - 1}] once placed")
+    width = counts.shape[-1]
+    if len(lengths) and (lengths.min() < 1 or -(-int(lengths.max()) // multiple) * multiple >= width):
+        raise PackcliError(f"lengths must be in [1, {width - 1}] once placed")
     if int(counts.sum()) != len(lengths):
         raise PackcliError(f"counts hold {int(counts.sum())} sequences, lengths {len(lengths)}")
     starts = np.empty(len(lengths), dtype=np.int64)
     real = np.empty(len(lengths) if multiple > 1 else 0, dtype=np.int64)
-    kernel(_slot_map, len(lengths) + len(counts))(lengths, multiple, counts, starts, real)
+    work = len(lengths) + counts.size
+    if groups is None:
+        kernel(_slot_map, work)(lengths, multiple, counts.reshape(-1), starts, real)
+    else:
+        groups = np.asarray(groups)
+        groups = np.ascontiguousarray(groups, dtype=np.int32 if groups.dtype == np.int32 else np.int64)
+        if groups.shape != lengths.shape or (
+            len(groups) and (groups.min() < 0 or groups.max() >= counts.size // width)
+        ):
+            raise PackcliError(f"group ids must be one per sequence, in [0, {counts.size // width})")
+        kernel(_grouped_slot_map, work)(lengths, multiple, groups, width, counts.reshape(-1), starts, real)
     return starts, (real if multiple > 1 else None)
 
 
@@ -275,6 +292,26 @@ def _placed_counts(lengths, multiple, seq_len):
     for i in range(lengths.shape[0]):
         counts[(lengths[i] + multiple - 1) // multiple * multiple] += 1
     return counts
+
+
+@njit(cache=True)
+def _grouped_slot_map(lengths, multiple, groups, width, counts, starts, real):
+    """_slot_map by (group, placed length): bucket groups[i] * width + placed."""
+    cursor = np.empty(counts.shape[0], dtype=np.int64)
+    total = 0
+    for key in range(counts.shape[0]):
+        cursor[key] = total
+        total += counts[key]
+    start = 0
+    for i in range(lengths.shape[0]):
+        n = lengths[i]
+        key = groups[i] * width + (n + multiple - 1) // multiple * multiple
+        k = cursor[key]
+        starts[k] = start
+        if multiple > 1:
+            real[k] = n
+        cursor[key] = k + 1
+        start += n
 
 
 @njit(cache=True)
@@ -311,67 +348,132 @@ def plan_from_counts(
     0..seq_len) for each group, in id order. Its slots are found by bucket in the sorted
     copy (its `lookup`, the buckets of these histograms), which a caller with a slot map
     replaces; rows come out as ranks (PatternPlan.slots) either way. `grouped`: give the
-    plan its `row_group` column (int32 per row)."""
-    parts, slot_bases, slot_steps, row_groups = [], [], [], []
-    repair = algorithm in PATTERN_ALGORITHMS and cap is None
-    first = 0  # sequences of the groups before this one, in the slot map
+    plan its `row_group` column (int32 per row).
+
+    Each group is packed on its own (one packer call per group: its runs); the runs'
+    patterns, the slot ranks and what the repair pass is given are worked out for all
+    groups in one pass each, so that the work beyond the packer's grows with the slots,
+    not with the groups times their patterns."""
+    width = seq_len + 1
+    ids, tables, all_runs, group_rows = [], [], [], []
+    rows_before = 0
     for g, counts in histograms:
         counts = np.asarray(counts, dtype=np.int64)
-        n = int(counts.sum())
-        if n == 0:
+        if counts.shape != (width,):
+            raise PackcliError(f"a histogram of {counts.shape} counts for lengths 0..{seq_len}")
+        if not counts.any():
             continue
-        runs, n_rows = runs_from_counts(counts, seq_len, algorithm, cap or 0)
-        pats = patterns_from_runs(runs, n_rows)
-        if repair and n_rows > 1:
-            pats = repair_patterns(pats, seq_len, n)
-        base, step = _slot_ranks(pats)
-        slot_bases.append(base + first + offsets_of(counts)[pats.slot_len])
-        slot_steps.append(step)
-        parts.append(pats)
-        if grouped:
-            row_groups.append(np.full(pats.n_rows, g, dtype=np.int32))
-        first += n
-    empty = np.zeros(0, dtype=np.int64)
+        # the group's rows after the ones of the groups before it
+        runs, n_rows = runs_from_counts(counts, seq_len, algorithm, cap or 0, rows_before)
+        ids.append(g)
+        tables.append(counts)
+        all_runs.append(runs)
+        group_rows.append(n_rows)
+        rows_before += n_rows
+    rows = np.array(group_rows, dtype=np.int64)
+    if ids:
+        table = np.stack(tables)
+        pats = patterns_from_runs(np.concatenate(all_runs), rows_before, offsets_of(rows)[:-1])
+        if algorithm in PATTERN_ALGORITHMS and cap is None:
+            pats, rows = _repaired(pats, rows, table, seq_len)
+        part = np.repeat(np.arange(len(rows)), np.diff(np.searchsorted(pats.row_start, offsets_of(rows))))
+        # a group's ranks follow the sequences of the groups before it; in it, a length's
+        # ranks follow the shorter lengths'
+        slot_base, slot_step = _slot_ranks(pats, part, width, offsets_of(table.ravel()))
+    else:
+        pats, slot_base, slot_step = joined([]), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     plan = PatternPlan(
         seq_len=seq_len,
-        patterns=joined(parts),
-        slot_base=np.concatenate(slot_bases) if slot_bases else empty,
-        slot_step=np.concatenate(slot_steps) if slot_steps else empty,
+        patterns=pats,
+        slot_base=slot_base,
+        slot_step=slot_step,
         lookup=Buckets.from_histograms([counts for _, counts in histograms], seq_len),
         shuffle=shuffle,
         seed=seed,
         window=window,
     )
     if grouped:
-        in_plan_order = np.concatenate(row_groups) if row_groups else np.zeros(0, dtype=np.int32)
+        in_plan_order = np.repeat(np.array(ids, dtype=np.int32), rows)
         plan.row_group = np.empty_like(in_plan_order)
         plan.row_group[plan.output_rows_of(np.arange(plan.n_rows))] = in_plan_order
     return plan
 
 
-def _slot_ranks(p: Patterns) -> tuple[np.ndarray, np.ndarray]:
-    """Per slot: the rank among the slots of its length of its copy in the pattern's first
-    row, and the copies of its length in the pattern (the rank's step from row to row)."""
-    slot_pattern = p.slot_pattern()
-    order = np.lexsort((p.slot_pos, slot_pattern, p.slot_len))  # by length, plan order
-    length, pattern = p.slot_len[order], slot_pattern[order]
-    new_group = np.concatenate([[True], (length[1:] != length[:-1]) | (pattern[1:] != pattern[:-1])])
-    group_id = np.cumsum(new_group) - 1
-    group_first = np.flatnonzero(new_group)
-    group_size = np.diff(np.append(group_first, len(order)))
-    c = np.arange(len(order)) - group_first[group_id]
-    copies = group_size[group_id]
-    # slots of each (length, pattern) group over the pattern's rows, added up per length
-    contribution = group_size * p.repeat[pattern[group_first]]
-    group_length = length[group_first]
-    new_length = np.concatenate([[True], group_length[1:] != group_length[:-1]])
-    cumulative = np.cumsum(contribution) - contribution
-    length_first = cumulative[np.flatnonzero(new_length)]
-    before = cumulative - length_first[np.cumsum(new_length) - 1]
-    base = np.empty(len(order), dtype=np.int64)
-    step = np.empty(len(order), dtype=np.int64)
-    base[order] = before[group_id] + c
-    step[order] = copies
+def _repaired(pats: Patterns, rows: np.ndarray, table: np.ndarray, seq_len: int) -> tuple[Patterns, np.ndarray]:
+    """The repair pass on each group it can change (more rows than its lower bound), the
+    group's patterns cut out and repaired on their own; every group's new rows then put in
+    place in one pass over the plan (repair.replace_rows). Returns the plan and the groups'
+    rows after it."""
+    tokens = table @ np.arange(seq_len + 1, dtype=np.int64)
+    todo = np.flatnonzero((rows > 1) & (rows > np.maximum(1, -(-tokens // seq_len))))
+    group_start = offsets_of(rows)
+    first_pattern = np.searchsorted(pats.row_start, group_start)
+    replaced, new_row, new_parts, rows, n_new = [], [], [], rows.copy(), 0
+    for k in todo.tolist():
+        own = sliced(pats, int(first_pattern[k]), int(first_pattern[k + 1]))
+        found = repair_rows(own, seq_len, int(table[k].sum()))
+        if found is None:
+            continue
+        row_ids, new = found
+        replaced.append(row_ids + group_start[k])
+        # the lowest places take the new rows; the places left over are dropped
+        new_row.append(np.where(np.arange(len(row_ids)) < new.n_rows, n_new + np.arange(len(row_ids)), -1))
+        new_parts.append(new)
+        rows[k] -= len(row_ids) - new.n_rows
+        n_new += new.n_rows
+    if not replaced:
+        return pats, rows
+    joined_new = joined(new_parts)
+    pats = replace_rows(pats, np.concatenate(replaced), np.concatenate(new_row), joined_new, group_start[:-1])
+    return pats, rows
+
+
+def _slot_ranks(p: Patterns, part: np.ndarray, width: int, first_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per slot: the rank of its copy in the pattern's first row, and the copies of its
+    length in the pattern (the rank's step from row to row). The rank counts from
+    first_rank[q * width + L] for the slots of length L in part q (`part`: the part, a
+    group, of each pattern, non-decreasing), in plan order. Lengths are below `width`; a
+    pattern's slots are in offset order, as every Patterns holds them."""
+    part = np.asarray(part, dtype=np.int64)
+    first_rank = np.asarray(first_rank, dtype=np.int64)
+    if len(part) != len(p.row_start) - 1 or (len(part) and int(part.max() + 1) * width > len(first_rank)):
+        raise PackcliError(f"a part for each of {len(p.row_start) - 1} patterns, a first rank for each part and length")
+    work = 2 * len(p.slot_len) + len(part)
+    return kernel(_rank_slots, work)(p.row_start, p.slot_offsets, p.slot_len, part, width, first_rank)
+
+
+@njit(cache=True)
+def _rank_slots(row_start, slot_offsets, slot_len, part, width, first_rank):
+    """One walk over the patterns in plan order: a slot's base is the first rank of its
+    (part, length), plus the slots of its length in the part's patterns before it (over
+    their rows), plus the copies before it in its pattern; its step the copies of its
+    length in the pattern."""
+    n_slots = slot_len.shape[0]
+    base = np.empty(n_slots, dtype=np.int64)
+    step = np.empty(n_slots, dtype=np.int64)
+    seen = np.empty(width, dtype=np.int64)  # the next rank of each length in the part, all rows
+    owner = np.full(width, -1, dtype=np.int64)  # the part `seen` counts each length of
+    copies = np.zeros(width, dtype=np.int64)  # of each length in the pattern
+    taken = np.zeros(width, dtype=np.int64)  # of them ranked so far
+    for p in range(row_start.shape[0] - 1):
+        a, b = slot_offsets[p], slot_offsets[p + 1]
+        q = part[p]
+        for s in range(a, b):
+            length = slot_len[s]
+            if owner[length] != q:
+                owner[length] = q
+                seen[length] = first_rank[q * width + length]
+            copies[length] += 1
+        repeat = row_start[p + 1] - row_start[p]
+        for s in range(a, b):
+            length = slot_len[s]
+            base[s] = seen[length] + taken[length]
+            step[s] = copies[length]
+            taken[length] += 1
+            if taken[length] == copies[length]:  # its last copy: the pattern's rows move it on
+                seen[length] += copies[length] * repeat
+                taken[length] = 0
+                copies[length] = 0
     return base, step
 
 
