@@ -3,6 +3,7 @@ the module accepts, and a clear error or pyarrow's path for the rest."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 
 from packcli.core import jit
 from packcli.core.errors import PackcliError
+from packcli.inspect.verify import verify_dir
 from packcli.read.parquet_pages import dictionary_values, id_list_batches, level_positions
 from packcli.write.shard_pages import ShardPages
 from packcli.write.shard_reader import read_shard_parquet
+from tests.helpers import packages_a_pack_imports
 from tests.naive_parquet import decode_hybrid, encode_hybrid
 
 ROW_FIELDS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments", "max_seqlen")
@@ -285,6 +288,7 @@ def test_id_lists_are_pyarrows(
         got = list(batches)
         want = list(pq.ParquetFile(str(path)).iter_batches(batch_size=batch_rows, columns=["ids"], row_groups=chosen))
         assert all(0 < b.num_rows <= batch_rows for b in got)  # batches end at row groups too
+        assert all(b.column("ids").type.value_type == pa.from_numpy_dtype(dtype) for b in got)
         assert [row for b in got for row in b.column("ids").to_pylist()] == [
             row for b in want for row in b.column("ids").to_pylist()
         ]
@@ -299,3 +303,17 @@ def test_id_lists_with_nulls_or_empty_lists_are_left_to_pyarrow(tmp_path):
     assert id_list_batches(str(path), ["ids"], 10) is None  # no statistics: nulls not ruled out
     pq.write_table(pa.table({"ids": pa.array([["a"]], type=pa.list_(pa.string()))}), str(path))
     assert id_list_batches(str(path), ["ids"], 10) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
+def test_a_pack_of_id_lists_imports_no_pandas(tmp_path):
+    """The decoded lists become Arrow arrays without `pyarrow.array`, whose first call
+    imports pandas when it is installed."""
+    ids = pa.array([[1, 2, 3], [4, 5], [6] * 40], type=pa.list_(pa.int32()))
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"ids": ids}), str(path))
+    assert id_list_batches(str(path), ["ids"], 10) is not None  # the page reader's file
+    args = [path, "--ids-field", "ids", "--eos-token", "7", "--pad-id", "7", "--seq-len", "16"]
+    args += ["-o", tmp_path / "out"]
+    assert packages_a_pack_imports(args, tmp_path / "cache", ("pandas",)) == []
+    assert verify_dir(tmp_path / "out")["real_tokens"] == 45 + 3  # each list and its EOS
