@@ -183,6 +183,16 @@ def test_alone_a_benchmark_gives_its_ratios_to_baselines(tmp_path):
     assert record["flags"] == []
 
 
+def test_a_smoke_run_skips_the_warmup(tmp_path):
+    runs = tmp_path / "runs"
+    case = Case("c", lambda p, s: [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x')"])
+    for warmup, expected in ((True, "xx"), (False, "x")):
+        runs.unlink(missing_ok=True)
+        runner = Runner([program("new", "d" * 40)], tmp_path / "w", tmp_path / "r", lambda *a, **k: None, warmup)
+        assert runner.run(Benchmark("smoke", [case]), repeats=1)["warmup"] is warmup
+        assert runs.read_text() == expected
+
+
 QUICK = ["startup", "verify"]
 
 
