@@ -338,6 +338,7 @@ def pack_pairs(ctx: Context) -> Benchmark:
                 (">=", 0.85),
             ),
             Ratio(f"{tag}: SFT wall / pairs wall", (f"sft-{tag}", "wall_s"), (f"pairs-{tag}", "wall_s")),
+            Ratio(f"{tag}: SFT CPU / pairs CPU", (f"sft-{tag}", "cpu_s"), (f"pairs-{tag}", "cpu_s")),
             Ratio(f"{tag}: tokens read, pairs / SFT", (f"pairs-{tag}", "tokens_read"), (f"sft-{tag}", "tokens_read")),
             Ratio(
                 f"{tag}: bfd rows over the lower bound for whole pairs",
