@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="benchmarks to run, by name or comma-separated (default: all)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny inputs, one round")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny inputs, one round, no warm-up run")
     parser.add_argument("--ref", help="compare the working tree with this commit (installed under OUT/envs)")
     parser.add_argument("--tokenizer", help="default: OUT/qwen-tokenizer if built, else packcli:demo")
     parser.add_argument("--data", type=Path, default=shared_data(), help="the real corpora (gsm8k_train.jsonl, ...)")
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     inputs = Inputs(args.data.resolve(), tokenizer, out / "inputs", 300_000 if args.quick else 4_000_000)
     context = Context(args.quick, tokenizer, inputs, out / "work", args.scale)
-    runner = Runner(programs, out / "work", out / "records")
+    runner = Runner(programs, out / "work", out / "records", warmup=not args.quick)
     for program in programs:
         print(f"{program.label}: {program.commit} ({program.prefix})")
     print(f"tokenizer {tokenizer}; data {args.data}{'; --quick' if args.quick else ''}", flush=True)

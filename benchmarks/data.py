@@ -4,9 +4,10 @@ The documents are the shared corpora's (GSM8K question and answer, the FastChat
 conversations' turns joined) and the Python source files of NumPy and pyarrow, which
 give long documents. A larger input repeats them in a fixed shuffled order until it
 holds the tokens asked for. Token ids come from the same documents encoded once with the
-benchmark's tokenizer and cut into sequences of the lengths a benchmark asks for. Every
-input is written once per size and tokenizer and reused by later runs; nothing is copied
-into the repository.
+benchmark's tokenizer and cut into sequences of the lengths a benchmark asks for.
+Preference pairs are GSM8K's records, the answer chosen and a perturbed copy of it
+rejected. Every input is written once per size and tokenizer and reused by later runs;
+nothing is copied into the repository.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +133,29 @@ class Inputs:
             path.write_text(source.read_text(encoding="utf-8") * copies, encoding="utf-8")
         lines = sum(1 for line in source.open(encoding="utf-8") if line.strip())
         return Corpus(path, 0, lines * copies)
+
+    def pairs(self, records: int, seed: int = 0) -> tuple[Corpus, Corpus]:
+        """GSM8K train as `records` preference pairs (`prompt` the question, `chosen` the
+        answer, `rejected` the answer perturbed, see `perturbed`), the records taken in
+        order and repeated, each copy's rejected answer perturbed afresh; and the same
+        texts as SFT records, two per pair (prompt + chosen, prompt + rejected)."""
+        import numpy as np
+
+        pairs, sft = self.dir / f"pairs-{records}.jsonl", self.dir / f"pairs-sft-{records}.jsonl"
+        if not (pairs.is_file() and sft.is_file()):
+            rng = np.random.default_rng(seed)
+            rows = [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
+            with open(pairs.with_suffix(".partial"), "w", encoding="utf-8") as p, open(sft, "w", encoding="utf-8") as s:
+                for i in range(records):
+                    row = rows[i % len(rows)]
+                    rejected = perturbed(row["answer"], rng)
+                    p.write(
+                        json.dumps({"prompt": row["question"], "chosen": row["answer"], "rejected": rejected}) + "\n"
+                    )
+                    for completion in (row["answer"], rejected):
+                        s.write(json.dumps({"prompt": row["question"], "completion": completion}) + "\n")
+            pairs.with_suffix(".partial").rename(pairs)
+        return Corpus(pairs, 0, records), Corpus(sft, 0, 2 * records)
 
     def five_documents(self) -> Path:
         """Five short documents of different scripts: a run whose time is start-up."""
@@ -263,6 +288,23 @@ class Inputs:
         path.with_suffix(".partial").rename(path)
         meta.write_text(json.dumps({"tokens": written, "documents": sequences}))
         return Corpus(path, written, sequences)
+
+
+NUMBER = re.compile(r"\d+")
+
+
+def perturbed(answer: str, rng) -> str:
+    """A GSM8K answer made wrong: one number of its working changed and its final answer
+    off by one (or a digit appended), so it never equals the answer it came from."""
+    working, _, final = answer.rpartition("#### ")
+    numbers = list(NUMBER.finditer(working))
+    if numbers:
+        hit = numbers[int(rng.integers(len(numbers)))]
+        working = working[: hit.start()] + str(int(hit.group()) + int(rng.integers(1, 9))) + working[hit.end() :]
+    final = final.strip()
+    digits = final.replace(",", "")
+    wrong = str(int(digits) + 1) if digits.lstrip("-").isdigit() else final + "0"
+    return f"{working}#### {wrong}"
 
 
 def python_sources(budget: int) -> list[str]:

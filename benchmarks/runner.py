@@ -292,9 +292,19 @@ class Outcome:
 class Runner:
     """Runs benchmarks for one program (ratios to baselines) or two (new against old)."""
 
-    def __init__(self, programs: Sequence[Program], work: Path, records: Path, log: Callable[..., None] = print):
+    def __init__(
+        self,
+        programs: Sequence[Program],
+        work: Path,
+        records: Path,
+        log: Callable[..., None] = print,
+        warmup: bool = True,
+    ):
+        """`warmup=False` skips every case's unmeasured first run (a smoke run, whose one
+        round only has to complete)."""
         self.programs = list(programs)
         self.work, self.records, self.log = work, records, log
+        self.warmup = warmup
 
     @property
     def comparing(self) -> bool:
@@ -327,7 +337,7 @@ class Runner:
             self.log(f"   {note}")
         for case in cases:
             for program in self.programs:
-                if case.warmup:
+                if case.warmup and self.warmup:
                     self.attempt(case, program, outcomes[(case.name, program.label)], "warmup")
         order = []
         for round_no, case, program in schedule(cases, self.programs, repeats):
@@ -390,6 +400,7 @@ class Runner:
             },
             "command": list(argv),
             "repeats": repeats,
+            "warmup": self.warmup,
             "notes": benchmark.notes,
             "order": order,
             "cases": {},

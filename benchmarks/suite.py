@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks.data import BUNDLED, Corpus, Inputs
 from benchmarks.programs import Program
-from benchmarks.runner import ENTRIES, HIGHER, LOWER, Benchmark, Case, Failed, Ratio
+from benchmarks.runner import ENTRIES, HIGHER, LOWER, Benchmark, Case, Failed, Ratio, flatten, parse_output
 
 BENCHMARKS: dict[str, Callable[[Context], Benchmark]] = {}
 
@@ -283,6 +283,82 @@ def pack_mix(ctx: Context) -> Benchmark:
         "the mixture's target_tokens is the one corpus's tokens: the wall ratio is the inverse of the tokens/s ratio",
     ]
     return Benchmark("pack-mix", cases, ratios, notes, ctx.repeats)
+
+
+def pair_bound(ctx: Context) -> Callable[[Program, Path, dict[str, float]], dict[str, float]]:
+    """The fewest rows the run's pairs fit in whole (`pair_lb_rows`), read from its output
+    by an entry in the program's interpreter."""
+
+    def after(p: Program, scratch: Path, figures: dict[str, float]) -> dict[str, float]:
+        done = subprocess.run(
+            ctx.entry(p, "pair_bound", scratch / "out", 2048),
+            capture_output=True,
+            text=True,
+            env=p.environ(ctx.work / "caches" / p.label),
+            cwd=scratch,
+        )
+        printed = parse_output(done.stdout)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines() or ["no message"]
+            raise Failed(str(printed.get("n/a", lines[-1][:300])), "n/a" in printed)
+        return flatten(printed)
+
+    return after
+
+
+@benchmark("pack-pairs")
+def pack_pairs(ctx: Context) -> Benchmark:
+    """`pack` of preference pairs (chosen and rejected in one row, never apart) against the
+    same texts as SFT records, two per pair, at N and 4N pairs: tokens/s, and rows against
+    the fewest whole pairs fit in, by bfd and by concat."""
+    n = ctx.size(len(ctx.inputs.gsm8k_texts()), 500)
+    scales = [("n", n)] + ([] if ctx.quick else [("4n", 4 * n)])
+    pair_fields = ["--prompt-field", "prompt", "--chosen-field", "chosen", "--rejected-field", "rejected"]
+    sft_fields = ["--prompt-field", "prompt", "--completion-field", "completion"]
+    tok = ["--tokenizer", ctx.tokenizer, "--seq-len", 2048]
+    figures = {"rows": LOWER, "tokens_per_second": HIGHER}
+    cases, ratios, sizes = [], [], []
+    for tag, count in scales:
+        pairs, sft = ctx.inputs.pairs(count)
+        sizes.append(f"{tag.upper()} {count:,} pairs")
+
+        def pack(corpus: Corpus, *extra: object) -> Callable[[Program, Path], list[str]]:
+            return lambda p, s: ctx.pack(p, corpus, s / "out", *tok, *extra)
+
+        cases += [
+            Case(f"sft-{tag}", pack(sft, *sft_fields), figures, warmup=tag == "n"),
+            Case(f"pairs-{tag}", pack(pairs, *pair_fields), figures, after=pair_bound(ctx), warmup=tag == "n"),
+            Case(f"concat-{tag}", pack(pairs, *pair_fields, "--mode", "concat"), {"rows": LOWER}, warmup=tag == "n"),
+        ]
+        ratios += [
+            Ratio(
+                f"{tag}: pairs tokens/s over SFT's",
+                (f"pairs-{tag}", "tokens_per_second"),
+                (f"sft-{tag}", "tokens_per_second"),
+                (">=", 0.85),
+            ),
+            Ratio(f"{tag}: SFT wall / pairs wall", (f"sft-{tag}", "wall_s"), (f"pairs-{tag}", "wall_s")),
+            Ratio(f"{tag}: SFT CPU / pairs CPU", (f"sft-{tag}", "cpu_s"), (f"pairs-{tag}", "cpu_s")),
+            Ratio(f"{tag}: tokens read, pairs / SFT", (f"pairs-{tag}", "tokens_read"), (f"sft-{tag}", "tokens_read")),
+            Ratio(
+                f"{tag}: bfd rows over the lower bound for whole pairs",
+                (f"pairs-{tag}", "rows"),
+                (f"pairs-{tag}", "pair_lb_rows"),
+                ("<=", 1.01),
+            ),
+            Ratio(
+                f"{tag}: concat rows over the lower bound for whole pairs",
+                (f"concat-{tag}", "rows"),
+                (f"pairs-{tag}", "pair_lb_rows"),
+            ),
+            Ratio(f"{tag}: SFT records' rows over the pairs'", (f"sft-{tag}", "rows"), (f"pairs-{tag}", "rows")),
+        ]
+    notes = [
+        f"GSM8K train as preference pairs ({', '.join(sizes)}): prompt the question, chosen the answer, rejected "
+        "the answer with one number of its working changed and its final answer off by one; SFT: the same "
+        "texts as prompt/completion records, two per pair; seq_len 2048, Parquet"
+    ]
+    return Benchmark("pack-pairs", cases, ratios, notes, ctx.repeats)
 
 
 @benchmark("pack-short")

@@ -183,11 +183,22 @@ def test_alone_a_benchmark_gives_its_ratios_to_baselines(tmp_path):
     assert record["flags"] == []
 
 
-QUICK = ["startup", "verify"]
+def test_a_smoke_run_skips_the_warmup(tmp_path):
+    runs = tmp_path / "runs"
+    case = Case("c", lambda p, s: [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x')"])
+    for warmup, expected in ((True, "xx"), (False, "x")):
+        runs.unlink(missing_ok=True)
+        runner = Runner([program("new", "d" * 40)], tmp_path / "w", tmp_path / "r", lambda *a, **k: None, warmup)
+        assert runner.run(Benchmark("smoke", [case]), repeats=1)["warmup"] is warmup
+        assert runs.read_text() == expected
+
+
+QUICK = ["startup", "verify", "pack-pairs"]
 
 
 def test_some_benchmarks_run_in_their_quick_mode(tmp_path):
-    """Two benchmarks end to end (seconds each): the CLI, an entry, outputs packed by the program.
+    """Three benchmarks end to end (seconds each): the CLI, entries as cases and after a run,
+    outputs packed by the program, inputs built from the corpora (a generated GSM8K here).
     The others share their code paths; `make bench BENCH_FLAGS=--quick` runs them all."""
     data = tmp_path / "data"
     write_jsonl(data / "gsm8k_train.jsonl", [{"question": t, "answer": t[::-1]} for t in random_texts(300)])
@@ -207,3 +218,7 @@ def test_some_benchmarks_run_in_their_quick_mode(tmp_path):
         for name, case in record["cases"].items():
             assert case["programs"]["new"]["reason"] is None, (path.name, name)
             assert len(case["programs"]["new"]["runs"]) == 1
+        if record["benchmark"] == "pack-pairs":  # every pair read back from the output by an entry, and a bound
+            [run] = record["cases"]["pairs-n"]["programs"]["new"]["runs"]
+            assert run["pair_count"] == 500 and run["pair_tokens"] == run["real_tokens"]
+            assert 1 <= run["rows"] / run["pair_lb_rows"] < 1.1

@@ -223,6 +223,9 @@ def environment(world: Path, here: Path) -> dict[str, str]:
     env["PATH"] = f"{world / '.bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", COLUMNS="100", TOKENIZERS_PARALLELISM="false")
+    # torch's kernels on one thread: the suite runs a test file on every core, where a
+    # second thread would only wait for a core that is busy
+    env["OMP_NUM_THREADS"] = "1"
     env["HF_HOME"] = str(here / ".hf-home")
     env["PACKCLI_CACHE_DIR"] = str(here / ".packcli-cache")
     return env
