@@ -184,7 +184,8 @@ def test_varlen_attention_keeps_sequences_apart(monkeypatch):
     assert calls[0]["causal"] is True and batch.cu_seqlens.dtype == torch.int32
 
 
-def tiny_llama(attn: str):
+def tiny_llama(attn: str, seed: int = 0, dtype=None):
+    """A two-layer Llama of random weights (float64 unless `dtype` says), the same for a seed."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -196,8 +197,8 @@ def tiny_llama(attn: str):
         num_key_value_heads=2,
         attn_implementation=attn,
     )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).to(torch.float64).eval()
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).to(dtype or torch.float64).eval()
 
 
 def per_token_loss(logits, labels):

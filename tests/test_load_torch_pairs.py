@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_load_torch import tiny_llama
+
 import packcli
 from packcli.core.errors import PackcliError
 from packcli.inspect.verify import check_rows
@@ -30,19 +32,7 @@ def preference_pairs(n: int, seed: int):
 
 
 def float32_llama(seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).to(torch.float32).eval()
+    return tiny_llama("sdpa", seed, torch.float32)
 
 
 def logp_alone(model, ids: list[int], labels: list[int]) -> float:
