@@ -70,6 +70,9 @@ def expect_failure(out, *fragments):
 def test_sound_output_passes(output):
     summary = verify_dir(output())
     assert summary["shards"] >= 2 and summary["rows"] > 0 and summary["bytes"] > 0
+    # plain Python numbers, so `verify --json` writes them, with the kernels compiled or not (make cov)
+    assert type(summary["sequences"]) is int and type(summary["real_tokens"]) is int
+    assert json.loads(json.dumps(summary)) == summary
 
 
 def test_flipped_label(output):

@@ -163,8 +163,8 @@ def _check_arrays(
             lo, hi = int(offsets[bad]) - base, int(offsets[bad + 1]) - base
             rules = (int(num_segments[bad]), seq_len, pad_id, vocab_size, labels_follow_ids)
             fail(bad, _row_problem(ids[bad], labels[bad], positions[bad], cu, lo, hi, *rules))
-        sequences += seqs
-        real_tokens += real
+        sequences += int(seqs)  # a Python int, whether the kernel ran compiled or as Python
+        real_tokens += int(real)
     return sequences, real_tokens
 
 
