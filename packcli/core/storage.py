@@ -223,11 +223,6 @@ def is_complete(output: Path | str | RemoteDir) -> bool:
     return (Path(output) / MANIFEST_FILE).is_file()
 
 
-def is_remote_output(path: str) -> bool:
-    """A URL that holds a complete packcli output."""
-    return is_remote(path) and is_complete(path)
-
-
 @contextmanager
 def fetched_output(path: str) -> Iterator[str]:
     """A remote packed output as a local copy, for `verify` and `stats` (removed after);
