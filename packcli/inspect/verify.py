@@ -5,7 +5,7 @@ segment_checks.py's per-segment columns), then holds what the shards add up to a
 manifest: each shard's rows, sequences and real tokens, the totals, each source's tokens
 (`verify_sources`), each preference pair once (`verify_pairs`), each --group-by group's
 counts and token hash (`verify_groups`). `output_rules` gives `check_rows` the rules of an
-output's rows; `check_rows` and the other row checks are importable from here too.
+output's rows; `check_rows` is importable from here too.
 
 Speed: `verify_dir` hashes shards on worker threads while others check rows (both
 release the GIL), since sha256 is most of the cost.
@@ -24,14 +24,8 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.storage import MANIFEST_FILE
-from packcli.inspect.row_checks import check_max_seqlen, check_padded_segments, check_rows
-from packcli.inspect.segment_checks import (
-    SegmentFigures,
-    check_pairs,
-    check_segment_columns,
-    check_weights,
-    sum_sources,
-)
+from packcli.inspect.row_checks import check_rows
+from packcli.inspect.segment_checks import sum_sources
 from packcli.inspect.shard_checks import check_shard, shard_checksum
 from packcli.plan.grouping import group_counts, row_token_hashes
 from packcli.write.columns import SOURCE_COLUMN, is_segment_column, npy_shard_files
@@ -39,14 +33,8 @@ from packcli.write.manifest import Manifest, ShardEntry, load_manifest
 from packcli.write.shard_reader import read_group_column, read_shard
 from packcli.write.values import PAIR_COLUMN
 
-__all__ = [  # its own checks and the row checks it runs (row_checks.py, segment_checks.py): one import for all
-    "SegmentFigures",
-    "check_max_seqlen",
-    "check_padded_segments",
-    "check_pairs",
+__all__ = [  # its own checks, and check_rows (row_checks.py), which format.md names from here
     "check_rows",
-    "check_segment_columns",
-    "check_weights",
     "missing_npy_files",
     "output_rules",
     "segment_columns_of",
