@@ -162,7 +162,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
         if splits:
             names = " and ".join(f"{p}" for p in splits)
             raise PackcliError(f"{out_dir} holds the outputs of --holdout, not one output: name {names}")
-        raise PackcliError(f"{out_dir}: no manifest.json, so this is not a complete packcli output")
+        raise PackcliError(f"{out_dir}: no {MANIFEST_FILE}, so this is not a complete packcli output")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
