@@ -257,10 +257,10 @@ class OutputSource:
         if self.remote is not None:
             if not is_complete(self.remote):
                 raise PackcliError(f"{self.remote}: no {MANIFEST_FILE}, so this is not a complete packcli output")
-            from packcli.write.manifest import _check_format_version
+            from packcli.write.manifest import check_format_version
 
             manifest = self.remote.read_json(MANIFEST_FILE)
-            _check_format_version(Path(MANIFEST_FILE), manifest.get("format_version"))
+            check_format_version(Path(MANIFEST_FILE), manifest.get("format_version"))
             self.manifest: Manifest = manifest
         else:
             from packcli.write.manifest import load_manifest

@@ -169,7 +169,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
         raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(manifest, dict):
         raise PackcliError(f"{path}: not a packcli manifest (a JSON object is expected)")
-    _check_format_version(path, manifest.get("format_version"))
+    check_format_version(path, manifest.get("format_version"))
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
     if missing:
         raise PackcliError(f"{path}: missing {', '.join(missing)}")
@@ -178,7 +178,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
     return cast("Manifest", manifest)  # the keys every reader needs are checked above
 
 
-def _check_format_version(path: Path, version: object) -> None:
+def check_format_version(path: Path, version: object) -> None:
     """A newer format may change what the files mean, so it is refused, not guessed at."""
     if version is None:
         raise PackcliError(f"{path}: missing format_version")
