@@ -118,8 +118,7 @@ def is_raw_input(paths: list[str], given: list[str], command: str = "stats") -> 
 
 
 def _is_packed(path: str) -> bool:
-    """A packed output: a directory with a manifest (stats.is_packed_output, without
-    loading stats and its kernels), or a URL that holds one."""
+    """A packed output: a directory with a manifest, or a URL that holds one."""
     from packcli.core.storage import is_complete
 
     return is_complete(path)
@@ -129,7 +128,7 @@ def _stats_dirs(paths: list[str], *, plot: str | None, json_output: bool, html: 
     """Measures each packed output from its shards and prints the report, or the reports side by side."""
     from packcli.cli import render
     from packcli.core.storage import fetched_output
-    from packcli.inspect.stats import dir_stats, is_packed_output
+    from packcli.inspect.stats import dir_stats
 
     reports, histograms = [], []
     for path in paths:
@@ -137,7 +136,7 @@ def _stats_dirs(paths: list[str], *, plot: str | None, json_output: bool, html: 
             with fetched_output(path) as local:
                 report, hists = dir_stats(local)
         except PackcliError as exc:
-            if Path(path).exists() and not is_packed_output(path):
+            if Path(path).exists() and not _is_packed(path):
                 raise PackcliError(f"{exc}; for raw input, pass --tokenizer and --seq-len") from exc
             raise
         reports.append(report)

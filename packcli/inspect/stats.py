@@ -16,7 +16,6 @@ from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
-from packcli.core.storage import is_complete
 from packcli.plan.grouping import group_counts
 from packcli.write.manifest import (
     Manifest,
@@ -31,11 +30,6 @@ from packcli.write.report import RowStats, no_packing_baseline
 from packcli.write.shard_reader import iter_output_rows, read_group_column, read_shard
 
 CHART_BINS = 16
-
-
-def is_packed_output(path) -> bool:
-    """A directory with a manifest: what stats reads as a packed output, not as raw input."""
-    return Path(path).is_dir() and is_complete(Path(path))
 
 
 def stats_dir(path: str) -> OutputStats:
