@@ -85,12 +85,13 @@ def stats(
 def with_splits(paths: list[str]) -> list[str]:
     """The paths, a --holdout's DIR standing for its outputs (train, validation) side by side."""
     from packcli.core.storage import is_complete
+    from packcli.write.manifest import SPLITS
 
     out: list[str] = []
     for path in paths:
         local = Path(path)
         if local.is_dir() and not is_complete(local):
-            splits = [local / name for name in ("train", "validation") if is_complete(local / name)]
+            splits = [local / name for name in SPLITS if is_complete(local / name)]
             if splits:
                 out.extend(str(split) for split in splits)
                 continue
