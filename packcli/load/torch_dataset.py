@@ -16,12 +16,12 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
     import torch
 
 from packcli.plan.rows import Rows, segment_offsets
-from packcli.write.columns import SEGMENT_OFFSETS_FILE, is_segment_column
+from packcli.write.columns import NPY_FILES, OPTIONAL_NPY_FILES, SEGMENT_OFFSETS_FILE, is_segment_column
 from packcli.write.manifest import load_manifest
 from packcli.write.shard_reader import read_shard
 
-NPY_COLUMNS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_seqlens_offsets", "num_segments")
-OPTIONAL_COLUMNS = ("max_seqlen", "cu_seqlens_unpadded")  # format 3; the second with --pad-to-multiple-of
+NPY_COLUMNS = tuple(name[:-4] for name in NPY_FILES)  # the files' stems: the items' keys
+OPTIONAL_COLUMNS = tuple(name[:-4] for name in OPTIONAL_NPY_FILES)  # format 3; the second with --pad-to-multiple-of
 SEGMENT_OFFSETS = SEGMENT_OFFSETS_FILE[:-4]  # format 5: the per-segment columns' row offsets (CSR)
 
 
