@@ -569,11 +569,11 @@ def finish_output(job: Job, outcome: Outcome, report: Report, removal: threading
         outdir.guarded(out, outdir.write_json_atomic, out / "report.json", report)
         pause("report.json")
         manifest = run_manifest(job, outcome, report)
-        outdir.guarded(out, outdir.write_json_atomic, out / outdir.MANIFEST_FILE, manifest)
+        outdir.guarded(out, outdir.write_json_atomic, out / storage.MANIFEST_FILE, manifest)
         if job.remote is not None:
             remote_output.finish(job.remote, out)
             job.published_manifest = True
-        pause(outdir.MANIFEST_FILE)
+        pause(storage.MANIFEST_FILE)
     finally:
         removal.join()
 

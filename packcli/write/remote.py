@@ -91,5 +91,5 @@ def publish(remote: storage.RemoteDir, staging: Path, shards: list[ShardInfo], s
 
 def finish(remote: storage.RemoteDir, staging: Path) -> None:
     """report.json, then manifest.json (last: its presence means complete)."""
-    for name in ("report.json", outdir.MANIFEST_FILE):
+    for name in ("report.json", storage.MANIFEST_FILE):
         remote.put(staging / name, name)

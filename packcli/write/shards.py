@@ -82,7 +82,7 @@ def segment_types(rows: Rows) -> SegmentTypes:
     return {name: segment_dtype(rows.segment_columns[name]) for name in sorted(rows.segment_columns)}
 
 
-def check_segment_columns(rows: Rows, types: SegmentTypes) -> None:
+def _require_segment_columns(rows: Rows, types: SegmentTypes) -> None:
     """Rows written to a shard carry its per-segment columns, one entry per real segment."""
     if sorted(rows.segment_columns) != list(types):
         raise PackcliError(
@@ -193,7 +193,7 @@ class _ParquetShard:
             arrays.append(pa.ListArray.from_arrays(int32_array(rows.cu_offsets), int32_array(rows.cu_seqlens_unpadded)))
         if group is not None:
             arrays.append(int32_array(group))
-        check_segment_columns(rows, self.segments)
+        _require_segment_columns(rows, self.segments)
         if self.segments:
             offsets = int32_array(rows.seg_offsets)
             for name, dtype in self.segments.items():
@@ -282,7 +282,7 @@ class _NpyShard:
                 raise PackcliError("rows without cu_seqlens_unpadded in a shard that has the column")
             self.files["cu_seqlens_unpadded"].write(rows.cu_seqlens_unpadded)
         self.cu_written += int(rows.cu_offsets[-1])
-        check_segment_columns(rows, self.segments)
+        _require_segment_columns(rows, self.segments)
         if self.segments:
             offsets = rows.seg_offsets
             self.seg_offsets.write(offsets[1:] + self.seg_written)
