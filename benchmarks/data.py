@@ -134,7 +134,7 @@ class Inputs:
         lines = sum(1 for line in source.open(encoding="utf-8") if line.strip())
         return Corpus(path, 0, lines * copies)
 
-    def pairs(self, records: int, seed: int = 0) -> tuple[Corpus, Corpus]:
+    def pairs(self, records: int) -> tuple[Corpus, Corpus]:
         """GSM8K train as `records` preference pairs (`prompt` the question, `chosen` the
         answer, `rejected` the answer perturbed, see `perturbed`), the records taken in
         order and repeated, each copy's rejected answer perturbed afresh; and the same
@@ -143,7 +143,7 @@ class Inputs:
 
         pairs, sft = self.dir / f"pairs-{records}.jsonl", self.dir / f"pairs-sft-{records}.jsonl"
         if not (pairs.is_file() and sft.is_file()):
-            rng = np.random.default_rng(seed)
+            rng = np.random.default_rng(0)  # one seed: the cached files are named without one
             rows = [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
             with open(pairs.with_suffix(".partial"), "w", encoding="utf-8") as p, open(sft, "w", encoding="utf-8") as s:
                 for i in range(records):
