@@ -68,13 +68,12 @@ class Inputs:
             self._documents = docs
         return self._documents
 
+    def gsm8k_records(self) -> list[dict[str, str]]:
+        """GSM8K train's records (`question`, `answer`), in order."""
+        return [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
+
     def gsm8k_texts(self) -> list[str]:
-        texts = []
-        for line in self.gsm8k().read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                texts.append(row["question"] + "\n" + row["answer"])
-        return texts
+        return [row["question"] + "\n" + row["answer"] for row in self.gsm8k_records()]
 
     def tokenizer_file(self) -> Path:
         if self.tokenizer == BUNDLED:
@@ -144,7 +143,7 @@ class Inputs:
         pairs, sft = self.dir / f"pairs-{records}.jsonl", self.dir / f"pairs-sft-{records}.jsonl"
         if not (pairs.is_file() and sft.is_file()):
             rng = np.random.default_rng(0)  # one seed: the cached files are named without one
-            rows = [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
+            rows = self.gsm8k_records()
             with open(pairs.with_suffix(".partial"), "w", encoding="utf-8") as p, open(sft, "w", encoding="utf-8") as s:
                 for i in range(records):
                     row = rows[i % len(rows)]
