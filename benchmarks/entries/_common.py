@@ -60,6 +60,15 @@ def best_wall(function, rounds: int) -> tuple[float, Any]:
     return best, result
 
 
+def length_set_options(parser) -> None:
+    """The options that name a seeded set of `lengths` (--set, --n, --capacity, --seed), with
+    the same defaults in every entry that draws one, so the same flags give the same set."""
+    parser.add_argument("--set", default="lognormal")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--capacity", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=2024)
+
+
 def lengths(kind: str, n: int, capacity: int, seed: int):
     """A seeded set of sequence lengths in [1, capacity]: `lognormal` (mean about 300,
     heavy-tailed like documents), `uniform`, or `bimodal` (40% around 0.7 capacity, most

@@ -24,10 +24,7 @@ WINDOWED = ("bfd", "spfhp", "lpfhp")
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", default="lognormal")
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--capacity", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=2024)
+    _common.length_set_options(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lengths", help="a .npy of real lengths instead of a synthetic set")
     parser.add_argument("--windows", default="")
