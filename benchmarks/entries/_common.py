@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 NOT_APPLICABLE = 3
+KERNELS = ("packcli.plan.kernels.pack", "packcli.kernels")  # the packing kernels' modules, newest first
 
 
 def not_applicable(reason: str) -> None:

@@ -18,7 +18,6 @@ import argparse
 import _common
 import numpy as np
 
-MODULES = ("packcli.plan.kernels.pack", "packcli.kernels")
 WINDOWED = ("bfd", "spfhp", "lpfhp")
 
 
@@ -29,10 +28,10 @@ def main() -> None:
     parser.add_argument("--lengths", help="a .npy of real lengths instead of a synthetic set")
     parser.add_argument("--windows", default="")
     args = parser.parse_args()
-    pack_lengths = _common.find("pack_lengths", *MODULES)
-    algorithms = _common.find("ALGORITHMS", *MODULES)
-    lower_bound_rows = _common.find("lower_bound_rows", *MODULES)
-    martello_toth_l2 = _common.find("martello_toth_l2", *MODULES)
+    pack_lengths = _common.find("pack_lengths", *_common.KERNELS)
+    algorithms = _common.find("ALGORITHMS", *_common.KERNELS)
+    lower_bound_rows = _common.find("lower_bound_rows", *_common.KERNELS)
+    martello_toth_l2 = _common.find("martello_toth_l2", *_common.KERNELS)
     capacity = args.capacity
     if args.lengths:
         lengths = np.clip(np.load(args.lengths).astype(np.int64), 1, capacity)
