@@ -68,13 +68,12 @@ class Inputs:
             self._documents = docs
         return self._documents
 
+    def gsm8k_records(self) -> list[dict[str, str]]:
+        """GSM8K train's records (`question`, `answer`), in order."""
+        return [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
+
     def gsm8k_texts(self) -> list[str]:
-        texts = []
-        for line in self.gsm8k().read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                texts.append(row["question"] + "\n" + row["answer"])
-        return texts
+        return [row["question"] + "\n" + row["answer"] for row in self.gsm8k_records()]
 
     def tokenizer_file(self) -> Path:
         if self.tokenizer == BUNDLED:
@@ -134,7 +133,7 @@ class Inputs:
         lines = sum(1 for line in source.open(encoding="utf-8") if line.strip())
         return Corpus(path, 0, lines * copies)
 
-    def pairs(self, records: int, seed: int = 0) -> tuple[Corpus, Corpus]:
+    def pairs(self, records: int) -> tuple[Corpus, Corpus]:
         """GSM8K train as `records` preference pairs (`prompt` the question, `chosen` the
         answer, `rejected` the answer perturbed, see `perturbed`), the records taken in
         order and repeated, each copy's rejected answer perturbed afresh; and the same
@@ -143,8 +142,8 @@ class Inputs:
 
         pairs, sft = self.dir / f"pairs-{records}.jsonl", self.dir / f"pairs-sft-{records}.jsonl"
         if not (pairs.is_file() and sft.is_file()):
-            rng = np.random.default_rng(seed)
-            rows = [json.loads(line) for line in self.gsm8k().read_text(encoding="utf-8").splitlines() if line.strip()]
+            rng = np.random.default_rng(0)  # one seed: the cached files are named without one
+            rows = self.gsm8k_records()
             with open(pairs.with_suffix(".partial"), "w", encoding="utf-8") as p, open(sft, "w", encoding="utf-8") as s:
                 for i in range(records):
                     row = rows[i % len(rows)]

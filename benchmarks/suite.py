@@ -285,13 +285,13 @@ def pack_mix(ctx: Context) -> Benchmark:
     return Benchmark("pack-mix", cases, ratios, notes, ctx.repeats)
 
 
-def pair_bound(ctx: Context) -> Callable[[Program, Path, dict[str, float]], dict[str, float]]:
-    """The fewest rows the run's pairs fit in whole (`pair_lb_rows`), read from its output
-    by an entry in the program's interpreter."""
+def pair_bound(ctx: Context, seq_len: int) -> Callable[[Program, Path, dict[str, float]], dict[str, float]]:
+    """The fewest rows of `seq_len` the run's pairs fit in whole (`pair_lb_rows`), read from
+    its output by an entry in the program's interpreter."""
 
     def after(p: Program, scratch: Path, figures: dict[str, float]) -> dict[str, float]:
         done = subprocess.run(
-            ctx.entry(p, "pair_bound", scratch / "out", 2048),
+            ctx.entry(p, "pair_bound", scratch / "out", seq_len),
             capture_output=True,
             text=True,
             env=p.environ(ctx.work / "caches" / p.label),
@@ -315,7 +315,8 @@ def pack_pairs(ctx: Context) -> Benchmark:
     scales = [("n", n)] + ([] if ctx.quick else [("4n", 4 * n)])
     pair_fields = ["--prompt-field", "prompt", "--chosen-field", "chosen", "--rejected-field", "rejected"]
     sft_fields = ["--prompt-field", "prompt", "--completion-field", "completion"]
-    tok = ["--tokenizer", ctx.tokenizer, "--seq-len", 2048]
+    seq_len = 2048
+    tok = ["--tokenizer", ctx.tokenizer, "--seq-len", seq_len]
     figures = {"rows": LOWER, "tokens_per_second": HIGHER}
     cases, ratios, sizes = [], [], []
     for tag, count in scales:
@@ -327,7 +328,7 @@ def pack_pairs(ctx: Context) -> Benchmark:
 
         cases += [
             Case(f"sft-{tag}", pack(sft, *sft_fields), figures, warmup=tag == "n"),
-            Case(f"pairs-{tag}", pack(pairs, *pair_fields), figures, after=pair_bound(ctx), warmup=tag == "n"),
+            Case(f"pairs-{tag}", pack(pairs, *pair_fields), figures, after=pair_bound(ctx, seq_len), warmup=tag == "n"),
             Case(f"concat-{tag}", pack(pairs, *pair_fields, "--mode", "concat"), {"rows": LOWER}, warmup=tag == "n"),
         ]
         ratios += [
@@ -356,7 +357,7 @@ def pack_pairs(ctx: Context) -> Benchmark:
     notes = [
         f"GSM8K train as preference pairs ({', '.join(sizes)}): prompt the question, chosen the answer, rejected "
         "the answer with one number of its working changed and its final answer off by one; SFT: the same "
-        "texts as prompt/completion records, two per pair; seq_len 2048, Parquet"
+        f"texts as prompt/completion records, two per pair; seq_len {seq_len}, Parquet"
     ]
     return Benchmark("pack-pairs", cases, ratios, notes, ctx.repeats)
 

@@ -242,13 +242,18 @@ def oversized(paths: list[Path]) -> list[str]:
 
 
 def test_the_size_checker_sees_long_modules_and_bodies(tmp_path):
+    """At the limits nothing is found (a body of MAX_BODY_LINES after its docstring, a module
+    of MAX_MODULE_LINES); one line over either is."""
     statements = "\n".join(f"    x{i} = {i}" for i in range(MAX_BODY_LINES))
     short = tmp_path / "short.py"
-    short.write_text(f'def f():\n    """Doc."""\n{statements}\n')
+    text = f'def f():\n    """Doc."""\n{statements}\n'
+    short.write_text(text + "\n" * (MAX_MODULE_LINES - len(text.splitlines())))
+    assert len(short.read_text().splitlines()) == MAX_MODULE_LINES
     assert oversized([short]) == []
     long = tmp_path / "long.py"
-    long.write_text(f"def g():\n{statements}\n    return 0\n" + "\n" * MAX_MODULE_LINES)
-    assert oversized([long]) == [f"long.py: {MAX_BODY_LINES + 2 + MAX_MODULE_LINES} lines", "long.py:1 g: 81 lines"]
+    text = f"def g():\n{statements}\n    return 0\n"
+    long.write_text(text + "\n" * (MAX_MODULE_LINES + 1 - len(text.splitlines())))
+    assert oversized([long]) == [f"long.py: {MAX_MODULE_LINES + 1} lines", f"long.py:1 g: {MAX_BODY_LINES + 1} lines"]
 
 
 def test_every_module_and_function_body_is_short():

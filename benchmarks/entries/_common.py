@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 NOT_APPLICABLE = 3
+KERNELS = ("packcli.plan.kernels.pack", "packcli.kernels")  # the packing kernels' modules, newest first
 
 
 def not_applicable(reason: str) -> None:
@@ -58,6 +59,15 @@ def best_wall(function, rounds: int) -> tuple[float, Any]:
         result = function()
         best = min(best, time.perf_counter() - started)
     return best, result
+
+
+def length_set_options(parser) -> None:
+    """The options that name a seeded set of `lengths` (--set, --n, --capacity, --seed), with
+    the same defaults in every entry that draws one, so the same flags give the same set."""
+    parser.add_argument("--set", default="lognormal")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--capacity", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=2024)
 
 
 def lengths(kind: str, n: int, capacity: int, seed: int):

@@ -18,24 +18,20 @@ import argparse
 import _common
 import numpy as np
 
-MODULES = ("packcli.plan.kernels.pack", "packcli.kernels")
 WINDOWED = ("bfd", "spfhp", "lpfhp")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", default="lognormal")
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--capacity", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=2024)
+    _common.length_set_options(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lengths", help="a .npy of real lengths instead of a synthetic set")
     parser.add_argument("--windows", default="")
     args = parser.parse_args()
-    pack_lengths = _common.find("pack_lengths", *MODULES)
-    algorithms = _common.find("ALGORITHMS", *MODULES)
-    lower_bound_rows = _common.find("lower_bound_rows", *MODULES)
-    martello_toth_l2 = _common.find("martello_toth_l2", *MODULES)
+    pack_lengths = _common.find("pack_lengths", *_common.KERNELS)
+    algorithms = _common.find("ALGORITHMS", *_common.KERNELS)
+    lower_bound_rows = _common.find("lower_bound_rows", *_common.KERNELS)
+    martello_toth_l2 = _common.find("martello_toth_l2", *_common.KERNELS)
     capacity = args.capacity
     if args.lengths:
         lengths = np.clip(np.load(args.lengths).astype(np.int64), 1, capacity)

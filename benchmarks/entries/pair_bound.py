@@ -20,8 +20,6 @@ from pathlib import Path
 import _common
 import numpy as np
 
-KERNELS = ("packcli.plan.kernels.pack", "packcli.kernels")
-
 
 def row_segments(column, counts: np.ndarray) -> np.ndarray:
     """The lengths of each row's first `counts[r]` segments of a `cu_seqlens` column, in order."""
@@ -38,7 +36,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("seq_len", type=int)
     args = parser.parse_args()
-    martello_toth_l2 = _common.find("martello_toth_l2", *KERNELS)
+    martello_toth_l2 = _common.find("martello_toth_l2", *_common.KERNELS)
     import pyarrow.parquet as pq
 
     shards = json.loads((args.out / "manifest.json").read_text())["shards"]

@@ -26,8 +26,6 @@ import time
 import _common
 import numpy as np
 
-KERNELS = ("packcli.plan.kernels.pack", "packcli.kernels")
-
 
 def peak_rss_mb() -> float:
     with open("/proc/self/status") as status:
@@ -114,10 +112,10 @@ def groups(args) -> dict:
 
 
 def repair(args) -> dict:
-    pack_lengths = _common.find("pack_lengths", *KERNELS)
-    improve_rows = _common.find("improve_rows", *KERNELS)
-    lower_bound_rows = _common.find("lower_bound_rows", *KERNELS)
-    martello_toth_l2 = _common.find("martello_toth_l2", *KERNELS)
+    pack_lengths = _common.find("pack_lengths", *_common.KERNELS)
+    improve_rows = _common.find("improve_rows", *_common.KERNELS)
+    lower_bound_rows = _common.find("lower_bound_rows", *_common.KERNELS)
+    martello_toth_l2 = _common.find("martello_toth_l2", *_common.KERNELS)
     capacity = args.capacity
     if args.lengths:
         lengths = np.clip(np.load(args.lengths).astype(np.int64), 1, capacity)[: args.n]

@@ -19,10 +19,7 @@ import numpy as np
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", default="lognormal")
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--capacity", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=2024)
+    _common.length_set_options(parser)
     args = parser.parse_args()
     try:
         import pyarrow as pa
