@@ -198,22 +198,31 @@ def _lay_out_runs(runs, run_first, run_end, bounds, is_start, n_slots):
                 slot_len[j] = n
                 slot_pos[j] = runs[r, 4] + c * n
                 j += 1
-        if n_patterns > 0 and not is_start[i]:
-            prev = slot_offsets[n_patterns - 1]
-            same = begin - prev == j - begin
-            if same:
-                for s in range(j - begin):
-                    if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
-                        same = False
-                        break
-            if same:
-                j = begin  # the interval's rows join the pattern before it
-                continue
+        if (
+            n_patterns > 0
+            and not is_start[i]
+            and _same_layout(slot_len, slot_pos, slot_offsets[n_patterns - 1], begin, j)
+        ):
+            j = begin  # the interval's rows join the pattern before it
+            continue
         row_start[n_patterns] = bounds[i]
         n_patterns += 1
         slot_offsets[n_patterns] = j
     row_start[n_patterns] = bounds[n_intervals]
     return row_start[: n_patterns + 1].copy(), slot_offsets[: n_patterns + 1].copy(), slot_len, slot_pos, j
+
+
+@njit(cache=True)
+def _same_layout(slot_len, slot_pos, prev, begin, end):
+    """Whether slots begin..end - 1 (the layout just written) are the slots from `prev`
+    up to `begin` (the pattern before it), length for length and position for position:
+    the test by which a layout joins the pattern before it."""
+    if begin - prev != end - begin:
+        return False
+    for s in range(end - begin):
+        if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
+            return False
+    return True
 
 
 def within(sizes: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 from packcli.plan.kernels.pack import IMPROVE_WORK_BASE, IMPROVE_WORK_PER_SEQUENCE, PackedLengths, improve_rows
-from packcli.plan.layouts import KEEP_USED, Patterns, offsets_of, within
+from packcli.plan.layouts import KEEP_USED, Patterns, _same_layout, offsets_of, within
 
 # What the repair pass is given, so that its cost stays flat in the number of sequences:
 # the rows with room (at most REPAIR_ROOM_ROWS of them, the emptiest first) and the full
@@ -226,16 +226,7 @@ def _replace_rows(
                 out_len[j] = source_len[s]
                 out_pos[j] = source_pos[s]
                 j += 1
-            same = False
-            if q > 0 and not barrier:
-                prev = out_offsets[q - 1]
-                same = begin - prev == j - begin
-                if same:
-                    for s in range(j - begin):
-                        if out_len[prev + s] != out_len[begin + s] or out_pos[prev + s] != out_pos[begin + s]:
-                            same = False
-                            break
-            if same:
+            if q > 0 and not barrier and _same_layout(out_len, out_pos, out_offsets[q - 1], begin, j):
                 j = begin  # more rows of the pattern before it
             else:
                 out_start[q] = rows
