@@ -182,3 +182,9 @@ def by_row_and_offset(row, offset, n_rows):
     """Sequence indices sorted by (row, offset), and the sequences of each row."""
     order = sorted(range(len(row)), key=lambda i: (row[i], offset[i]))
     return order, [list(row).count(r) for r in range(n_rows)]
+
+
+def same_layout(slot_len, slot_pos, prev, begin, end):
+    """Whether the (length, position) slots begin..end - 1 are the ones prev..begin - 1."""
+    pairs = list(zip(slot_len, slot_pos))
+    return pairs[prev:begin] == pairs[begin:end]

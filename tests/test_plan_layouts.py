@@ -109,3 +109,21 @@ def test_the_run_table_lists_each_lengths_runs_in_order(per_length, first_row, d
     got = _run_table(begin, end, runs, first_row)
     assert got.dtype == np.int64
     assert got.tolist() == run_table(begin.tolist(), end.tolist(), runs.tolist(), first_row)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(0, 1)), max_size=10), st.data())
+def test_a_layout_is_the_one_before_it_slot_for_slot(slots, data):
+    """The test by which a layout joins the pattern before it (laying runs out, replacing
+    rows): slots begin..end - 1 against prev..begin - 1, as the naive comparison of lists."""
+    from naive_slots import same_layout
+
+    from packcli.plan.layouts import _same_layout
+
+    prev = data.draw(st.integers(0, len(slots)))
+    begin = data.draw(st.integers(prev, len(slots)))
+    end = data.draw(st.integers(begin, len(slots)))
+    slot_len = np.array([n for n, _ in slots], dtype=np.int64)
+    slot_pos = np.array([p for _, p in slots], dtype=np.int64)
+    got = _same_layout(slot_len, slot_pos, prev, begin, end)
+    assert got == same_layout(slot_len.tolist(), slot_pos.tolist(), prev, begin, end)

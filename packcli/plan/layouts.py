@@ -107,15 +107,24 @@ def patterns_from_runs(runs: np.ndarray, n_rows: int, part_starts: np.ndarray | 
     row_start, slot_offsets, slot_len, slot_pos, used = kernel(_lay_out_runs, n_slots + len(runs) + len(bounds))(
         runs, a, b, bounds, is_start, n_slots
     )
-    if used < n_slots * KEEP_USED:  # else the arrays are kept, a few joined slots unused past their end
-        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
-    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
+    return with_used_slots(row_start, slot_offsets, slot_len, slot_pos, used)
 
 
 # A kernel's slot arrays, allocated for every slot before layouts are joined, are copied to
 # their used size only when that is below this share of them: a copy of a grouped plan's
 # slots (few of them joined) costs more than the memory it would give back.
 KEEP_USED = 0.9
+
+
+def with_used_slots(
+    row_start: np.ndarray, slot_offsets: np.ndarray, slot_len: np.ndarray, slot_pos: np.ndarray, used: int
+) -> Patterns:
+    """A kernel's patterns, of the first `used` slots of the slot arrays it allocated:
+    copied to that size when it is below KEEP_USED of them, else views, a few joined slots
+    unused past their end."""
+    if used < len(slot_len) * KEEP_USED:
+        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
+    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
 
 
 # Bounds found by marking an array of n_rows + 1 flags while that is at most this many
@@ -198,22 +207,31 @@ def _lay_out_runs(runs, run_first, run_end, bounds, is_start, n_slots):
                 slot_len[j] = n
                 slot_pos[j] = runs[r, 4] + c * n
                 j += 1
-        if n_patterns > 0 and not is_start[i]:
-            prev = slot_offsets[n_patterns - 1]
-            same = begin - prev == j - begin
-            if same:
-                for s in range(j - begin):
-                    if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
-                        same = False
-                        break
-            if same:
-                j = begin  # the interval's rows join the pattern before it
-                continue
+        if (
+            n_patterns > 0
+            and not is_start[i]
+            and _same_layout(slot_len, slot_pos, slot_offsets[n_patterns - 1], begin, j)
+        ):
+            j = begin  # the interval's rows join the pattern before it
+            continue
         row_start[n_patterns] = bounds[i]
         n_patterns += 1
         slot_offsets[n_patterns] = j
     row_start[n_patterns] = bounds[n_intervals]
     return row_start[: n_patterns + 1].copy(), slot_offsets[: n_patterns + 1].copy(), slot_len, slot_pos, j
+
+
+@njit(cache=True)
+def _same_layout(slot_len, slot_pos, prev, begin, end):
+    """Whether slots begin..end - 1 (the layout just written) are the slots from `prev`
+    up to `begin` (the pattern before it), length for length and position for position:
+    the test by which a layout joins the pattern before it."""
+    if begin - prev != end - begin:
+        return False
+    for s in range(end - begin):
+        if slot_len[prev + s] != slot_len[begin + s] or slot_pos[prev + s] != slot_pos[begin + s]:
+            return False
+    return True
 
 
 def within(sizes: np.ndarray) -> np.ndarray:

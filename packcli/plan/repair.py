@@ -14,7 +14,7 @@ import numpy as np
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 from packcli.plan.kernels.pack import IMPROVE_WORK_BASE, IMPROVE_WORK_PER_SEQUENCE, PackedLengths, improve_rows
-from packcli.plan.layouts import KEEP_USED, Patterns, offsets_of, within
+from packcli.plan.layouts import Patterns, _same_layout, offsets_of, with_used_slots, within
 
 # What the repair pass is given, so that its cost stays flat in the number of sequences:
 # the rows with room (at most REPAIR_ROOM_ROWS of them, the emptiest first) and the full
@@ -170,9 +170,7 @@ def replace_rows(
         n_patterns + 2 * len(row_ids),
         n_slots,
     )
-    if used < n_slots * KEEP_USED:  # else the arrays are kept, a few joined slots unused past their end
-        slot_len, slot_pos = slot_len[:used].copy(), slot_pos[:used].copy()
-    return Patterns(row_start, slot_offsets, slot_len[:used], slot_pos[:used])
+    return with_used_slots(row_start, slot_offsets, slot_len, slot_pos, used)
 
 
 @njit(cache=True)
@@ -226,16 +224,7 @@ def _replace_rows(
                 out_len[j] = source_len[s]
                 out_pos[j] = source_pos[s]
                 j += 1
-            same = False
-            if q > 0 and not barrier:
-                prev = out_offsets[q - 1]
-                same = begin - prev == j - begin
-                if same:
-                    for s in range(j - begin):
-                        if out_len[prev + s] != out_len[begin + s] or out_pos[prev + s] != out_pos[begin + s]:
-                            same = False
-                            break
-            if same:
+            if q > 0 and not barrier and _same_layout(out_len, out_pos, out_offsets[q - 1], begin, j):
                 j = begin  # more rows of the pattern before it
             else:
                 out_start[q] = rows
