@@ -26,7 +26,16 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.options import PackOptions
-from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts, Locate, SegmentBatch, Segmenter, learns_after_first
+from packcli.engine.ingest import (
+    UNLEARNED_EXAMPLES,
+    IngestCounts,
+    Locate,
+    SegmentBatch,
+    Segmenter,
+    learns_after_first,
+    owner_of,
+    refuse_pad_in_data,
+)
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable
 from packcli.plan.pairs import start_warming
@@ -136,8 +145,8 @@ class PairSegmenter(Segmenter):
         where: Locate = lambda k: location(int(pair_record[k]))  # noqa: E731 (k: a pair of the batch)
         starts = np.cumsum(lengths) - lengths
         if self.refuse_pad is not None:
-            _refuse_pad(tokens, starts, lengths, self.refuse_pad, lambda i: location(int(records[i])))
-        learned = learned_bits(tokens, seqs.labels, lambda i: location(int(records[_owner(starts, i)])))
+            refuse_pad_in_data(tokens, lengths, self.refuse_pad, lambda i: location(int(records[i])))
+        learned = learned_bits(tokens, seqs.labels, lambda i: location(int(records[owner_of(starts, i)])))
         keep = self._learning(learned, starts, lengths, where)
         cut = self._pair_overlong(tokens, learned, starts, lengths, keep, where)
         chosen, rejected = lengths[0::2] - cut, lengths[1::2] - cut
@@ -234,19 +243,6 @@ class PairSegmenter(Segmenter):
             if room <= seq_len:
                 return k
         return None
-
-
-def _owner(starts: np.ndarray, token_index: int) -> int:
-    return int(np.searchsorted(starts, token_index, side="right")) - 1
-
-
-def _refuse_pad(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:
-    hits = np.flatnonzero(tokens == pad_id)
-    if len(hits):
-        raise PackcliError(
-            f"{location(_owner(starts, int(hits[0])))}: --pad-id {pad_id} occurs in the data; choose an id that "
-            "does not (or leave --pad-id out to pad with EOS)"
-        )
 
 
 # ----------------------------------------------------------------------------- plan and gather
