@@ -150,9 +150,13 @@ class PairSegmenter(Segmenter):
         keep = self._learning(learned, starts, lengths, where)
         cut = self._pair_overlong(tokens, learned, starts, lengths, keep, where)
         chosen, rejected = lengths[0::2] - cut, lengths[1::2] - cut
-        within = np.arange(len(tokens)) - np.repeat(starts, lengths)
-        mask = np.repeat(np.repeat(keep, 2), lengths) & (within >= np.repeat(np.repeat(cut, 2), lengths))
-        out_tokens, out_learned = tokens[mask], learned[mask]
+        out_tokens, out_learned = tokens, learned
+        sides = np.repeat(keep, 2)
+        if not sides.all() or cut.any():
+            # each side's tokens from its first kept one on; a dropped side's "first" is its end
+            begin = np.where(sides, starts + np.repeat(cut, 2), starts + lengths)
+            mask = np.arange(len(tokens)) >= np.repeat(begin, lengths)
+            out_tokens, out_learned = tokens[mask], learned[mask]
         unit_lengths = (chosen + rejected)[keep]
         c.pairs += int(keep.sum())
         c.unpacked_rows += int(keep.sum())  # no packing: a pair alone in a row
