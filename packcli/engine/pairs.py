@@ -94,6 +94,10 @@ class WeightedSegmenter(Segmenter):
     """The plain segmenter, each segment's weight (its record's) kept in `values`; records
     of weight 0 dropped first and counted (`zero_weight`), so no other count sees them."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._sequences_before = 0  # sequences of earlier batches, those of weight 0 too
+
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         assert seqs.weights is not None and self.values is not None  # a WeightedSequences builder's
         zero = seqs.weights == 0
@@ -102,9 +106,13 @@ class WeightedSegmenter(Segmenter):
         records = kept.records
         assert records is not None
         values = None if group_values is None else [group_values[int(r)] for r in records]
+        owners, self.owners = self.owners, None  # numbered here: by the input's sequences, not the kept ones
         segments = super().__call__(kept, lambda i: location(int(records[i])), values)
-        assert kept.weights is not None
-        self.values.append(None, kept.weights[self.batch_owners])
+        self.batch_owners = np.flatnonzero(~zero)[self.batch_owners]
+        if owners is not None:
+            self.owners = np.concatenate([owners, self._sequences_before + self.batch_owners])
+        self._sequences_before += len(seqs.lengths)
+        self.values.append(None, seqs.weights[self.batch_owners])
         return segments
 
 
@@ -129,7 +137,8 @@ class PairSegmenter(Segmenter):
             c.pairs_identical += 1
             if len(c.pairs_identical_examples) < UNLEARNED_EXAMPLES:
                 c.pairs_identical_examples.append(location(record))
-        pair_index = np.arange(len(seqs.lengths) // 2, dtype=np.int64)  # the pairs of the batch, as built
+        built = len(seqs.lengths) // 2
+        pair_index = np.arange(built, dtype=np.int64)  # the pairs of the batch, as built
         if seqs.weights is not None:
             zero = seqs.weights == 0
             c.zero_weight += int(zero.sum()) // 2
@@ -163,7 +172,7 @@ class PairSegmenter(Segmenter):
         self.batch_owners = pair_index[keep]
         if self.owners is not None:
             self.owners = np.concatenate([self.owners, self._pairs_before + self.batch_owners])
-        self._pairs_before += int(pair_index[-1]) + 1 if len(pair_index) else 0
+        self._pairs_before += built
         if self.groups is not None:
             if group_values is None:
                 raise PackcliError(f"--group-by {self.groups.field}: no value for the batch's records")
