@@ -17,7 +17,11 @@ import pytest
 from helpers import load_rows, random_texts, report_of, word_ids, write_jsonl
 from pausing import stop_at
 
+from packcli.engine.ingest import IngestCounts
+from packcli.engine.pairs import PairSegmenter, WeightedSegmenter
 from packcli.inspect.verify import verify_dir
+from packcli.tokenize.sequences import SequenceBatch
+from packcli.write.values import SegmentValues
 
 EOS = 1  # the word tokenizer's </s>
 PAIR_FIELDS = ("--prompt-field", "prompt", "--chosen-field", "chosen", "--rejected-field", "rejected")
@@ -343,3 +347,28 @@ def test_in_concat_mode_every_piece_of_a_document_carries_its_weight(tmp_path, p
             assert rows.input_ids[r, cu[k] : cu[k + 1]].tolist() == stream[at : at + cu[k + 1] - cu[k]]
             assert weights[k] == weight_of[at]  # the document the piece starts in
             at += int(cu[k + 1] - cu[k])
+
+
+def _batch(lengths: list[int], weights: list[float], pairs: bool) -> SequenceBatch:
+    """Sequences of `lengths` whose every token is learned (ids from 2), with weights."""
+    tokens = np.arange(2, 2 + sum(lengths), dtype=np.int32)
+    records = np.repeat(np.arange(len(lengths) // 2), 2) if pairs else None
+    return SequenceBatch(
+        tokens, np.array(lengths, dtype=np.int64), tokens.copy(), records=records, weights=np.array(weights)
+    )
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_owners_number_the_input_whatever_records_of_weight_0_were_dropped(pairs):
+    """A segment's owner is its sequence's (or pair's) index in the input, counting the
+    dropped records of weight 0 too: the what-if's group ids and pack_sequences'
+    placement are indexed by it."""
+    kind = PairSegmenter if pairs else WeightedSegmenter
+    segmenter = kind(64, "bin", "drop", None, IngestCounts(), track_owners=True)
+    segmenter.values = SegmentValues(pairs, True)
+    first = [4, 5, 4, 6, 3, 3] if pairs else [4, 5, 3]  # three units, the last of weight 0
+    second = [5, 4, 3, 4] if pairs else [5, 3]  # two units, the first of weight 0
+    segmenter(_batch(first, [1, 1, 2, 2, 0, 0] if pairs else [1, 2, 0], pairs), str)
+    segmenter(_batch(second, [0, 0, 3, 3] if pairs else [0, 3], pairs), str)
+    assert segmenter.owners is not None and segmenter.owners.tolist() == [0, 1, 4]
+    assert np.concatenate(segmenter.values.weight).tolist() == [1, 2, 3]

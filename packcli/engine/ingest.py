@@ -121,11 +121,11 @@ class Segmenter:
         self.counts.tokens_in += int(lengths.sum())
         self.counts.special_token_records += seqs.special_token_records
         if self.refuse_pad is not None:
-            _refuse_pad_in_data(tokens, lengths, self.refuse_pad, location)
+            refuse_pad_in_data(tokens, lengths, self.refuse_pad, location)
         learned = None
         if seqs.labels is not None:
             starts = np.cumsum(lengths) - lengths
-            learned = learned_bits(tokens, seqs.labels, lambda i: location(_owner(starts, i)))
+            learned = learned_bits(tokens, seqs.labels, lambda i: location(owner_of(starts, i)))
         first = self.counts.sequences_in - len(lengths)
         kept = None  # per segment, the sequence of the batch it comes from; None: one each
         if self.mode == "concat":
@@ -241,7 +241,8 @@ class Segmenter:
         return tokens[mask], lengths[learns], learned[mask], owner[learns]
 
 
-def _owner(starts: np.ndarray, token_index: int) -> int:
+def owner_of(starts: np.ndarray, token_index: int) -> int:
+    """The index of the span (spans given by their starts, in order) a token index falls in."""
     return int(np.searchsorted(starts, token_index, side="right")) - 1
 
 
@@ -264,7 +265,7 @@ def first_learned(learned: np.ndarray, starts: np.ndarray, lengths: np.ndarray) 
     return first
 
 
-def _refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:
+def refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:
     """An explicit --pad-id promises padding can be told from data by its id alone."""
     hits = np.flatnonzero(tokens == pad_id)
     if len(hits):

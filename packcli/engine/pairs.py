@@ -26,7 +26,16 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.options import PackOptions
-from packcli.engine.ingest import UNLEARNED_EXAMPLES, IngestCounts, Locate, SegmentBatch, Segmenter, learns_after_first
+from packcli.engine.ingest import (
+    UNLEARNED_EXAMPLES,
+    IngestCounts,
+    Locate,
+    SegmentBatch,
+    Segmenter,
+    learns_after_first,
+    owner_of,
+    refuse_pad_in_data,
+)
 from packcli.plan.contract import Plan
 from packcli.plan.grouping import GroupTable
 from packcli.plan.pairs import start_warming
@@ -85,6 +94,10 @@ class WeightedSegmenter(Segmenter):
     """The plain segmenter, each segment's weight (its record's) kept in `values`; records
     of weight 0 dropped first and counted (`zero_weight`), so no other count sees them."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._sequences_before = 0  # sequences of earlier batches, those of weight 0 too
+
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         assert seqs.weights is not None and self.values is not None  # a WeightedSequences builder's
         zero = seqs.weights == 0
@@ -93,9 +106,13 @@ class WeightedSegmenter(Segmenter):
         records = kept.records
         assert records is not None
         values = None if group_values is None else [group_values[int(r)] for r in records]
+        owners, self.owners = self.owners, None  # numbered here: by the input's sequences, not the kept ones
         segments = super().__call__(kept, lambda i: location(int(records[i])), values)
-        assert kept.weights is not None
-        self.values.append(None, kept.weights[self.batch_owners])
+        self.batch_owners = np.flatnonzero(~zero)[self.batch_owners]
+        if owners is not None:
+            self.owners = np.concatenate([owners, self._sequences_before + self.batch_owners])
+        self._sequences_before += len(seqs.lengths)
+        self.values.append(None, seqs.weights[self.batch_owners])
         return segments
 
 
@@ -120,7 +137,8 @@ class PairSegmenter(Segmenter):
             c.pairs_identical += 1
             if len(c.pairs_identical_examples) < UNLEARNED_EXAMPLES:
                 c.pairs_identical_examples.append(location(record))
-        pair_index = np.arange(len(seqs.lengths) // 2, dtype=np.int64)  # the pairs of the batch, as built
+        built = len(seqs.lengths) // 2
+        pair_index = np.arange(built, dtype=np.int64)  # the pairs of the batch, as built
         if seqs.weights is not None:
             zero = seqs.weights == 0
             c.zero_weight += int(zero.sum()) // 2
@@ -136,21 +154,25 @@ class PairSegmenter(Segmenter):
         where: Locate = lambda k: location(int(pair_record[k]))  # noqa: E731 (k: a pair of the batch)
         starts = np.cumsum(lengths) - lengths
         if self.refuse_pad is not None:
-            _refuse_pad(tokens, starts, lengths, self.refuse_pad, lambda i: location(int(records[i])))
-        learned = learned_bits(tokens, seqs.labels, lambda i: location(int(records[_owner(starts, i)])))
+            refuse_pad_in_data(tokens, lengths, self.refuse_pad, lambda i: location(int(records[i])))
+        learned = learned_bits(tokens, seqs.labels, lambda i: location(int(records[owner_of(starts, i)])))
         keep = self._learning(learned, starts, lengths, where)
         cut = self._pair_overlong(tokens, learned, starts, lengths, keep, where)
         chosen, rejected = lengths[0::2] - cut, lengths[1::2] - cut
-        within = np.arange(len(tokens)) - np.repeat(starts, lengths)
-        mask = np.repeat(np.repeat(keep, 2), lengths) & (within >= np.repeat(np.repeat(cut, 2), lengths))
-        out_tokens, out_learned = tokens[mask], learned[mask]
+        out_tokens, out_learned = tokens, learned
+        sides = np.repeat(keep, 2)
+        if not sides.all() or cut.any():
+            # each side's tokens from its first kept one on; a dropped side's "first" is its end
+            begin = np.where(sides, starts + np.repeat(cut, 2), starts + lengths)
+            mask = np.arange(len(tokens)) >= np.repeat(begin, lengths)
+            out_tokens, out_learned = tokens[mask], learned[mask]
         unit_lengths = (chosen + rejected)[keep]
         c.pairs += int(keep.sum())
         c.unpacked_rows += int(keep.sum())  # no packing: a pair alone in a row
         self.batch_owners = pair_index[keep]
         if self.owners is not None:
             self.owners = np.concatenate([self.owners, self._pairs_before + self.batch_owners])
-        self._pairs_before += int(pair_index[-1]) + 1 if len(pair_index) else 0
+        self._pairs_before += built
         if self.groups is not None:
             if group_values is None:
                 raise PackcliError(f"--group-by {self.groups.field}: no value for the batch's records")
@@ -234,19 +256,6 @@ class PairSegmenter(Segmenter):
             if room <= seq_len:
                 return k
         return None
-
-
-def _owner(starts: np.ndarray, token_index: int) -> int:
-    return int(np.searchsorted(starts, token_index, side="right")) - 1
-
-
-def _refuse_pad(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad_id: int, location: Locate) -> None:
-    hits = np.flatnonzero(tokens == pad_id)
-    if len(hits):
-        raise PackcliError(
-            f"{location(_owner(starts, int(hits[0])))}: --pad-id {pad_id} occurs in the data; choose an id that "
-            "does not (or leave --pad-id out to pad with EOS)"
-        )
 
 
 # ----------------------------------------------------------------------------- plan and gather

@@ -137,7 +137,8 @@ class ChatSequences:
         names learned, or with `learned_from`, the assistant turns from that index on (a
         preference pair's completion); then the reasoning blocks left out."""
         careful = not self.parse_special_tokens and self.holds_special(conversation)
-        rendered = self._render(conversation, False)
+        located = careful or self.turns == ALL or self.reasoning is not None  # what needs the render's text
+        rendered = self._render(conversation, False) if located else ""  # else transformers renders it once
         if careful:
             ids, found = self._encode_rendered(rendered, conversation, False, location)
             locator: _TokenLocator | None = found
