@@ -422,7 +422,7 @@ def plan(ctx: Context) -> Benchmark:
             lambda p, s: ctx.entry(
                 p, "plan", "groups", "--n", ctx.size(1e6, 2e4), "--rounds", ctx.repeats, "--seq-len", 2048
             ),
-            {"plain_s": LOWER, "grouped_s": LOWER, "rows": LOWER},
+            {"plain_s": LOWER, "grouped_s": LOWER, "rows": LOWER, "plan_mb": LOWER},
         ),
         Case(
             "repair-lognormal",

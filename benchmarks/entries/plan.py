@@ -89,6 +89,21 @@ def from_counts(args) -> dict:
     }
 
 
+def array_mb(value, seen=None) -> float:
+    """MB of the NumPy arrays a plan holds: its own and those of its fields, nested (a
+    dataclass's, a NamedTuple's, a plain object's attributes), each array counted once."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0.0
+    seen.add(id(value))
+    if isinstance(value, np.ndarray):
+        return value.nbytes / 2**20
+    if isinstance(value, (list, tuple)):
+        return sum(array_mb(item, seen) for item in value)
+    fields = getattr(value, "__dict__", None)
+    return sum(array_mb(item, seen) for item in fields.values()) if isinstance(fields, dict) else 0.0
+
+
 def groups(args) -> dict:
     plan_rows = _common.find("plan_rows", "packcli.plan.planner", "packcli.plan")
     settings_class = _common.find("PlanSettings", "packcli.plan.settings", "packcli.plan")
@@ -98,17 +113,24 @@ def groups(args) -> dict:
     ids = rng.choice(args.groups, size=args.n, p=weights / weights.sum()).astype(np.int32)
     settings = settings_class(args.seq_len, algorithm=args.algorithm)
     plan_rows(lengths[:1000], settings, ids[:1000])
-    plain_s, _ = _common.best_wall(lambda: plan_rows(lengths, settings), args.rounds)
+    plain_s, plain = _common.best_wall(lambda: plan_rows(lengths, settings), args.rounds)
     grouped_s, grouped = _common.best_wall(lambda: plan_rows(lengths, settings, ids), args.rounds)
     tokens = np.bincount(ids, weights=lengths).astype(np.int64)
     bound = int((-(-tokens // args.seq_len)).sum())
-    return {
+    figures = {
         "plain_s": plain_s,
         "grouped_s": grouped_s,
         "extra_s": grouped_s - plain_s,
         "rows": grouped.n_rows,
         "gap_pct": (grouped.n_rows / bound - 1) * 100,
+        "plan_mb": array_mb(grouped),  # a plan of patterns or one entry per sequence, as the program makes
     }
+    for prefix, plan in (("", grouped), ("plain_", plain)):
+        patterns = getattr(plan, "patterns", None)
+        if patterns is not None:  # a plan of patterns: how many, and their slots
+            figures[f"{prefix}patterns"] = len(patterns.row_start) - 1
+            figures[f"{prefix}slots"] = len(patterns.slot_len)
+    return figures
 
 
 def repair(args) -> dict:
