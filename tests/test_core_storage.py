@@ -166,3 +166,19 @@ def test_an_output_is_complete_once_its_manifest_is_there(tmp_path):
     assert is_complete(remote) and is_complete(str(remote))
     remote.remove(MANIFEST_FILE)
     assert not is_complete(remote)
+
+
+def test_an_array_beside_the_spill_of_another_length_or_unreadable_is_refused(tmp_path):
+    import numpy as np
+
+    from packcli.core.errors import PackcliError
+    from packcli.core.storage import load_per_segment
+
+    path = tmp_path / "ids.npy"
+    np.save(path, np.arange(3, dtype=np.int32))
+    assert load_per_segment(path, 3, "group ids").tolist() == [0, 1, 2]
+    with pytest.raises(PackcliError, match=r"ids.npy: 3 group ids for 4 segments; start again with --overwrite"):
+        load_per_segment(path, 4, "group ids")
+    path.write_bytes(b"not an array")
+    with pytest.raises(PackcliError, match=r"cannot read the spill's group ids .*; start again with --overwrite"):
+        load_per_segment(path, 3, "group ids")

@@ -223,6 +223,20 @@ def is_complete(output: Path | str | RemoteDir) -> bool:
     return (Path(output) / MANIFEST_FILE).is_file()
 
 
+def load_per_segment(path: Path, n_segments: int, what: str) -> Any:
+    """An array saved beside a spill with one value per segment (group ids, pair sides,
+    weights), refused with what to do when it is unreadable or of another length."""
+    import numpy as np
+
+    try:
+        values = np.load(path)
+    except (OSError, ValueError) as exc:
+        raise PackcliError(f"{path}: cannot read the spill's {what} ({exc}); start again with --overwrite") from exc
+    if values.shape != (n_segments,):
+        raise PackcliError(f"{path}: {len(values):,} {what} for {n_segments:,} segments; start again with --overwrite")
+    return values
+
+
 @contextmanager
 def fetched_output(path: str) -> Iterator[str]:
     """A remote packed output as a local copy, for `verify` and `stats` (removed after);

@@ -18,6 +18,7 @@ import numpy as np
 
 from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
+from packcli.core.storage import load_per_segment
 
 
 class GroupEntry(TypedDict):
@@ -334,11 +335,5 @@ def save_group_ids(directory: Path, ids: np.ndarray) -> None:
 
 
 def load_group_ids(directory: Path, n_segments: int) -> np.ndarray:
-    path = Path(directory) / GROUP_IDS_FILE
-    try:
-        ids = np.load(path)
-    except (OSError, ValueError) as exc:
-        raise PackcliError(f"{path}: cannot read the spill's group ids ({exc}); start again with --overwrite") from exc
-    if ids.shape != (n_segments,):
-        raise PackcliError(f"{path}: {len(ids):,} group ids for {n_segments:,} segments; start again with --overwrite")
+    ids: np.ndarray = load_per_segment(Path(directory) / GROUP_IDS_FILE, n_segments, "group ids")
     return ids

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from packcli.core.errors import PackcliError
+from packcli.core.storage import load_per_segment
 from packcli.plan.contract import Pieces, Plan
 from packcli.write.gather import PieceTags
 
@@ -89,16 +90,7 @@ class SpillValues:
 
 
 def _load(directories: list[Path], counts: list[int], name: str) -> np.ndarray:
-    parts = []
-    for directory, count in zip(directories, counts):
-        path = Path(directory) / name
-        try:
-            values = np.load(path)
-        except (OSError, ValueError) as exc:
-            raise PackcliError(f"{path}: cannot read the spill's values ({exc}); start again with --overwrite") from exc
-        if values.shape != (count,):
-            raise PackcliError(f"{path}: {len(values):,} values for {count:,} segments; start again with --overwrite")
-        parts.append(values)
+    parts = [load_per_segment(Path(d) / name, count, "values") for d, count in zip(directories, counts)]
     return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
