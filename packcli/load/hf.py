@@ -29,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from packcli.core.arrow import arrow_array, int32_array
 from packcli.core.errors import PackcliError, needs_extra
 from packcli.engine.memory import pack_sequences
 from packcli.plan.rows import Rows, real_token_mask
 from packcli.write.columns import is_segment_column, segment_dtype
 from packcli.write.manifest import load_manifest
 from packcli.write.shard_reader import iter_output_rows
-from packcli.write.shards import int32_array, segment_array
 
 TRAIN_COLUMNS = ("input_ids", "labels", "position_ids")
 EXTRA_COLUMNS = ("cu_seqlens", "num_segments")
@@ -154,7 +154,7 @@ def rows_to_dataset(rows: Rows, *, attention_mask: bool = False, cu_seqlens: boo
                 arrays["cu_seqlens_unpadded"] = pa.ListArray.from_arrays(int32_array(part.cu_offsets), unpadded)
         for name, values in part.segment_columns.items():
             dtype = segment_dtype(values)
-            arrays[name] = pa.ListArray.from_arrays(int32_array(part.seg_offsets), segment_array(values, dtype))
+            arrays[name] = pa.ListArray.from_arrays(int32_array(part.seg_offsets), arrow_array(values, dtype))
         tables.append(pa.table(arrays))
     return datasets.Dataset(InMemoryTable(pa.concat_tables(tables)))
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from packcli.core.arrow import arrow_array
 from packcli.core.flow import pooled_empty
 from packcli.core.jit import kernel, njit
 
@@ -111,23 +112,13 @@ def _record_batches(path: str, metadata: Any, names: list[str], batch_rows: int,
     for rows, decoded in read_row_groups(path, metadata, names, groups):
         lists = [
             pa.ListArray.from_arrays(
-                _arrow_array(decoded[name].rows.astype(np.int32)), _arrow_array(decoded[name].values)
+                arrow_array(decoded[name].rows.astype(np.int32)), arrow_array(decoded[name].values)
             )
             for name in names
         ]
         batch = pa.RecordBatch.from_arrays(lists, names=names)
         for start in range(0, rows, batch_rows):
             yield batch.slice(start, batch_rows)
-
-
-def _arrow_array(values: np.ndarray) -> Any:
-    """An Arrow array over the same memory as a flat int32 or int64 array. `pyarrow.array`
-    would do, but its first call imports pandas when it is installed: tens of MB and tenths
-    of a CPU second for a run that never uses it."""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def read_row_groups(

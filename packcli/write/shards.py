@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packcli.core.arrow import arrow_array, int32_array
 from packcli.core.errors import PackcliError
 from packcli.core.flow import arrow_pool
 from packcli.plan.grouping import group_counts
@@ -57,21 +58,6 @@ class ShardInfo:
             "real_tokens": self.real_tokens,
             "checksum": self.checksum,
         }
-
-
-def int32_array(values: np.ndarray):
-    """An Arrow int32 array over the same memory. `pyarrow.array` would do, but its first
-    call imports pandas when it is installed: most of a second of start-up for nothing."""
-    values = np.ascontiguousarray(values, dtype=np.int32)
-    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
-
-
-def segment_array(values: np.ndarray, dtype: np.dtype):
-    """An Arrow array of a per-segment column: int32 (as int32_array) or float32."""
-    if dtype == np.int32:
-        return int32_array(values)
-    values = np.ascontiguousarray(values, dtype=dtype)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), len(values), [None, pa.py_buffer(values)])
 
 
 SegmentTypes = dict[str, np.dtype]  # a shard's per-segment columns and their stored dtypes, by name
@@ -197,7 +183,7 @@ class _ParquetShard:
         if self.segments:
             offsets = int32_array(rows.seg_offsets)
             for name, dtype in self.segments.items():
-                values = segment_array(rows.segment_columns[name], dtype)
+                values = arrow_array(rows.segment_columns[name], dtype)
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
 
