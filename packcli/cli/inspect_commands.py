@@ -224,17 +224,14 @@ def show(
 def _refuse_unfinished_output(paths: list[str], tokenizer: str | None, ids_field: str | None) -> None:
     """A directory without a manifest and no tokenizer: an unfinished output, not raw input."""
     if tokenizer is None and ids_field is None and len(paths) == 1 and Path(paths[0]).is_dir():
-        from packcli.core.storage import MANIFEST_FILE
+        from packcli.core.storage import incomplete_output
         from packcli.write.manifest import split_outputs
 
         splits = split_outputs(paths[0])
         if splits:
             names = " or ".join(str(split) for split in splits)
             raise PackcliError(f"{paths[0]} holds the outputs of --holdout: show one of them, {names}", usage=True)
-        raise PackcliError(
-            f"{paths[0]}: no {MANIFEST_FILE}, so this is not a complete packcli output "
-            "(for raw input, give --tokenizer and the input options of pack)"
-        )
+        raise incomplete_output(paths[0], " (for raw input, give --tokenizer and the input options of pack)")
 
 
 def _show_output(path: str, selection: Selection, tokenizer: str | None, display: Display) -> None:

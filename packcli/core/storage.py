@@ -223,6 +223,12 @@ def is_complete(output: Path | str | RemoteDir) -> bool:
     return (Path(output) / MANIFEST_FILE).is_file()
 
 
+def incomplete_output(output: Path | str | RemoteDir, hint: str = "") -> PackcliError:
+    """The one error for an output whose manifest is missing (a run that did not finish,
+    or a directory that is no packcli output), with what to do when the caller knows."""
+    return PackcliError(f"{output}: no {MANIFEST_FILE}, so this is not a complete packcli output{hint}")
+
+
 def load_per_segment(path: Path, n_segments: int, what: str) -> Any:
     """An array saved beside a spill with one value per segment (group ids, pair sides,
     weights), refused with what to do when it is unreadable or of another length."""
@@ -246,7 +252,7 @@ def fetched_output(path: str) -> Iterator[str]:
         return
     remote = RemoteDir(path)
     if not is_complete(remote):
-        raise PackcliError(f"{remote}: no {MANIFEST_FILE}, so this is not a complete packcli output")
+        raise incomplete_output(remote)
     with tempfile.TemporaryDirectory(prefix="packcli-fetch-") as tmp:
         local = Path(tmp) / "out"
         local.mkdir()

@@ -256,7 +256,7 @@ class OutputSource:
         self.remote = storage.RemoteDir(path) if storage.is_remote(path) else None
         if self.remote is not None:
             if not is_complete(self.remote):
-                raise PackcliError(f"{self.remote}: no {MANIFEST_FILE}, so this is not a complete packcli output")
+                raise storage.incomplete_output(self.remote)
             from packcli.write.manifest import check_format_version
 
             manifest = self.remote.read_json(MANIFEST_FILE)

@@ -15,7 +15,7 @@ from typing import Any, NotRequired, Required, TypedDict, cast
 
 from packcli.core.choices import FORMATS
 from packcli.core.errors import PackcliError
-from packcli.core.storage import MANIFEST_FILE, is_complete
+from packcli.core.storage import MANIFEST_FILE, incomplete_output, is_complete
 from packcli.plan.grouping import GroupEntry
 
 # 2 added the manifest's `plan`; the files and columns are those of 1, so 1 reads as it is.
@@ -162,7 +162,7 @@ def load_manifest(out_dir: Path | str) -> Manifest:
         if splits:
             names = " and ".join(f"{p}" for p in splits)
             raise PackcliError(f"{out_dir} holds the outputs of --holdout, not one output: name {names}")
-        raise PackcliError(f"{out_dir}: no {MANIFEST_FILE}, so this is not a complete packcli output")
+        raise incomplete_output(out_dir)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
