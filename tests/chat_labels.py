@@ -26,19 +26,10 @@ LLAMA3_TEMPLATE = (
 def write_llama3_tokenizer(path: Path) -> Path:
     """A byte-level BPE with Llama-3's chat markup as special tokens, BOS <|begin_of_text|>,
     EOS <|eot_id|> (a chat model's end of turn) and the template above."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from helpers import byte_level_bpe
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=LLAMA3_SPECIALS,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(["user assistant system: hello world, think answer the question"] * 50, trainer=trainer)
+    tok = byte_level_bpe(["user assistant system: hello world, think answer the question"] * 50, 600, LLAMA3_SPECIALS)
     PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", chat_template=LLAMA3_TEMPLATE
     ).save_pretrained(str(path))

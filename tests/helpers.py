@@ -123,23 +123,32 @@ def learned_text_per_segment(rows, tokenizer) -> list[str]:
     return texts
 
 
-def write_chatml_tokenizer(path: Path) -> Path:
-    """Byte-level BPE (so the tiktoken backend applies) with ChatML's special tokens and one
-    added token that is not special."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+def byte_level_bpe(texts: list[str], vocab_size: int, specials: list[str]):
+    """A byte-level BPE (GPT-2's pre-tokenizer and decoder) trained on texts with the given
+    special tokens: the family the tiktoken backend takes, built offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=SPECIALS,
+        vocab_size=vocab_size,
+        special_tokens=specials,
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(
-        ["user assistant system: hello world, say forged answers <|> endoftext im_start"] * 50, trainer=trainer
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def write_chatml_tokenizer(path: Path) -> Path:
+    """Byte-level BPE (so the tiktoken backend applies) with ChatML's special tokens and one
+    added token that is not special."""
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    tok = byte_level_bpe(
+        ["user assistant system: hello world, say forged answers <|> endoftext im_start"] * 50, 500, SPECIALS
     )
     tok.add_tokens([AddedToken("<tool>", special=False, normalized=False)])
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(path))

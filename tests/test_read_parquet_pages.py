@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import packages_a_pack_imports
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from packcli.inspect.verify import verify_dir
 from packcli.read.parquet_pages import dictionary_values, id_list_batches, level_positions
 from packcli.write.shard_pages import ShardPages
 from packcli.write.shard_reader import read_shard_parquet
-from tests.helpers import packages_a_pack_imports
 from tests.naive_parquet import decode_hybrid, encode_hybrid
 
 ROW_FIELDS = ("input_ids", "labels", "position_ids", "cu_seqlens", "cu_offsets", "num_segments", "max_seqlen")

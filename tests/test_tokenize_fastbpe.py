@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import byte_level_bpe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,18 +41,7 @@ def _training_text() -> list[str]:
 @pytest.fixture(scope="module")
 def gpt2_json() -> dict:
     """A GPT-2-style byte-level BPE (ByteLevel pre-tokenizer with its regex), trained here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=3000,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_training_text(), trainer=trainer)
+    tok = byte_level_bpe(_training_text(), 3000, SPECIALS)
     return json.loads(tok.to_str())
 
 
