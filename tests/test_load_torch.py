@@ -286,23 +286,30 @@ def test_trainer_runs_on_a_loaded_output(outputs, tmp_path):
 
 
 def test_the_module_gives_every_public_name_of_the_modules_that_define_them():
-    """packcli.load.torch is where users import from: each class and function the torch_*
-    modules define publicly is in its __all__, as the very object its module defines."""
+    """packcli.load.torch is where users import from: each name a torch_* module declares
+    public (its __all__) is in the gathered __all__, as the very object its module defines;
+    what a module defines without an underscore but leaves out of __all__ (the tensor
+    builders the collate functions share) is package-internal."""
     import importlib
     import inspect
 
     import packcli.load.torch as gathered
 
-    defined = {}
+    declared, internal = {}, set()
     for name in ("torch_attention", "torch_batch", "torch_collate", "torch_dataset", "torch_pairs"):
         module = importlib.import_module(f"packcli.load.{name}")
         for key, value in vars(module).items():
-            public = not key.startswith("_") and (inspect.isclass(value) or inspect.isfunction(value))
-            if public and value.__module__ == module.__name__:
-                defined[key] = value
-    assert sorted(defined) == sorted(gathered.__all__)
-    assert all(getattr(gathered, key) is value for key, value in defined.items())
-    assert {"PackedBatch", "PackedDataset", "collate_rows", "pair_logps", "dpo_loss"} <= set(defined)
+            defined_here = inspect.isclass(value) or inspect.isfunction(value)
+            if defined_here and value.__module__ == module.__name__ and not key.startswith("_"):
+                if key in module.__all__:
+                    declared[key] = value
+                else:
+                    internal.add(key)
+        assert all(vars(module)[key].__module__ == module.__name__ for key in module.__all__)
+    assert sorted(declared) == sorted(gathered.__all__)
+    assert all(getattr(gathered, key) is value for key, value in declared.items())
+    assert {"PackedBatch", "PackedDataset", "collate_rows", "pair_logps", "dpo_loss"} <= set(declared)
+    assert internal == {"build_batch", "long_tensor", "segment_tensor"}
 
 
 def test_clear_error_without_torch():

@@ -13,6 +13,8 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
 
 from packcli.load.torch_batch import PackedBatch
 
+__all__ = ["block_causal_mask", "varlen_attention"]
+
 
 def block_causal_mask(batch: PackedBatch, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Additive [rows, 1, seq_len, seq_len] mask (0 = attend, dtype min = blocked): causal

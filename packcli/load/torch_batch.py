@@ -4,7 +4,7 @@ takes, with what is derived from it: each token's per-segment value (`token_sour
 keyword arguments of a transformers model.
 
 The collate functions (torch_collate.py) build it from rows, `PackedBatch.from_rows` from
-NumPy rows. Labels are unshifted, and boundaries live in `position_ids` and `cu_seqlens`,
+NumPy rows; both go through `build_batch`, `long_tensor` and `segment_tensor` here. Labels are unshifted, and boundaries live in `position_ids` and `cu_seqlens`,
 never in `attention_mask` (packcli/load/torch.py says why).
 """
 
@@ -22,6 +22,8 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
 from packcli.plan.rows import Rows, real_token_mask
 from packcli.write.columns import SOURCE_COLUMN
 from packcli.write.values import WEIGHT_COLUMN
+
+__all__ = ["PackedBatch"]
 
 
 @dataclass
@@ -184,19 +186,19 @@ class PackedBatch:
             ]
 
         unpadded = None if rows.cu_seqlens_unpadded is None else per_row(rows.cu_seqlens_unpadded)
-        return _batch(
-            _long(rows.input_ids),
-            _long(rows.labels),
-            _long(rows.position_ids),
+        return build_batch(
+            long_tensor(rows.input_ids),
+            long_tensor(rows.labels),
+            long_tensor(rows.position_ids),
             per_row(rows.cu_seqlens),
             torch.as_tensor(np.asarray(rows.num_segments, dtype=np.int64)),
             unpadded,
             torch.from_numpy(real_token_mask(rows)).long(),
-            {name: _segment_tensor(values) for name, values in rows.segment_columns.items()},
+            {name: segment_tensor(values) for name, values in rows.segment_columns.items()},
         )
 
 
-def _batch(
+def build_batch(
     input_ids,
     labels,
     position_ids,
@@ -206,7 +208,8 @@ def _batch(
     attention_mask: torch.Tensor | None = None,
     segments: dict[str, torch.Tensor] | None = None,
 ):
-    """A PackedBatch; `counts`: the real segments of each row; `row_unpadded`: each row's
+    """Assemble a PackedBatch from row tensors, offsetting each row's cu_seqlens into one
+    flat vector over the batch. `counts`: the real segments of each row; `row_unpadded`: each row's
     cu_seqlens_unpadded, or None; `attention_mask`: given when the rows are NumPy rows
     (`real_token_mask`), else built here row by row from the tensors; `segments`: the
     per-segment columns, flat over the batch."""
@@ -251,7 +254,9 @@ def _attention_mask(input_ids, position_ids, row_cu: list, counts: torch.Tensor,
     return attention_mask
 
 
-def _long(values) -> torch.Tensor:
+def long_tensor(values) -> torch.Tensor:
+    """Token values (a tensor, array or list of integers) as an int64 tensor; anything but
+    integers is refused, since a float token id is a caller's mistake, not a value to round."""
     if isinstance(values, torch.Tensor):
         return values.to(torch.int64)
     array = np.asarray(values)
@@ -260,7 +265,8 @@ def _long(values) -> torch.Tensor:
     return torch.from_numpy(array.astype(np.int64))
 
 
-def _segment_tensor(values) -> torch.Tensor:
+def segment_tensor(values) -> torch.Tensor:
+    """A per-segment column, flat: float32 when its values are floats (weights), else int64."""
     if isinstance(values, torch.Tensor):
         return values.to(torch.float32 if values.is_floating_point() else torch.int64).reshape(-1)
     array = np.asarray(values).reshape(-1)

@@ -15,8 +15,10 @@ with needs_extra("torch", "packcli.load.torch needs PyTorch"):
     import torch
 
 from packcli.engine.memory import pack_sequences
-from packcli.load.torch_batch import PackedBatch, _batch, _long, _segment_tensor
+from packcli.load.torch_batch import PackedBatch, build_batch, long_tensor, segment_tensor
 from packcli.write.columns import is_segment_column
+
+__all__ = ["PackingCollator", "collate_rows"]
 
 
 def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
@@ -35,7 +37,7 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
     stacked = {}
     for name in ("input_ids", "labels", "position_ids"):
         try:
-            stacked[name] = torch.stack([_long(example[name]) for example in examples])
+            stacked[name] = torch.stack([long_tensor(example[name]) for example in examples])
         except KeyError:
             raise PackcliError(f"every example needs {name!r} (got {', '.join(examples[0].keys())})") from None
         except RuntimeError as exc:
@@ -63,7 +65,7 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
         elif values:
             counts.append(len(next(iter(values.values()))))
         elif "attention_mask" in example:  # padding is the row's tail: the segments that end before it are real
-            real = int(_long(example["attention_mask"]).sum())
+            real = int(long_tensor(example["attention_mask"]).sum())
             counts.append(int((cu[1:] <= real).sum()))
         else:
             counts.append(cu.numel() - 1)
@@ -73,7 +75,7 @@ def collate_rows(examples: Sequence[Mapping]) -> PackedBatch:
             per_segment[name].append(row_values[: counts[-1]])
     if unpadded and len(unpadded) != len(examples):
         raise PackcliError("some rows have cu_seqlens_unpadded and others not")
-    return _batch(
+    return build_batch(
         stacked["input_ids"],
         stacked["labels"],
         stacked["position_ids"],
@@ -88,7 +90,7 @@ def _segment_values(example: Mapping, name: str, r: int) -> torch.Tensor:
     """A row's entries of a per-segment column, as int64 (float32 for a float column)."""
     if name not in example:
         raise PackcliError(f"row {r} has no {name!r}, the first row has")
-    return _segment_tensor(example[name])
+    return segment_tensor(example[name])
 
 
 def _entries(example: Mapping, name: str) -> torch.Tensor:

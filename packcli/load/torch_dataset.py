@@ -24,6 +24,8 @@ NPY_COLUMNS = tuple(name[:-4] for name in NPY_FILES)  # the files' stems: the it
 OPTIONAL_COLUMNS = tuple(name[:-4] for name in OPTIONAL_NPY_FILES)  # format 3; the second with --pad-to-multiple-of
 SEGMENT_OFFSETS = SEGMENT_OFFSETS_FILE[:-4]  # format 5: the per-segment columns' row offsets (CSR)
 
+__all__ = ["PackedDataset"]
+
 
 class PackedDataset(torch.utils.data.Dataset):
     """The rows of a `packcli pack` output directory, by index, in order.

@@ -16,6 +16,8 @@ from packcli.load.torch_batch import PackedBatch
 from packcli.plan.rows import IGNORE_INDEX
 from packcli.write.values import CHOSEN_COLUMN, PAIR_COLUMN, WEIGHT_COLUMN
 
+__all__ = ["PairLogps", "dpo_loss", "pair_logps", "pairs_of", "segment_logps"]
+
 
 @dataclass
 class PairLogps:
