@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from packcli.core.choices import MODES, OVERLONG_POLICIES, REMAINDER_POLICIES, TRUNCATION_SIDES
+from packcli.core.choices import TRUNCATION_SIDES
 from packcli.core.errors import PackcliError
-from packcli.core.options import check_algorithm, check_choice, check_pad_multiple, check_positive, check_seq_len
+from packcli.core.options import check_choice, check_pad_multiple
 from packcli.engine.ingest import IngestCounts, Segmenter
+from packcli.engine.memory_input import check_settings, checked_weights, empty_rows, flatten_sequences, memory_report
 from packcli.engine.pairs import WeightedSegmenter
 from packcli.engine.summary import unlearned_section
 from packcli.plan.contract import Plan
@@ -34,7 +35,7 @@ from packcli.plan.strategy import Strategy, is_custom
 from packcli.plan.stream import StreamPlan
 from packcli.tokenize.sequences import SequenceBatch
 from packcli.write.gather import gather_rows
-from packcli.write.report import RowStats, no_packing_baseline
+from packcli.write.report import RowStats
 from packcli.write.spill import Spill
 from packcli.write.values import SegmentValues, SpillValues
 
@@ -141,7 +142,7 @@ def pack_sequences(
     as `--weight-field` gives it. Preference pairs: `packcli.pack_pairs`.
     """
 
-    _check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
+    check_settings(seq_len, algorithm, mode, overlong, remainder, buffer_size, max_sequences_per_row, groups)
     if isinstance(sequences, Mapping):
         if sample_weights is not None:
             raise PackcliError("sample_weights apply to a list of sequences, not to a mixture", usage=True)
@@ -157,7 +158,7 @@ def pack_sequences(
         check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
     check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
     multiple = pad_to_multiple_of or 1
-    tokens, lengths, flat_labels = _flatten(sequences, labels)
+    tokens, lengths, flat_labels = flatten_sequences(sequences, labels)
     counts = IngestCounts()
     side = truncation_side or ("left" if labels is not None else "right")
     table = GroupTable("groups") if groups is not None else None
@@ -173,7 +174,7 @@ def pack_sequences(
         keep_unlearned=keep_unlearned,
         truncation_side=side,
     )
-    seqs = SequenceBatch(tokens, lengths, flat_labels, weights=_sample_weights(sample_weights, len(lengths)))
+    seqs = SequenceBatch(tokens, lengths, flat_labels, weights=checked_weights(sample_weights, len(lengths)))
     segmenter.values = SegmentValues(False, True) if weighted else None
     values = None if groups is None else list(groups)
     seg_tokens, seg_lengths, learned = segmenter(seqs, lambda i: f"sequence {i}", values)
@@ -188,11 +189,11 @@ def pack_sequences(
     )
     plan = plan_rows(seg_lengths, settings, segment_groups)
     blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple, tags=tags))
-    rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
+    rows = Rows.concat(blocks) if blocks else empty_rows(seq_len)
     stats = RowStats(seq_len)
     for block in blocks:
         stats.add(block)
-    report = _report(stats.summary(), counts, seq_len, mode, overlong)
+    report = memory_report(stats.summary(), counts, seq_len, mode, overlong)
     if weighted:
         report["zero_weight"] = counts.zero_weight
     report["unlearned"] = unlearned_section(counts, keep_unlearned)
@@ -239,7 +240,7 @@ def _pack_mixture(
     segmented = []
     for name, own in sequences.items():
         own_labels = None if labels is None else labels.get(name)
-        tokens, lengths, flat_labels = _flatten(own, own_labels)
+        tokens, lengths, flat_labels = flatten_sequences(own, own_labels)
         counts = IngestCounts()
         segmenter = Segmenter(
             seq_len, a["mode"], a["overlong"], None, counts, keep_unlearned=a["keep_unlearned"], truncation_side=side
@@ -266,7 +267,7 @@ def _pack_mixture(
         counts.overlong += source.counts.overlong
         counts.overlong_tokens_lost += source.counts.overlong_tokens_lost
     counts.unpacked_rows = len(packed.lengths) if a["mode"] == "bin" else int((-(-packed.lengths // seq_len)).sum())
-    report = _report(packed.stats.summary(), counts, seq_len, a["mode"], a["overlong"])
+    report = memory_report(packed.stats.summary(), counts, seq_len, a["mode"], a["overlong"])
     report["tokens_read"] = counts.tokens_in
     report["sources"] = packed.table
     if a["mode"] == "concat":
@@ -321,83 +322,3 @@ def _add_groups_and_cap(
             "uncapped_rows": uncapped,
             "extra_rows": len(rows) - uncapped,
         }
-
-
-def _report(summary: Mapping[str, Any], counts: IngestCounts, seq_len: int, mode: str, overlong: str) -> dict[str, Any]:
-    """The figures `packcli pack` reports, for rows packed in memory."""
-    return {
-        **summary,
-        "no_packing": no_packing_baseline(counts.unpacked_rows, summary["real_tokens"], seq_len),
-        "overlong": {
-            "policy": overlong if mode == "bin" else None,
-            "count": counts.overlong,
-            "tokens_lost": counts.overlong_tokens_lost,
-            "dropped_without_labels": counts.no_labels_dropped,
-        },
-    }
-
-
-def _check_settings(
-    seq_len: int,
-    algorithm: str | Strategy,
-    mode: str,
-    overlong: str,
-    remainder: str,
-    buffer_size: int | None,
-    max_sequences_per_row: int | None = None,
-    groups: Sequence[Any] | None = None,
-) -> None:
-    """The CLI's own checks (packcli.core.options), named as the arguments are here."""
-    if isinstance(algorithm, str):
-        check_algorithm(algorithm, "algorithm")
-    elif not callable(algorithm):
-        raise PackcliError(f"algorithm must be a name, module:function or a callable, not {algorithm!r}", usage=True)
-    check_choice("mode", mode, MODES)
-    check_choice("overlong", overlong, OVERLONG_POLICIES)
-    check_choice("remainder", remainder, REMAINDER_POLICIES)
-    check_seq_len(seq_len)
-    check_positive("buffer_size", buffer_size)
-    check_positive("max_sequences_per_row", max_sequences_per_row)
-    if mode == "concat" and (max_sequences_per_row is not None or not isinstance(algorithm, str) or ":" in algorithm):
-        raise PackcliError("max_sequences_per_row and user strategies apply to bin mode", usage=True)
-    if groups is not None and mode == "concat" and buffer_size is not None:
-        raise PackcliError("groups with mode='concat' plan one stream per group: drop buffer_size", usage=True)
-
-
-def _sample_weights(sample_weights: Sequence[float] | None, count: int) -> np.ndarray | None:
-    """A loss weight per sequence as float64, each a finite number, 0 or more (None: none)."""
-    if sample_weights is None:
-        return None
-    weights = np.asarray(sample_weights, dtype=np.float64).reshape(-1)
-    if len(weights) != count:
-        raise PackcliError(f"{len(weights)} sample weights for {count} sequences", usage=True)
-    bad = np.flatnonzero(~np.isfinite(weights) | (weights < 0))
-    if len(bad):
-        raise PackcliError(
-            f"sample weight {weights[bad[0]]} of sequence {int(bad[0])} is not a finite number, 0 or more"
-        )
-    return weights
-
-
-def _flatten(
-    sequences: Sequence[Sequence[int]], labels: Sequence[Sequence[int]] | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
-    if any(len(a) == 0 for a in arrays):
-        raise PackcliError(f"sequence {next(i for i, a in enumerate(arrays) if len(a) == 0)} is empty")
-    lengths = np.array([len(a) for a in arrays], dtype=np.int64)
-    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
-    if len(tokens) and (tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
-        raise PackcliError("token ids must be between 0 and 2^31-1")
-    flat_labels = None
-    if labels is not None:
-        label_arrays = [np.asarray(lab, dtype=np.int64).reshape(-1) for lab in labels]
-        if len(label_arrays) != len(arrays) or any(len(lab) != len(a) for lab, a in zip(label_arrays, arrays)):
-            raise PackcliError("labels must have one label per token of every sequence")
-        flat_labels = (np.concatenate(label_arrays) if label_arrays else np.zeros(0)).astype(np.int32)
-    return tokens.astype(np.int32), lengths, flat_labels
-
-
-def _empty_rows(seq_len: int) -> Rows:
-    empty = np.zeros((0, seq_len), dtype=np.int32)
-    return Rows(empty, empty.copy(), empty.copy(), np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32))

@@ -21,7 +21,8 @@ from packcli.core.choices import OVERLONG_POLICIES
 from packcli.core.errors import PackcliError
 from packcli.core.options import check_choice, check_pad_multiple
 from packcli.engine.ingest import IngestCounts
-from packcli.engine.memory import PackedSequences, _check_settings, _empty_rows, _flatten, _report, _sample_weights
+from packcli.engine.memory import PackedSequences
+from packcli.engine.memory_input import check_settings, checked_weights, empty_rows, flatten_sequences, memory_report
 from packcli.engine.pairs import PairSegmenter
 from packcli.engine.summary import pairs_section, unlearned_section
 from packcli.plan.pairs import plan_pairs
@@ -63,7 +64,7 @@ def pack_pairs(
     does not fit is dropped and counted), drop or error; a pair is never split.
     `max_sequences_per_row` counts a pair as two. `placement` lists each pair's row and
     offset (`sequence`: the pair's index in the input), `report["pairs"]` the pairs kept."""
-    _check_settings(seq_len, algorithm, mode, "drop", "pad", None, max_sequences_per_row)
+    check_settings(seq_len, algorithm, mode, "drop", "pad", None, max_sequences_per_row)
     check_choice("overlong", overlong, tuple(o for o in OVERLONG_POLICIES if o != "split"))
     check_pad_multiple(pad_to_multiple_of, seq_len, mode, "pad_to_multiple_of", "seq_len")
     if len(chosen) != len(rejected):
@@ -77,10 +78,10 @@ def pack_pairs(
     labels = None
     if chosen_labels is not None and rejected_labels is not None:
         labels = [s for pair in zip(chosen_labels, rejected_labels) for s in pair]
-    tokens, lengths, flat_labels = _flatten(sides, labels)
+    tokens, lengths, flat_labels = flatten_sequences(sides, labels)
     if flat_labels is None:
         flat_labels = tokens.copy()
-    weights = _sample_weights(sample_weights, len(chosen))
+    weights = checked_weights(sample_weights, len(chosen))
     seqs = SequenceBatch(
         tokens,
         lengths,
@@ -102,11 +103,11 @@ def pack_pairs(
     spill = Spill.in_memory(unit_tokens, unit_lengths, learned)
     tags = SpillValues(first, weight).tags(unit_lengths)
     blocks = list(gather_rows(spill, plan, seq_len, pad_id, multiple=multiple, tags=tags))
-    rows = Rows.concat(blocks) if blocks else _empty_rows(seq_len)
+    rows = Rows.concat(blocks) if blocks else empty_rows(seq_len)
     stats = RowStats(seq_len)
     for block in blocks:
         stats.add(block)
-    report: dict[str, Any] = _report(stats.summary(), counts, seq_len, "bin", overlong)
+    report: dict[str, Any] = memory_report(stats.summary(), counts, seq_len, "bin", overlong)
     report["unlearned"] = unlearned_section(counts, keep_unlearned)
     report["tokens_read"] = counts.tokens_in
     report["pairs"] = pairs_section(counts)
