@@ -85,14 +85,16 @@ def resolved(ray: Any, refs: list[Any]) -> list[Any]:
 # ----------------------------------------------------------------------------- faults and attempts
 
 
-def _attempt(spill_dir: str, stage: str, index: int) -> None:
-    """Record this attempt (retries = attempts - tasks), and exit here when a test armed it."""
+def record_attempt(spill_dir: str, stage: str, index: int) -> None:
+    """Record an attempt of a task in the spill directory: the report counts retries as attempts - tasks."""
     attempts = Path(spill_dir) / ATTEMPTS_DIR
     attempts.mkdir(parents=True, exist_ok=True)
     (attempts / f"{stage}-{index:05d}-{os.getpid()}-{time.monotonic_ns()}").touch()
 
 
 def maybe_fail(stage: str, index: int) -> None:
+    """Exit the worker, once, when a test armed a fault for this stage and task index in the
+    directory FAULT_ENV names: how the tests kill a task mid-run and watch Ray retry it."""
     faults = os.environ.get(FAULT_ENV)
     if not faults or not (Path(faults) / f"arm-{stage}-{index}").exists():
         return
@@ -233,7 +235,7 @@ def spill_part(
     from packcli.write.columns import ids_dtype
     from packcli.write.spill import SpillWriter
 
-    _attempt(spill_dir, "spill", index)
+    record_attempt(spill_dir, "spill", index)
     setup = worker_setup(opts, fingerprint)
     opts = replace(opts, workers=1)
     timer, bad, counts = Timer(), BadRecords(), IngestCounts()
@@ -297,7 +299,7 @@ def spill_source_part(
     from packcli.plan.grouping import GroupTable
     from packcli.read.records import BadRecords
 
-    _attempt(spill_dir, "source", index)
+    record_attempt(spill_dir, "source", index)
     setup = worker_setup(opts, fingerprint)
     opts = replace(opts, workers=1)
     timer, bad = Timer(), BadRecords()

@@ -22,7 +22,7 @@ import numpy as np
 
 from packcli.core import storage
 from packcli.core.flow import prefetch
-from packcli.engine.ray_tasks import _attempt, maybe_fail
+from packcli.engine.ray_tasks import maybe_fail, record_attempt
 from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Plan, RowOrder
 from packcli.plan.grouping import group_counts
@@ -187,7 +187,7 @@ def sort_part(part_dir: str, spill_dir: str, index: int, seq_len: int) -> None:
     """A part copied into length order (write/by_length.py, its own histogram's buckets),
     for a plan from the histogram; complete once SORTED_COMPLETE_FILE is written (after
     the copy is fsynced): a retry or a resumed driver finds either a whole copy or none."""
-    _attempt(spill_dir, "sort", index)
+    record_attempt(spill_dir, "sort", index)
     directory = Path(part_dir)
     (directory / SORTED_COMPLETE_FILE).unlink(missing_ok=True)
     spill = Spill.open(directory)
@@ -219,7 +219,7 @@ def sorted_complete(part_dir: Path, meta: dict[str, Any]) -> bool:
 def write_shard(job: ShardJob, index: int, spill_dir: str) -> dict[str, Any]:
     """Shard `index`: its rows gathered and written whole under a temporary name, renamed
     (or uploaded) when complete, then recorded in the ledger. The stats always come back."""
-    _attempt(spill_dir, "shard", index)
+    record_attempt(spill_dir, "shard", index)
     first = index * job.rows_per_shard
     end = min(first + job.rows_per_shard, job.plan.n_rows)
     name = shard_name(index, job.fmt)
