@@ -215,6 +215,59 @@ def test_nothing_in_the_package_imports_an_old_name():
     assert [module for module, targets in sorted(graph.items()) if targets & old] == []
 
 
+def private_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of each underscored name `path` imports from another packcli module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("packcli"):
+            found += [
+                (str(node.module), alias.name)
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    return found
+
+
+def njit_functions(path: Path) -> set[str]:
+    """The functions of a module decorated with Numba's njit (called or bare)."""
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(target, ast.Name) and target.id == "njit":
+                    found.add(node.name)
+    return found
+
+
+KERNELS = "packcli.plan.kernels"
+
+
+def test_only_kernels_are_imported_by_their_private_names():
+    """A private name stays in its module, except a Numba kernel: kernels are private
+    functions over plain arrays that the public wrappers (in other modules too) call. Inside
+    plan/kernels the kernel modules also share the private constants their compiled code
+    reads (a run table's column indices) and the kernels defined per JIT setting."""
+    known = modules()
+    crossings = [
+        f"{module_name(path)} imports {source}.{name}"
+        for path in known.values()
+        for source, name in private_imports(path)
+        if not (module_name(path).startswith(KERNELS) and source.startswith(KERNELS))
+        and (source not in known or name not in njit_functions(known[source]))
+    ]
+    assert crossings == []
+
+
+def test_the_private_import_checker_sees_a_helper_but_not_a_kernel(tmp_path):
+    kernels = tmp_path / "kernels.py"
+    kernels.write_text("@njit(cache=True)\ndef _kernel(a):\n    return a\n\n\ndef _helper(a):\n    return a\n")
+    user = tmp_path / "user.py"
+    user.write_text("from packcli.kernels import _helper, _kernel\n")
+    assert private_imports(user) == [("packcli.kernels", "_helper"), ("packcli.kernels", "_kernel")]
+    assert njit_functions(kernels) == {"_kernel"}
+
+
 MAX_MODULE_LINES = 600
 MAX_BODY_LINES = 80
 

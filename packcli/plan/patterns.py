@@ -29,7 +29,7 @@ from packcli.core.errors import PackcliError
 from packcli.core.jit import kernel, njit
 from packcli.plan.buckets import BucketParts, Buckets
 from packcli.plan.contract import Pieces, RowOrder
-from packcli.plan.kernels.pack import _as_lengths
+from packcli.plan.kernels.pack import checked_lengths
 from packcli.plan.layouts import (
     Patterns,
     joined,
@@ -205,7 +205,7 @@ def pattern_plan(
     but the real lengths with `multiple` > 1."""
     # every length in [1, seq_len] once placed (as pack_lengths checks them): the kernels
     # below index by placed length and trust it
-    lengths = _as_lengths(lengths, seq_len // multiple * multiple)
+    lengths = checked_lengths(lengths, seq_len // multiple * multiple)
     if groups is None:
         counts = kernel(_placed_counts, len(lengths) + seq_len)(lengths, multiple, seq_len)
         histograms = [(0, counts)] if len(lengths) else []

@@ -107,7 +107,9 @@ def _as_capacity(capacity) -> int:
     return capacity
 
 
-def _as_lengths(lengths, capacity: int) -> np.ndarray:
+def checked_lengths(lengths, capacity: int) -> np.ndarray:
+    """Lengths as a contiguous int64 array, each between 1 and capacity: the validation every
+    packing wrapper does before a kernel sees the lengths (kernels never validate)."""
     array = np.asarray(lengths)
     if array.ndim != 1:
         raise PackcliError(f"lengths must be a 1-D sequence of integers, got shape {array.shape}")
@@ -154,7 +156,7 @@ def _checked(lengths, capacity, algorithm: str, max_sequences_per_row) -> tuple[
     if algorithm not in ALGORITHMS:
         raise PackcliError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     capacity = _as_capacity(capacity)
-    return _as_lengths(lengths, capacity), capacity, _as_cap(max_sequences_per_row)
+    return checked_lengths(lengths, capacity), capacity, _as_cap(max_sequences_per_row)
 
 
 def _pack(lengths: np.ndarray, capacity: int, algorithm: str, cap: int) -> PackedLengths:
@@ -213,7 +215,7 @@ def improve_rows(lengths, placed: PackedLengths, capacity: int, budget: int | No
     (packcli/plan/kernels/improve.py has the rules); the same placement when it cannot.
     Every sequence stays exactly once and no row exceeds `capacity`."""
     capacity = _as_capacity(capacity)
-    lengths = _as_lengths(lengths, capacity)
+    lengths = checked_lengths(lengths, capacity)
     n = lengths.shape[0]
     row, offset = np.asarray(placed.row), np.asarray(placed.offset)
     if row.shape != (n,) or offset.shape != (n,) or row.dtype.kind not in "iu" or offset.dtype.kind not in "iu":
@@ -292,7 +294,7 @@ def martello_toth_l2(lengths, capacity: int) -> int:
     row of their own (J1); those in (capacity/2, capacity-K] too (J2), and the sequences
     in [K, capacity/2] (J3) can only use the room J2 leaves, plus new rows."""
     capacity = _as_capacity(capacity)
-    lengths = _as_lengths(lengths, capacity)
+    lengths = checked_lengths(lengths, capacity)
     if lengths.size == 0:
         return 0
     counts = np.bincount(lengths, minlength=capacity + 1).astype(np.int64)
