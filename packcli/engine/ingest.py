@@ -111,11 +111,29 @@ class Segmenter:
         self.groups = groups  # --group-by: the table of values, and each segment's id in `group_ids`
         self.group_ids = GroupIds()
         self.batch_owners = np.zeros(0, dtype=np.int64)
+        self._numbered = 0  # input units (sequences; pairs for pairs) of earlier batches, dropped ones too
         self.values: SegmentValues | None = None  # pairs, weights: each segment's values (engine/pairs.py)
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         """The segments of one batch, in input order. `group_values`: with --group-by, the
         field's value in each record of the batch."""
+        segments, owners = self._segments(seqs, location, group_values)
+        self._number(owners, len(seqs.lengths))
+        return segments
+
+    def _number(self, batch_owners: np.ndarray, batch_size: int) -> None:
+        """Keep, per segment of the batch, the input unit of the batch it comes from
+        (`batch_owners`) and, when tracked, the same numbered over the whole input (`owners`);
+        then count the batch's `batch_size` units, those dropped before segmenting too."""
+        self.batch_owners = batch_owners
+        if self.owners is not None:
+            self.owners = np.concatenate([self.owners, self._numbered + batch_owners])
+        self._numbered += batch_size
+
+    def _segments(
+        self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None
+    ) -> tuple[SegmentBatch, np.ndarray]:
+        """The segments of one batch and, per segment, the sequence of the batch it comes from."""
         tokens, lengths = seqs.tokens, seqs.lengths
         self.counts.sequences_in += len(lengths)
         self.counts.tokens_in += int(lengths.sum())
@@ -126,7 +144,6 @@ class Segmenter:
         if seqs.labels is not None:
             starts = np.cumsum(lengths) - lengths
             learned = learned_bits(tokens, seqs.labels, lambda i: location(owner_of(starts, i)))
-        first = self.counts.sequences_in - len(lengths)
         kept = None  # per segment, the sequence of the batch it comes from; None: one each
         if self.mode == "concat":
             self.counts.overlong += int((lengths > self.seq_len).sum())
@@ -139,14 +156,11 @@ class Segmenter:
                 same = lengths is sequences  # no sequence was cut: its segments are the sequences
                 tokens, lengths, learned, kept = self._unlearned(tokens, lengths, learned, kept, learns, same, location)
             self.counts.unpacked_rows += len(lengths)
-        # per segment, the sequence of this batch it comes from (a mixture's document ordinals)
-        self.batch_owners = np.arange(len(lengths), dtype=np.int64) if kept is None else kept
-        if self.owners is not None:
-            self.owners = np.concatenate([self.owners, first + self.batch_owners])
         if self.groups is not None:
             segment_groups = self._add_groups(group_values, len(seqs.lengths), kept)
             self.groups.add_tokens(tokens, lengths, segment_groups)
-        return SegmentBatch(tokens, lengths, learned)
+        owners = np.arange(len(lengths), dtype=np.int64) if kept is None else kept
+        return SegmentBatch(tokens, lengths, learned), owners
 
     def _add_groups(self, values: list[Any] | None, n_sequences: int, kept: np.ndarray | None) -> np.ndarray:
         assert self.groups is not None

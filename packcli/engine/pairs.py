@@ -94,10 +94,6 @@ class WeightedSegmenter(Segmenter):
     """The plain segmenter, each segment's weight (its record's) kept in `values`; records
     of weight 0 dropped first and counted (`zero_weight`), so no other count sees them."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._sequences_before = 0  # sequences of earlier batches, those of weight 0 too
-
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
         assert seqs.weights is not None and self.values is not None  # a WeightedSequences builder's
         zero = seqs.weights == 0
@@ -106,12 +102,8 @@ class WeightedSegmenter(Segmenter):
         records = kept.records
         assert records is not None
         values = None if group_values is None else [group_values[int(r)] for r in records]
-        owners, self.owners = self.owners, None  # numbered here: by the input's sequences, not the kept ones
-        segments = super().__call__(kept, lambda i: location(int(records[i])), values)
-        self.batch_owners = np.flatnonzero(~zero)[self.batch_owners]
-        if owners is not None:
-            self.owners = np.concatenate([owners, self._sequences_before + self.batch_owners])
-        self._sequences_before += len(seqs.lengths)
+        segments, owners = self._segments(kept, lambda i: location(int(records[i])), values)
+        self._number(np.flatnonzero(~zero)[owners], len(seqs.lengths))  # numbered by the input's sequences
         self.values.append(None, seqs.weights[self.batch_owners])
         return segments
 
@@ -124,7 +116,6 @@ class PairSegmenter(Segmenter):
     def __init__(self, *args: Any, multiple: int = 1, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.multiple = multiple
-        self._pairs_before = 0  # pairs of earlier batches (pack_sequences' owners number pairs)
         self.warm: Callable[[], None] | None = None  # the plan's kernels loaded ahead, on the first batch
 
     def __call__(self, seqs: SequenceBatch, location: Locate, group_values: list[Any] | None = None) -> SegmentBatch:
@@ -169,10 +160,7 @@ class PairSegmenter(Segmenter):
         unit_lengths = (chosen + rejected)[keep]
         c.pairs += int(keep.sum())
         c.unpacked_rows += int(keep.sum())  # no packing: a pair alone in a row
-        self.batch_owners = pair_index[keep]
-        if self.owners is not None:
-            self.owners = np.concatenate([self.owners, self._pairs_before + self.batch_owners])
-        self._pairs_before += built
+        self._number(pair_index[keep], built)  # pack_pairs' owners number pairs
         if self.groups is not None:
             if group_values is None:
                 raise PackcliError(f"--group-by {self.groups.field}: no value for the batch's records")
