@@ -283,10 +283,8 @@ def refuse_pad_in_data(tokens: np.ndarray, lengths: np.ndarray, pad_id: int, loc
     """An explicit --pad-id promises padding can be told from data by its id alone."""
     hits = np.flatnonzero(tokens == pad_id)
     if len(hits):
-        ends = np.cumsum(lengths)
-        index = int(np.searchsorted(ends, hits[0], side="right"))
         raise PackcliError(
-            f"{location(index)}: --pad-id {pad_id} occurs in the data; choose an id that does not "
+            f"{location(owner_of(np.cumsum(lengths) - lengths, int(hits[0])))}: --pad-id {pad_id} occurs in the data; choose an id that does not "
             "(or leave --pad-id out to pad with EOS)"
         )
 

@@ -255,8 +255,8 @@ def _attention_mask(input_ids, position_ids, row_cu: list, counts: torch.Tensor,
 
 
 def long_tensor(values) -> torch.Tensor:
-    """Token values (a tensor, array or list of integers) as an int64 tensor; anything but
-    integers is refused, since a float token id is a caller's mistake, not a value to round."""
+    """Token values as an int64 tensor. A tensor is converted as it is; an array or list of
+    anything but integers is refused (a float token id there is a caller's mistake)."""
     if isinstance(values, torch.Tensor):
         return values.to(torch.int64)
     array = np.asarray(values)

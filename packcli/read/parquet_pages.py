@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.core.arrow import arrow_array
+from packcli.core.arrow import arrow_array, int32_array
 from packcli.core.flow import pooled_empty
 from packcli.core.jit import kernel, njit
 
@@ -111,9 +111,7 @@ def _record_batches(path: str, metadata: Any, names: list[str], batch_rows: int,
 
     for rows, decoded in read_row_groups(path, metadata, names, groups):
         lists = [
-            pa.ListArray.from_arrays(
-                arrow_array(decoded[name].rows.astype(np.int32)), arrow_array(decoded[name].values)
-            )
+            pa.ListArray.from_arrays(int32_array(decoded[name].rows), arrow_array(decoded[name].values))
             for name in names
         ]
         batch = pa.RecordBatch.from_arrays(lists, names=names)
