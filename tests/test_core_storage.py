@@ -182,3 +182,26 @@ def test_an_array_beside_the_spill_of_another_length_or_unreadable_is_refused(tm
     path.write_bytes(b"not an array")
     with pytest.raises(PackcliError, match=r"cannot read the spill's group ids .*; start again with --overwrite"):
         load_per_segment(path, 3, "group ids")
+
+
+def test_show_of_a_remote_output_checks_its_manifest_as_a_local_one(s3_server, tmp_path, cli):
+    """show reads a remote manifest through the same checks as load_manifest: a newer
+    format, a missing key and an unknown format are each refused with the URL."""
+    url = f"s3://{BUCKET}/checked/"
+    cases = [
+        ({"format_version": 99, "format": "parquet"}, "written by a newer packcli (format 99)"),
+        ({"format_version": 1, "format": "parquet"}, "manifest.json: missing "),
+        ({**_manifest_keys(), "format": "csv"}, "manifest.json: unknown format 'csv'"),
+    ]
+    for manifest, message in cases:
+        s3_server.put_object(Bucket=BUCKET, Key="checked/manifest.json", Body=json.dumps(manifest).encode())
+        result = cli("show", url, "--row", "0")
+        assert result.exit_code == 1 and f"s3://{BUCKET}/checked" in result.stderr and message in result.stderr, (
+            result.output
+        )
+
+
+def _manifest_keys() -> dict:
+    from packcli.write.manifest import REQUIRED_KEYS
+
+    return dict.fromkeys(REQUIRED_KEYS, 0) | {"format_version": 1}

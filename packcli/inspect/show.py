@@ -257,11 +257,10 @@ class OutputSource:
         if self.remote is not None:
             if not is_complete(self.remote):
                 raise storage.incomplete_output(self.remote)
-            from packcli.write.manifest import check_format_version
+            from packcli.write.manifest import checked_manifest
 
-            manifest = self.remote.read_json(MANIFEST_FILE)
-            check_format_version(Path(MANIFEST_FILE), manifest.get("format_version"))
-            self.manifest: Manifest = manifest
+            where = f"{self.remote}/{MANIFEST_FILE}"
+            self.manifest: Manifest = checked_manifest(self.remote.read_json(MANIFEST_FILE), where, str(self.remote))
         else:
             from packcli.write.manifest import load_manifest
 

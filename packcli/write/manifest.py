@@ -167,25 +167,29 @@ def load_manifest(out_dir: Path | str) -> Manifest:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise PackcliError(f"{path}: not valid JSON ({exc})") from exc
+    return checked_manifest(manifest, str(path), str(out_dir))
+
+
+def checked_manifest(manifest: object, path: str, output: str) -> Manifest:
+    """A parsed manifest (`path`: where it was read, `output`: its output, a directory or
+    URL) checked as every reader needs it: an object, a format_version this packcli reads
+    (a newer one may change what the files mean, so it is refused, not guessed at), the
+    required keys and a known format."""
     if not isinstance(manifest, dict):
         raise PackcliError(f"{path}: not a packcli manifest (a JSON object is expected)")
-    check_format_version(path, manifest.get("format_version"))
+    version = manifest.get("format_version")
+    if version is None:
+        raise PackcliError(f"{path}: missing format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < OLDEST_READABLE_VERSION:
+        raise PackcliError(f"{path}: unknown format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise PackcliError(f"{output}: written by a newer packcli (format {version}); upgrade packcli")
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
     if missing:
         raise PackcliError(f"{path}: missing {', '.join(missing)}")
     if manifest["format"] not in FORMATS:
         raise PackcliError(f"{path}: unknown format {manifest['format']!r}")
     return cast("Manifest", manifest)  # the keys every reader needs are checked above
-
-
-def check_format_version(path: Path, version: object) -> None:
-    """A newer format may change what the files mean, so it is refused, not guessed at."""
-    if version is None:
-        raise PackcliError(f"{path}: missing format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < OLDEST_READABLE_VERSION:
-        raise PackcliError(f"{path}: unknown format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise PackcliError(f"{path.parent}: written by a newer packcli (format {version}); upgrade packcli")
 
 
 # ----------------------------------------------------------------------------- report.json
